@@ -1,0 +1,43 @@
+"""ptdbg_ascend: find the first torch API whose results differ between two training runs.
+
+``from ptdbg_ascend import *`` gives the legacy function API; it imports neither torch nor pandas,
+so compare scripts start fast. ``PrecisionDebugger`` (the msprobe-style API) is loaded on first use.
+"""
+
+from ptdbg_ascend.legacy import (
+    acc_cmp_dump,
+    compare,
+    compare_distributed,
+    overflow_check,
+    parse,
+    register_hook,
+    seed_all,
+    set_backward_input,
+    set_dump_path,
+    set_dump_switch,
+    set_overflow_check_switch,
+)
+from ptdbg_ascend.version import __version__
+
+__all__ = [
+    "seed_all",
+    "set_dump_path",
+    "register_hook",
+    "acc_cmp_dump",
+    "overflow_check",
+    "set_dump_switch",
+    "set_overflow_check_switch",
+    "set_backward_input",
+    "compare",
+    "compare_distributed",
+    "parse",
+    "PrecisionDebugger",
+]
+
+
+def __getattr__(name):  # PEP 562: load the msprobe-style front-end only when it is used
+    if name == "PrecisionDebugger":
+        from ptdbg_ascend.debugger import PrecisionDebugger
+
+        return PrecisionDebugger
+    raise AttributeError("module 'ptdbg_ascend' has no attribute {!r}".format(name))

@@ -1,0 +1,1 @@
+"""ACL (operator-level) dump of a single API on an Ascend NPU, through torch_npu."""

@@ -1,0 +1,1 @@
+"""The dump engine: interception, selection, statistics, backward capture and the dump session."""

@@ -1,0 +1,74 @@
+"""The contract between interception and everything that reacts to an API call.
+
+Interception (``dump/interception.py``) knows *that* an API ran; observers decide what to do with it:
+the legacy pkl/npy recorder, the overflow detector, the ACL re-runner and the msprobe-format recorder
+are all observers registered on the one :class:`~ptdbg_ascend.dump.session.DumpSession`. This keeps the
+wrappers ignorant of file formats, and lets each feature be tested on its own.
+
+Life of a top-level call to a wrapped API (nested calls inside it are invisible to observers):
+
+1. interception takes the API's next counter value and builds an :class:`ApiCall`;
+2. if any observer ``wants_forward(call)``, the original runs and ``on_forward`` is called for each
+   observer that wanted it, with the real args/kwargs/output objects (do not mutate them);
+3. if any observer ``wants_backward(call)`` and the output requires grad, backward capture is armed;
+   when autograd computes the gradients, ``on_backward`` is called with ``backward_input`` (the
+   gradients arriving at output i) and ``backward_output`` (the gradients w.r.t. input i; None where
+   an input has no gradient).
+
+Observers must be cheap in ``wants_*`` (called on every top-level call while the session is active)
+and must not raise for ordinary data; an exception they raise on purpose (overflow limit reached)
+propagates to the training script.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from ptdbg_ascend.naming import BACKWARD, FORWARD, call_name
+
+
+class ApiCall(object):
+    """One top-level call of a wrapped API.
+
+    ``prefix``/``api``/``index`` give the legacy names (``Tensor___add___0_forward``); ``original``
+    is the unwrapped function, so an observer can re-execute the call (ACL dump).
+    """
+
+    __slots__ = ("prefix", "api", "index", "original", "forward_name", "backward_name")
+
+    def __init__(self, prefix: str, api: str, index: int, original: Callable[..., Any]) -> None:
+        self.prefix = prefix
+        self.api = api
+        self.index = index
+        self.original = original
+        self.forward_name = call_name(prefix, api, index, FORWARD)
+        self.backward_name = call_name(prefix, api, index, BACKWARD)
+
+    def __repr__(self) -> str:
+        return "ApiCall({})".format(self.forward_name)
+
+
+class CallObserver(object):
+    """Base class of observers; every method is a no-op so subclasses override what they need."""
+
+    def wants_forward(self, call: ApiCall) -> bool:
+        """Whether ``on_forward`` should run for this call. Default False."""
+        return False
+
+    def wants_backward(self, call: ApiCall) -> bool:
+        """Whether ``on_backward`` should run for this call. Default False."""
+        return False
+
+    def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
+        """After the original returned ``output``."""
+
+    def on_backward(
+        self,
+        call: ApiCall,
+        backward_input: Sequence[Optional[Any]],
+        backward_output: Sequence[Optional[Any]],
+    ) -> None:
+        """When autograd produced this call's gradients (see the module docstring for the meaning)."""
+
+    def close(self) -> None:
+        """Flush and release files. Called at switch OFF, on unregister and at interpreter exit."""
