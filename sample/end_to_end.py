@@ -1,0 +1,73 @@
+"""End-to-end scenario, the way a user porting a model works:
+
+1. dump a "bench" run (float32 everywhere) and a "device" run in which one layer computes in bfloat16
+   (standing in for an NPU kernel with lower precision), each in its own process, with the legacy API;
+2. compare the two dumps with ``compare(...)``;
+3. print the first API whose accuracy is not reached, as the advisor found it.
+
+Run: ``python sample/end_to_end.py --out sample/out`` (or ``bash sample/run_sample.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_training(out_dir: str, name: str, planted: bool) -> str:
+    """Dump one run in a subprocess (the dump wraps torch globally, so each run gets its own process)."""
+    command = [sys.executable, os.path.join(HERE, "legacy_train.py"), "--dump-path",
+               os.path.join(out_dir, name, name + "_dump.pkl"), "--steps", "1"]
+    if planted:
+        command.append("--bf16-layer")
+    subprocess.run(command, check=True)
+    pkls = glob.glob(os.path.join(out_dir, name, "ptdbg_dump_v*", "rank0", "api_stack_" + name + "_dump.pkl"))
+    if len(pkls) != 1:
+        raise SystemExit("expected one api_stack pkl for {}, found {}".format(name, pkls))
+    return pkls[0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(HERE, "out"), help="output directory (default sample/out)")
+    args = parser.parse_args()
+    out_dir = os.path.abspath(args.out)
+    if os.path.isdir(out_dir):
+        shutil.rmtree(out_dir)
+    os.makedirs(out_dir)
+
+    npu_pkl = run_training(out_dir, "npu", planted=True)
+    bench_pkl = run_training(out_dir, "gpu", planted=False)
+
+    from ptdbg_ascend import compare  # torch-free: the comparison only needs numpy
+
+    report_dir = os.path.join(out_dir, "compare")
+    os.makedirs(report_dir)
+    compare(
+        {
+            "npu_pkl_path": npu_pkl,
+            "bench_pkl_path": bench_pkl,
+            "npu_dump_data_dir": npu_pkl[: -len(".pkl")],
+            "bench_dump_data_dir": bench_pkl[: -len(".pkl")],
+            "is_print_compare_log": False,
+        },
+        report_dir,
+        stack_mode=True,
+    )
+    reports = sorted(os.listdir(report_dir))
+    print("\nReports in {}:\n  {}".format(report_dir, "\n  ".join(reports)))
+    advisor = [name for name in reports if name.startswith("advisor_")]
+    if advisor:
+        with open(os.path.join(report_dir, advisor[0]), encoding="utf-8") as handle:
+            print("\nAdvisor:\n" + handle.read())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

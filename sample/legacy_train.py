@@ -1,0 +1,70 @@
+"""A small CPU training script instrumented with the legacy API, exactly as the user guide shows.
+
+    python sample/legacy_train.py --dump-path ./dump_path/npu_dump.pkl [--bf16-layer] [--steps 1]
+
+With ``--bf16-layer`` the second linear layer computes in bfloat16: the planted difference that
+``end_to_end.py`` expects the comparison to find.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ptdbg_ascend import *  # noqa: F401,F403  (the legacy API, as users write it)
+
+
+class SmallNet(nn.Module):
+    """A conv stem, a linear block and a classifier: enough APIs to make the comparison interesting."""
+
+    def __init__(self, bf16_layer: bool) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.BatchNorm2d(8)
+        self.fc1 = nn.Linear(8 * 4 * 4, 32)
+        self.fc2 = nn.Linear(32, 32)
+        self.head = nn.Linear(32, 10)
+        self.bf16_layer = bf16_layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.norm(self.conv(x)))
+        x = F.adaptive_avg_pool2d(x, 4).flatten(1)
+        x = torch.tanh(self.fc1(x))
+        if self.bf16_layer:
+            # The planted difference: this layer runs in bfloat16 on the "device" side.
+            x = F.linear(x.bfloat16(), self.fc2.weight.bfloat16(), self.fc2.bias.bfloat16()).float()
+        else:
+            x = F.linear(x, self.fc2.weight, self.fc2.bias)
+        return self.head(F.gelu(x))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dump-path", required=True, help="the .pkl path given to set_dump_path")
+    parser.add_argument("--steps", type=int, default=1, help="training steps to dump (default 1)")
+    parser.add_argument("--bf16-layer", action="store_true", help="plant a bfloat16 layer")
+    args = parser.parse_args()
+
+    seed_all()
+    model = SmallNet(args.bf16_layer)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    images = torch.randn(4, 3, 8, 8)
+    labels = torch.randint(0, 10, (4,))
+
+    set_dump_path(args.dump_path)
+    register_hook(model, acc_cmp_dump)
+    set_dump_switch("ON", mode="api_stack")
+    for _ in range(args.steps):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+    set_dump_switch("OFF")
+    print("loss {:.6f}".format(loss.item()))
+
+
+if __name__ == "__main__":
+    main()
