@@ -59,6 +59,10 @@ class CallObserver(object):
         """Whether ``on_backward`` should run for this call. Default False."""
         return False
 
+    def before_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+        """Before the original runs, for calls this observer ``wants_forward`` (added by the dump engine:
+        lets a recorder see the arguments of in-place APIs, e.g. all_reduce, before they change)."""
+
     def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
         """After the original returned ``output``."""
 

@@ -1,0 +1,158 @@
+"""Wrapping the torch APIs listed in ``wrapped_apis.txt``.
+
+Each wrapper, on every call:
+
+1. passes straight through when it runs inside another wrapped API (per thread) or in a forked child
+   process (a DataLoader worker must neither count nor write into the parent's files);
+2. takes the API's next counter value (every top-level call counts, switch on or off, so names stay
+   stable between runs);
+3. with no active observer, runs the original: the off fast path, one dict update and two checks;
+4. otherwise hands the call to :meth:`DumpSession.dispatch`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from typing import Any, Callable, Dict, List, Tuple
+
+_DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis.txt")
+
+# Per-thread "inside a wrapped API" flag. Module level because the wrappers are module-level
+# functions; it holds no dump state, only the nesting depth of the current thread.
+_THREAD = threading.local()
+
+
+def inside_api() -> bool:
+    """True while the current thread runs a wrapped API (or the tool's own code for one)."""
+    return getattr(_THREAD, "inside", False)
+
+
+class Inside(object):
+    """Context manager marking the current thread as inside a wrapped API (re-entrant)."""
+
+    __slots__ = ("previous",)
+
+    def __enter__(self) -> "Inside":
+        self.previous = getattr(_THREAD, "inside", False)
+        _THREAD.inside = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _THREAD.inside = self.previous
+
+
+def read_wrapped_names(path: str = _DATA_FILE) -> Dict[str, List[str]]:
+    """``{prefix: [api, ...]}`` from the data file (``[Prefix]`` headers, one name per line, # comments)."""
+    names = {}  # type: Dict[str, List[str]]
+    current = None
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            if line.startswith("[") and line.endswith("]"):
+                current = line[1:-1]
+                names.setdefault(current, [])
+            elif current is not None:
+                names[current].append(line)
+    return names
+
+
+def namespaces() -> List[Tuple[str, List[Any]]]:
+    """``(prefix, [objects whose attributes are patched])`` for the namespaces present in this torch."""
+    import torch
+    import torch.nn.functional
+
+    result = [
+        ("Tensor", [torch.Tensor]),
+        ("Torch", [torch]),
+        ("Functional", [torch.nn.functional]),
+        ("VF", [torch._VF]),
+    ]  # type: List[Tuple[str, List[Any]]]
+    if torch.distributed.is_available():
+        import torch.distributed.distributed_c10d as c10d
+
+        result.append(("Distributed", [torch.distributed, c10d]))
+    from ptdbg_ascend.device import torch_npu_module
+
+    torch_npu = torch_npu_module()
+    if torch_npu is not None:
+        result.append(("NPU", [torch_npu]))
+    return result
+
+
+def make_wrapper(session: Any, prefix: str, api: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    """The wrapper installed in place of ``original``."""
+    counters = session.counters
+    key = prefix + "_" + api
+    thread = _THREAD
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if getattr(thread, "inside", False) or session.in_forked_child:
+            return original(*args, **kwargs)
+        index = counters.get(key, 0)
+        counters[key] = index + 1
+        if not session.observers:
+            thread.inside = True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                thread.inside = False
+        return session.dispatch(prefix, api, index, original, args, kwargs)
+
+    try:
+        functools.update_wrapper(wrapper, original)
+    except (AttributeError, TypeError):  # some builtins lack __name__/__doc__
+        pass
+    wrapper.__ptdbg_original__ = original  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install(session: Any) -> int:
+    """Wrap every listed API that this torch (and torch_npu) has; returns how many were wrapped.
+    Names missing from the installed version are skipped silently. Idempotent per API. Every patch
+    is remembered in ``session.patches`` so :func:`uninstall` can restore the originals."""
+    listed = read_wrapped_names()
+    count = 0
+    for prefix, targets in namespaces():
+        for api in listed.get(prefix, []):
+            for target in targets:
+                current = _lookup(target, api)
+                if current is None or not callable(current):
+                    continue
+                if getattr(current, "__ptdbg_original__", None) is not None:
+                    count += 1
+                    break
+                wrapper = make_wrapper(session, prefix, api, current)
+                for same in targets:  # torch.distributed re-exports distributed_c10d: patch both
+                    if _lookup(same, api) is current:
+                        session.patches.append((same, api, current, same.__dict__.get(api) is current))
+                        setattr(same, api, wrapper)
+                count += 1
+                break
+    return count
+
+
+def uninstall(session: Any) -> int:
+    """Put the original functions back (for benchmarks and tests); returns how many were restored."""
+    restored = 0
+    while session.patches:
+        target, api, original, own_attribute = session.patches.pop()
+        if own_attribute:
+            setattr(target, api, original)
+        else:  # the name came from a base class or a module __getattr__: remove our attribute
+            try:
+                delattr(target, api)
+            except AttributeError:
+                setattr(target, api, original)
+        restored += 1
+    return restored
+
+
+def _lookup(target: Any, api: str) -> Any:
+    try:
+        return getattr(target, api)
+    except (AttributeError, RuntimeError):
+        return None

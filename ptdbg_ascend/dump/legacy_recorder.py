@@ -1,0 +1,159 @@
+"""The legacy recorder: the observer that writes ``{prefix}{stem}.pkl`` + npy files for a dump window."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ptdbg_ascend.dump.capture import gradient_records, input_records, output_records, tensors_in
+from ptdbg_ascend.dump.observers import ApiCall, CallObserver
+from ptdbg_ascend.dump.selection import MODE_PREFIX, RangeState, SwitchConfig, static_match
+from ptdbg_ascend.dump.stack import user_stack_json
+from ptdbg_ascend.dump.statistics import StatisticsCache
+from ptdbg_ascend.log import logger
+from ptdbg_ascend.naming import BACKWARD, FORWARD, STACK_SUFFIX
+from ptdbg_ascend.writers.background import BackgroundWriter
+from ptdbg_ascend.writers.legacy_pkl import DIR_MODE, LegacyPklWriter
+
+
+class DumpLocation(object):
+    """Where one window writes: the tag dir; rank, pkl and npy dir once the rank is known."""
+
+    def __init__(self, directory: str, tag: str, stem: str, version: str) -> None:
+        self.tag_dir = os.path.join(directory, "{}_v{}".format(tag, version))
+        self.stem = stem
+
+    def pkl_path(self, rank: int, mode: str) -> str:
+        return os.path.join(self.tag_dir, "rank{}".format(rank), MODE_PREFIX[mode] + self.stem + ".pkl")
+
+
+class LegacyRecorder(CallObserver):
+    """Records the calls one ``set_dump_switch("ON", ...)`` window selects.
+
+    Args:
+        session: the DumpSession (for the rank and the files this process already opened).
+        config: the validated switch arguments.
+        location: the dump location.
+        rank: ``register_hook(rank=)``; None resolves it from the first recorded call.
+    """
+
+    def __init__(self, session: Any, config: SwitchConfig, location: DumpLocation, rank: Optional[int]) -> None:
+        self.session = session
+        self.config = config
+        self.location = location
+        self.rank = rank
+        self.range = RangeState(config.scope[0], config.scope[1]) if config.is_range else None
+        self.matched = 0
+        self._writer = None  # type: Optional[LegacyPklWriter]
+        self._statistics = StatisticsCache()
+        self._lock = threading.Lock()  # backward hooks may run on autograd's device threads
+
+    # -- selection -----------------------------------------------------------------------------
+    def _selected(self, call: ApiCall, name: str) -> bool:
+        matched = static_match(self.config, call.prefix, call.api, name)
+        if matched is None:
+            with self._lock:
+                matched = self.range.step(name)
+        return matched
+
+    def wants_forward(self, call: ApiCall) -> bool:
+        # Every top-level call, recorded or not, ages the statistics cache: anything may change a tensor.
+        self._statistics.advance()
+        # The range must see every forward event, even when only backward data is dumped.
+        return self._selected(call, call.forward_name) and FORWARD in self.config.directions
+
+    def wants_backward(self, call: ApiCall) -> bool:
+        if BACKWARD not in self.config.directions or call.prefix == "Distributed":
+            return False
+        if self.range is not None:
+            return True  # decided when the backward event happens, in time order
+        return bool(static_match(self.config, call.prefix, call.api, call.backward_name))
+
+    # -- recording -----------------------------------------------------------------------------
+    def before_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+        # Collective ops change their arguments in place: record the arguments as they go in, and
+        # (in on_forward) the same arguments after the call as the outputs, as the original tool did.
+        if call.prefix == "Distributed" and self.config.writes_tensors and "input" in self.config.sides:
+            self._write(call.forward_name, input_records(call.forward_name, args, kwargs, self.config.filter_switch),
+                        (args, kwargs), completes_call=False)
+
+    def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
+        records = []  # type: List[Tuple[str, Any]]
+        if call.prefix == "Distributed":
+            if self.config.writes_tensors and "output" in self.config.sides:
+                records = output_records(call.forward_name, list(args) + [value for value in kwargs.values()
+                                                                          if hasattr(value, "_version")],
+                                         self.config.filter_switch)
+            self._write(call.forward_name, records, (args, kwargs, output))
+            return
+        if self.config.writes_tensors:
+            if "input" in self.config.sides:
+                records.extend(input_records(call.forward_name, args, kwargs, self.config.filter_switch))
+            if "output" in self.config.sides:
+                records.extend(output_records(call.forward_name, output, self.config.filter_switch))
+        self._write(call.forward_name, records, (args, kwargs, output))
+
+    def on_backward(self, call: ApiCall, backward_input: Sequence[Optional[Any]],
+                    backward_output: Sequence[Optional[Any]]) -> None:
+        if self.range is not None and not self._selected(call, call.backward_name):
+            return
+        self._statistics.advance()
+        records = []  # type: List[Tuple[str, Any]]
+        if self.config.writes_tensors:
+            if "input" in self.config.sides:
+                records.extend(gradient_records(call.backward_name, "input", backward_input, self.config.filter_switch))
+            if "output" in self.config.sides:
+                records.extend(gradient_records(call.backward_name, "output", backward_output, self.config.filter_switch))
+        self._write(call.backward_name, records, (backward_input, backward_output))
+
+    def _write(self, call_name: str, records: List[Tuple[str, Any]], sample: Any, completes_call: bool = True) -> None:
+        """Write one call's records (+ its stack line when ``completes_call``; a collective's inputs are
+        written before the call, its outputs and stack after)."""
+        stack_line = user_stack_json(call_name + STACK_SUFFIX, 2) if completes_call and self.config.writes_stack else None
+        with self._lock:
+            writer = self._writer or self._open(sample)
+            self.matched += 1 if completes_call else 0
+            if call_name.startswith("Distributed_"):
+                self._statistics.clear()  # collectives write in place without bumping version counters
+            batch = []
+            for name, value in records:
+                if hasattr(value, "_version"):  # a tensor: reduce (and save) it once if seen unchanged
+                    statistics, same_as = self._statistics.lookup(value, name)
+                    batch.append((name, value, statistics, same_as))
+                else:
+                    batch.append((name, value, None, None))
+            writer.write_call(batch, stack_line)
+
+    def _open(self, sample: Any) -> LegacyPklWriter:
+        rank = self.session.resolve_rank(self.rank, tensors_in(sample)[:1])
+        self.rank = rank
+        pkl_path = self.location.pkl_path(rank, self.config.mode)
+        npy_dir = pkl_path[: -len(".pkl")] if self.config.writes_npy else None
+        fresh = pkl_path not in self.session.opened_files
+        self._statistics.clear()
+        os.makedirs(os.path.dirname(pkl_path), mode=DIR_MODE, exist_ok=True)
+        # Lines alone are cheap to write in place; a writer thread would only fight the training thread
+        # for the GIL. Tensor files go to the background thread.
+        background = BackgroundWriter() if npy_dir is not None else None
+        self._writer = LegacyPklWriter(pkl_path, npy_dir, background=background, own_background=True, fresh=fresh)
+        self.session.opened_files.add(pkl_path)
+        return self._writer
+
+    @property
+    def pkl_path(self) -> Optional[str]:
+        """The pkl this window writes (None until the first record)."""
+        return self._writer.pkl_path if self._writer is not None else None
+
+    def flush(self) -> None:
+        """Wait until everything recorded so far is on disk."""
+        with self._lock:
+            if self._writer is not None:
+                self._writer.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            logger.info("Dump data of this window is in {}.".format(writer.pkl_path))

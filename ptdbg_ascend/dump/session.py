@@ -1,0 +1,167 @@
+"""The dump session: the only mutable process state of the tool.
+
+It holds the API counters, the observers (legacy recorder, overflow detector, ACL runner, msprobe
+recorder), the legacy dump settings (path, tag, rank) and whether the wrappers are installed. Features
+never keep globals of their own: they get the session with :func:`get_session`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ptdbg_ascend.dump import backward as backward_capture
+from ptdbg_ascend.dump.capture import tensors_in
+from ptdbg_ascend.dump.interception import Inside, install
+from ptdbg_ascend.dump.observers import ApiCall, CallObserver
+from ptdbg_ascend.errors import ParameterError
+from ptdbg_ascend.log import logger
+
+
+class LegacyDumpSettings(object):
+    """What ``set_dump_path`` / ``register_hook`` configured for the legacy recorder."""
+
+    def __init__(self) -> None:
+        self.directory = None  # type: Optional[str]  # dir of fpath (where the tag dir goes)
+        self.stem = "dump"  # the pkl file name without .pkl
+        self.tag = "ptdbg_dump"
+        self.rank = None  # type: Optional[int]  # register_hook(rank=)
+        self.registered = False
+        self.recorder = None  # type: Optional[Any]  # the LegacyRecorder observer, once registered
+
+
+class DumpSession(object):
+    """Process-wide dump state. Use :func:`get_session`; do not build one yourself."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        # Set in a forked child (DataLoader worker): wrappers then only call the original.
+        self.in_forked_child = False
+        self.counters = {}  # type: Dict[str, int]
+        # A tuple, replaced on change: the wrappers read it without a lock.
+        self.observers = ()  # type: Tuple[CallObserver, ...]
+        self.wrapped_count = 0
+        self.patches = []  # type: List[Tuple[Any, str, Any, bool]]  # (namespace, name, original, own attribute)
+        self.legacy = LegacyDumpSettings()
+        # Files opened by this process (first open truncates, later windows append).
+        self.opened_files = set()  # type: set
+        self._lock = threading.Lock()
+
+    # -- wrappers and observers ---------------------------------------------------------------
+    def ensure_wrapped(self) -> int:
+        """Install the wrappers on the torch APIs (idempotent). Returns the number of wrapped APIs."""
+        with self._lock:
+            if not self.wrapped_count:
+                self.wrapped_count = install(self)
+                logger.info("Wrapped {} torch APIs for dumping.".format(self.wrapped_count))
+        return self.wrapped_count
+
+    def unwrap(self) -> None:
+        """Restore the original torch functions (benchmarks, tests). ``ensure_wrapped`` wraps again;
+        counters are kept."""
+        from ptdbg_ascend.dump.interception import uninstall
+
+        with self._lock:
+            uninstall(self)
+            self.wrapped_count = 0
+
+    def add_observer(self, observer: CallObserver) -> None:
+        """Consult ``observer`` on every top-level call from now on (no-op if already added)."""
+        if not isinstance(observer, CallObserver):
+            raise ParameterError("observer", observer, "must be a ptdbg_ascend.dump.observers.CallObserver")
+        with self._lock:
+            if observer not in self.observers:
+                self.observers = self.observers + (observer,)
+
+    def remove_observer(self, observer: CallObserver) -> None:
+        """Stop consulting ``observer`` (its ``close`` is not called). No-op if absent."""
+        with self._lock:
+            self.observers = tuple(item for item in self.observers if item is not observer)
+
+    def reset_counters(self) -> None:
+        """Restart every API counter at 0 (msprobe's ``step()``)."""
+        self.counters.clear()
+
+    def close_observers(self) -> None:
+        """Call ``close`` on every observer (at exit). Errors are logged, not raised: exit must finish."""
+        if os.getpid() != self.pid:
+            return
+        for observer in self.observers:
+            try:
+                observer.close()
+            except Exception as error:  # noqa: BLE001 - reported, other observers still close
+                logger.error("Closing {!r} failed: {}".format(observer, error))
+
+    # -- rank ----------------------------------------------------------------------------------
+    def resolve_rank(self, explicit: Optional[int] = None, sample_tensors: Sequence[Any] = ()) -> int:
+        """``explicit`` if given, else the ``torch.distributed`` rank when initialised, else the
+        device index of the first tensor in ``sample_tensors`` (CPU -> 0), else 0. Never the pid."""
+        if explicit is not None:
+            return explicit
+        import torch
+
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank()
+        from ptdbg_ascend.device import first_device_index
+
+        index = first_device_index(sample_tensors)
+        return index if index is not None else 0
+
+    # -- the slow path of a wrapper -------------------------------------------------------------
+    def dispatch(self, prefix: str, api: str, index: int, original: Callable[..., Any],
+                 args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """Run one top-level call with observers (called by the wrappers)."""
+        call = ApiCall(prefix, api, index, original)
+        with Inside():
+            observers = self.observers
+            forward = [item for item in observers if item.wants_forward(call)]
+            backward = [item for item in observers if item.wants_backward(call)]
+            edges = inputs = None
+            if backward and prefix != "Distributed":
+                import torch
+
+                if torch.is_grad_enabled():
+                    inputs = tensors_in((args, kwargs))
+                    if any(tensor.requires_grad for tensor in inputs):
+                        edges = backward_capture.input_edges(inputs)
+            for observer in forward:
+                observer.before_forward(call, args, kwargs)
+            output = original(*args, **kwargs)
+            for observer in forward:
+                observer.on_forward(call, args, kwargs, output)
+            if edges is not None:
+                self._arm_backward(call, backward, len(inputs), edges, output)
+        return output
+
+    def _arm_backward(self, call: ApiCall, observers: List[CallObserver], n_inputs: int,
+                      edges: List[Any], output: Any) -> None:
+        outputs = tensors_in(output)
+
+        def deliver(backward_input: List[Any], backward_output: List[Any]) -> None:
+            for observer in observers:
+                observer.on_backward(call, backward_input, backward_output)
+
+        backward_capture.arm(deliver, n_inputs, edges, outputs)
+
+
+_SESSION = []  # type: List[DumpSession]
+
+
+def get_session() -> DumpSession:
+    """The process's dump session (created on first use)."""
+    if not _SESSION:
+        session = DumpSession()
+        _SESSION.append(session)
+        atexit.register(session.close_observers)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_mark_forked_child)
+    return _SESSION[0]
+
+
+def _mark_forked_child() -> None:
+    for session in _SESSION:
+        if os.getpid() != session.pid:
+            session.in_forked_child = True
+            session.observers = ()

@@ -1,0 +1,142 @@
+"""Per-tensor statistics ``[max, min, mean, l2norm]``, the summary every pkl record carries.
+
+Computed on the tensor's own device with one host transfer of four numbers. The values equal what numpy
+computes from the saved ``.npy`` (cast to float64) to float32 rounding:
+
+=============================  =============================================================
+tensor                         statistics
+=============================  =============================================================
+float, ndim >= 1, numel > 0    max, min, mean, l2norm (fp16/bf16 reduced in float32)
+int / bool                     the same, of the values cast to float64 (False/True -> 0/1)
+complex                        the same, of ``abs()`` (the npy keeps the complex values)
+0-d (any dtype)                the value, the value, the value, ``abs(value)``
+empty (numel == 0)             ``[None, None, None, None]`` (``null`` in the pkl)
+Python bool/int/float          the value three times, then ``abs(value)``
+=============================  =============================================================
+
+inf and NaN propagate as they do in numpy and are written as JSON ``Infinity``/``NaN`` (Python's
+``json`` reads them back).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any, List, Optional, Tuple
+
+Statistics = List[Optional[float]]
+EMPTY: Statistics = [None, None, None, None]
+
+
+def _torch_has(*path: str) -> bool:
+    import torch
+
+    target = torch
+    for name in path:
+        if not hasattr(target, name):
+            return False
+        target = getattr(target, name)
+    return True
+
+
+_HAS_AMINMAX = _torch_has("aminmax")
+_SMALL = 32768  # up to this many elements, a float32 dot product is exact enough
+
+
+def scalar_statistics(value: Any) -> Statistics:
+    """Statistics of a Python bool/int/float: ``[v, v, v, |v|]``."""
+    number = float(value)
+    return [number, number, number, abs(number)]
+
+
+def tensor_statistics(tensor: Any) -> Statistics:
+    """``[max, min, mean, l2norm]`` of a torch tensor (see the module docstring for special tensors).
+
+    Runs on the tensor's device without autograd history; three reductions, then the four numbers are
+    read (one device->host copy off the CPU).
+    """
+    import torch
+
+    # detach(): a tensor without autograd history, so no graph is recorded and no no_grad() is needed.
+    data = tensor.detach()
+    if data.numel() == 0:
+        return list(EMPTY)
+    if data.is_complex():
+        data = data.abs()
+    if data.dtype in (torch.float32, torch.float64):
+        work = data
+    elif data.is_floating_point():
+        work = data.float()
+    else:
+        work = data.double()  # int64 stays exact up to 2**53, bool becomes 0/1
+    if work.dim() == 0:
+        value = float(work.item())
+        return [value, value, value, abs(value)]
+    # Three passes over the data; only small tensors are flattened (a copy if non-contiguous, but small).
+    if _HAS_AMINMAX:
+        low, high = torch.aminmax(work)
+    else:  # torch < 1.11
+        low, high = work.min(), work.max()
+    mean = work.mean()
+    if work.numel() <= _SMALL:
+        # One BLAS dot product: cheaper than vector_norm, and float32 accumulation is exact enough here.
+        flat = work.reshape(-1)
+        square_sum = torch.dot(flat, flat)
+    else:
+        # Long float32 dot products accumulate serially (1e-4 relative error at 4M elements); sum() uses
+        # a cascade and stays within float32 rounding of numpy's float64 result, at one temporary.
+        square_sum = torch.sum(work * work)
+    if work.device.type == "cpu":
+        # On the CPU item() is a plain memory read: cheaper than stacking four scalars into one tensor.
+        return [high.item(), low.item(), mean.item(), math.sqrt(square_sum.item())]
+    # On an accelerator: one device->host transfer for the four numbers instead of four syncs.
+    return torch.stack([high, low, mean, square_sum.sqrt()]).tolist()
+
+
+class StatisticsCache(object):
+    """Statistics of the tensors of the last call or two, so a tensor recorded as one call's output and
+    the next call's input is reduced (and saved) once.
+
+    Entries are checked against a weak reference and the tensor's version counter (in-place torch ops
+    bump it) and live only ``max_age`` calls: writes that bypass the version counter (``p.data.copy_``,
+    collectives, numpy views) cannot make a later step reuse stale numbers. Call :meth:`advance` once
+    per recorded call.
+
+    Args:
+        max_age: how many :meth:`advance` calls an entry survives. Default 1 (the next call).
+    """
+
+    def __init__(self, max_age: int = 1) -> None:
+        self._max_age = max_age
+        self._generation = 0
+        self._entries = {}  # type: dict
+
+    def advance(self) -> None:
+        """Start the next call (recorded or not): entries older than ``max_age`` calls become invalid."""
+        self._generation += 1
+
+    def lookup(self, tensor: Any, name: str) -> "Tuple[Statistics, Optional[str]]":
+        """``(statistics, first_name)``: the statistics of ``tensor`` and the name under which the same
+        unchanged tensor was recorded recently (None when it is new; it is then remembered as ``name``)."""
+        key = id(tensor)
+        try:
+            version = tensor._version
+        except RuntimeError:  # inference-mode tensors have no version counter: never cached
+            return tensor_statistics(tensor), None
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is tensor and entry[1] == version \
+                and entry[4] >= self._generation - self._max_age:
+            return entry[2], entry[3]
+        statistics = tensor_statistics(tensor)
+        if len(self._entries) > 256:
+            oldest = self._generation - self._max_age
+            self._entries = dict(item for item in self._entries.items() if item[1][4] >= oldest)
+        try:
+            self._entries[key] = (weakref.ref(tensor), version, statistics, name, self._generation)
+        except TypeError:  # not weak-referenceable: no caching
+            pass
+        return statistics, None
+
+    def clear(self) -> None:
+        """Forget everything (a new file, or a call that changes tensors behind the version counter)."""
+        self._entries.clear()

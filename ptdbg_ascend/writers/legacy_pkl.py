@@ -1,0 +1,265 @@
+"""The legacy dump format: one ``.pkl`` (JSON lines) plus one ``.npy`` per tensor record.
+
+Lines (one JSON array each, appended as the run goes)::
+
+    [name, dump_step, [], dtype, shape, [max, min, mean, l2norm]]     tensor / scalar record
+    [name + "_stack_info", [[file, "lineno", function, code], ...]]   stack record
+
+Every line is written in one ``write`` and flushed, and only after its ``.npy`` is complete, so a
+killed process leaves a file whose every line parses and whose every tensor line has its npy.
+bf16 tensors are saved as float32 (numpy has no bf16); the pkl ``dtype`` stays the tensor's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import shutil
+from typing import Any, List, Optional, Sequence, Tuple
+
+from ptdbg_ascend.dump.statistics import scalar_statistics, tensor_statistics
+from ptdbg_ascend.errors import DumpPathError, DumpWriteError
+from ptdbg_ascend.writers.background import BackgroundWriter
+
+DIR_MODE = 0o750
+FILE_MODE = 0o640
+
+
+class LegacyPklWriter(object):
+    """Writer of one pkl file and its npy directory.
+
+    Args:
+        pkl_path: the ``.pkl`` file.
+        npy_dir: the directory for ``{record name}.npy`` files; None writes statistics only
+            (summary_only, stack mode). Default None.
+        dump_step: the second field of every tensor line: 0 for dumps, 101 for overflow dumps. Default 0.
+        background: a :class:`BackgroundWriter` that writes files off the calling thread; None writes
+            synchronously. Default None. The writer does not own it unless ``own_background=True``.
+        fresh: True deletes an existing pkl and npy directory of the same names first (a new run over
+            the same path overwrites); False appends (another ON/OFF window of the same run). Default True.
+    """
+
+    def __init__(
+        self,
+        pkl_path: str,
+        npy_dir: Optional[str] = None,
+        *,
+        dump_step: int = 0,
+        background: Optional[BackgroundWriter] = None,
+        own_background: bool = False,
+        fresh: bool = True,
+    ) -> None:
+        self.pkl_path = pkl_path
+        self.npy_dir = npy_dir
+        self.dump_step = dump_step
+        self._background = background
+        self._own_background = own_background
+        parent = os.path.dirname(os.path.abspath(pkl_path))
+        try:
+            os.makedirs(parent, mode=DIR_MODE, exist_ok=True)
+            if fresh:
+                if os.path.islink(pkl_path) or os.path.isdir(pkl_path):
+                    raise DumpPathError("The dump file {} is a symlink or a directory; remove it first.".format(pkl_path))
+                if os.path.exists(pkl_path):
+                    os.remove(pkl_path)
+                if npy_dir is not None and os.path.isdir(npy_dir) and not os.path.islink(npy_dir):
+                    shutil.rmtree(npy_dir)
+            if npy_dir is not None:
+                os.makedirs(npy_dir, mode=DIR_MODE, exist_ok=True)
+            descriptor = os.open(pkl_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+            self._handle = os.fdopen(descriptor, "a", encoding="utf-8")
+        except OSError as error:
+            raise DumpWriteError("Cannot create the dump file {}: {}".format(pkl_path, error)) from error
+        self._closed = False
+
+    # -- records -------------------------------------------------------------------------------
+    def write_record(self, name: str, value: Any, statistics: Optional[List[Optional[float]]] = None,
+                     same_as: Optional[str] = None) -> None:
+        """Record a tensor or Python bool/int/float under ``name``: its npy (unless statistics only) and
+        its pkl line. ``statistics`` may be given when the caller already computed them. ``same_as``
+        names an earlier record of this writer holding the same unchanged tensor: its npy is then
+        hard-linked instead of written again (a copy where links are not supported)."""
+        self.write_call([(name, value, statistics, same_as)])
+
+    def write_stack(self, name: str, frames: List[List[Optional[str]]]) -> None:
+        """Append the stack line ``[name, frames]``; ``name`` ends with ``_stack_info``."""
+        self.write_call([], stack_line=json.dumps([name, frames]))
+
+    def write_call(self, records: Sequence[Tuple[str, Any, Optional[List[Optional[float]]], Optional[str]]],
+                   stack_line: Optional[str] = None) -> None:
+        """The records of one API call, ``(name, value, statistics or None, same_as or None)`` each (see
+        :meth:`write_record`), then an optional pre-encoded stack line: npy files first, then every
+        line in one write, so a killed process leaves the call whole or absent from the pkl."""
+        lines = []  # type: List[str]
+        files = []  # type: List[Tuple[str, Any, Optional[str]]]  # (path, array or None, link source)
+        nbytes = 0
+        for name, value, statistics, same_as in records:
+            if hasattr(value, "_version"):  # a torch tensor
+                dtype, shape = str(value.dtype), list(value.shape)
+                if statistics is None:
+                    # On the calling thread and the tensor's device: torch's float32 reductions are
+                    # faster than numpy's, and a writer thread would fight training for the GIL.
+                    statistics = tensor_statistics(value)
+                if self.npy_dir is not None:
+                    path = os.path.join(self.npy_dir, name + ".npy")
+                    if same_as is not None:
+                        files.append((path, None, os.path.join(self.npy_dir, same_as + ".npy")))
+                    else:
+                        array = _host_copy(value)
+                        nbytes += array.nbytes
+                        files.append((path, array, None))
+            else:
+                dtype, shape = str(type(value)), []
+                if statistics is None:
+                    statistics = scalar_statistics(value)
+                if self.npy_dir is not None:
+                    files.append((os.path.join(self.npy_dir, name + ".npy"), value, None))
+            lines.append(_tensor_line(name, self.dump_step, dtype, shape, statistics))
+        if stack_line is not None:
+            lines.append(stack_line + "\n")
+        if not lines:
+            return
+        text = "".join(lines)
+        if not files:
+            self._submit(lambda: self._write_line(text), 0)
+            return
+
+        def job() -> None:
+            for path, array, source in files:
+                if source is not None:
+                    _link_npy(source, path)
+                else:
+                    _save_npy(path, array)
+            self._write_line(text)
+
+        self._submit(job, nbytes)
+
+    def flush(self) -> None:
+        """Wait until every record given so far is on disk (raises DumpWriteError on a failed write)."""
+        if self._background is not None:
+            self._background.flush()
+
+    def close(self) -> None:
+        """Write what is queued and close the pkl. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._background is not None:
+                if self._own_background:
+                    self._background.close()
+                else:
+                    self._background.flush()
+        finally:
+            self._handle.close()
+
+    # -- internals -----------------------------------------------------------------------------
+    def _submit(self, job, nbytes: int) -> None:
+        if self._closed:
+            raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
+        if self._background is None:
+            job()
+        else:
+            self._background.submit(job, nbytes)
+
+    def _write_line(self, line: str) -> None:
+        try:
+            self._handle.write(line)
+            self._handle.flush()
+        except OSError as error:
+            raise DumpWriteError("Cannot write to {}: {}".format(self.pkl_path, error)) from error
+
+
+def _host_copy(tensor: Any) -> Any:
+    """A numpy copy of ``tensor`` that later in-place changes cannot alter (bf16 -> float32)."""
+    import torch
+
+    with torch.no_grad():
+        data = tensor.detach()
+        if data.dtype == torch.bfloat16:
+            data = data.float()  # a new tensor already
+        elif data.device.type != "cpu":
+            data = data.cpu()
+        else:
+            data = data.clone()
+        if data.device.type != "cpu":
+            data = data.cpu()
+        return data.resolve_conj().numpy() if hasattr(data, "resolve_conj") else data.numpy()
+
+
+def _number(value: Optional[float]) -> str:
+    if value is None:
+        return "null"
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(float(value))
+
+
+def _tensor_line(name: str, dump_step: int, dtype: str, shape: List[int], statistics: List[Optional[float]]) -> str:
+    """``json.dumps([name, dump_step, [], dtype, shape, statistics])`` + newline, written out by hand
+    (a third of the cost; names and dtypes never need escaping)."""
+    return '["{}", {}, [], "{}", [{}], [{}]]\n'.format(
+        name, dump_step, dtype, ", ".join(str(size) for size in shape),
+        ", ".join(_number(value) for value in statistics),
+    )
+
+
+def _link_npy(source: str, target: str) -> None:
+    try:
+        if os.path.lexists(target):
+            os.remove(target)
+        try:
+            os.link(source, target)
+        except OSError:  # a filesystem without hard links
+            shutil.copyfile(source, target)
+    except OSError as error:
+        raise DumpWriteError("Cannot write {}: {}".format(target, error)) from error
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_header(descr: str, shape: Tuple[int, ...]) -> bytes:
+    """The ``.npy`` header (format 1.0 or 2.0, as numpy picks) for a C-ordered array."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    header = {"descr": descr, "fortran_order": False, "shape": shape}
+    try:
+        np.lib.format.write_array_header_1_0(buffer, header)
+    except ValueError:  # header too long for format 1.0
+        buffer = io.BytesIO()
+        np.lib.format.write_array_header_2_0(buffer, header)
+    return buffer.getvalue()
+
+
+def _save_npy(path: str, array: Any) -> None:
+    """``np.save(path, array)``; for C-contiguous numeric arrays the header is cached and the data goes
+    out in one ``os.write`` (which releases the GIL), so the writer thread barely competes with training."""
+    import numpy as np
+
+    array = np.asarray(array)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        try:
+            if array.flags.c_contiguous and not array.dtype.hasobject:
+                header = _npy_header(np.lib.format.dtype_to_descr(array.dtype), tuple(array.shape))
+                data = memoryview(array.reshape(-1)).cast("B") if array.size else b""
+                _write_all(descriptor, header)
+                _write_all(descriptor, data)
+            else:
+                with os.fdopen(os.dup(descriptor), "wb") as handle:
+                    np.save(handle, array, allow_pickle=False)
+        finally:
+            os.close(descriptor)
+    except OSError as error:
+        raise DumpWriteError("Cannot write {}: {}".format(path, error)) from error
+
+
+def _write_all(descriptor: int, data: Any) -> None:
+    view = memoryview(data)
+    while len(view):
+        written = os.write(descriptor, view)
+        view = view[written:]

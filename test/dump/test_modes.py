@@ -1,0 +1,124 @@
+"""A real model trained 2 steps under each mode; the files are checked record by record."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
+
+
+def _dump(tmp_path, model, train, **switch):
+    set_dump_path(str(tmp_path / "dump_path" / "npu_dump.pkl"), dump_tag="all")
+    register_hook(model, acc_cmp_dump)
+    set_dump_switch("ON", **switch)
+    train(model)
+    set_dump_switch("OFF")
+    return tmp_path / "dump_path" / "all_v1.0" / "rank0"
+
+
+def test_mode_all_records_forward_backward_and_npy(tmp_path, dump_session, model, train, pkl_records, check_npy):
+    rank_dir = _dump(tmp_path, model, train)
+    assert sorted(os.listdir(rank_dir)) == ["npu_dump", "npu_dump.pkl"]
+    records = pkl_records(rank_dir / "npu_dump.pkl")
+    names = [record[0] for record in records]
+    for expected in [
+        "Functional_conv2d_0_forward_input.0", "Functional_conv2d_0_forward_input.1", "Functional_conv2d_0_forward_input.2",
+        "Functional_conv2d_0_forward_output", "Functional_conv2d_0_backward_input.0",
+        "Functional_conv2d_0_backward_output.1", "Functional_conv2d_0_backward_output.2",
+        "Torch_relu_0_forward_output", "Torch_relu_0_backward_output.0",
+        "Functional_leaky_relu_0_forward_input.0", "Tensor_flatten_0_forward_output",
+        "Functional_linear_0_backward_output.0", "Functional_linear_0_backward_output.1",
+        "Functional_conv2d_1_forward_input.0",  # the second step
+        "Functional_cross_entropy_1_forward_input.0",
+    ]:
+        assert expected in names, expected
+    # the image does not require grad: no gradient w.r.t. input 0 of the first conv
+    assert "Functional_conv2d_0_backward_output.0" not in names
+    # filter ON: 0-d loss and the int64 target are not recorded; no stack lines in mode all
+    assert "Functional_cross_entropy_0_forward_output" not in names
+    assert "Functional_cross_entropy_0_forward_input.1" not in names
+    assert not any(name.endswith("_stack_info") for name in names)
+    assert "Functional_conv2d_2_forward_input.0" not in names
+    # forward records of a call come in input, output order, right after the API returned
+    start = names.index("Functional_conv2d_0_forward_input.0")
+    assert names[start:start + 4] == ["Functional_conv2d_0_forward_input.0", "Functional_conv2d_0_forward_input.1",
+                                      "Functional_conv2d_0_forward_input.2", "Functional_conv2d_0_forward_output"]
+    by_name = dict((record[0], record) for record in records)
+    assert by_name["Functional_conv2d_0_forward_input.0"][3:5] == ["torch.float32", [2, 3, 6, 6]]
+    assert by_name["Functional_conv2d_0_backward_output.1"][4] == [4, 3, 3, 3]  # the weight gradient
+    assert len(names) == len(set(names))
+    for record in records:
+        check_npy(record, str(rank_dir / "npu_dump"))
+    assert len(os.listdir(rank_dir / "npu_dump")) == len(records)
+
+
+def test_backward_values_are_the_real_gradients(tmp_path, dump_session, model, train, pkl_records):
+    import numpy as np
+    import torch
+
+    rank_dir = _dump(tmp_path, model, lambda net: train(net, steps=1))
+    npy = lambda name: np.load(str(rank_dir / "npu_dump" / (name + ".npy")))  # noqa: E731
+    # linear: y = x W^T + b; dL/dW = g^T x with g the gradient arriving at the output
+    grad_out = npy("Functional_linear_0_backward_input.0")
+    x = npy("Functional_linear_0_forward_input.0")
+    np.testing.assert_allclose(npy("Functional_linear_0_backward_output.1"), grad_out.T @ x, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(npy("Functional_linear_0_backward_output.2"), grad_out.sum(0), rtol=1e-5, atol=1e-7)
+    # relu passes the gradient where its input was positive
+    relu_in = npy("Torch_relu_0_forward_input.0")
+    np.testing.assert_allclose(npy("Torch_relu_0_backward_output.0"),
+                               npy("Torch_relu_0_backward_input.0") * (relu_in > 0), rtol=1e-6)
+
+
+def test_mode_api_stack_writes_a_stack_line_per_call(tmp_path, dump_session, model, train, pkl_records):
+    rank_dir = _dump(tmp_path, model, train, mode="api_stack")
+    assert sorted(os.listdir(rank_dir)) == ["api_stack_npu_dump", "api_stack_npu_dump.pkl"]
+    records = pkl_records(rank_dir / "api_stack_npu_dump.pkl")
+    stacks = dict((record[0], record[1]) for record in records if record[0].endswith("_stack_info"))
+    assert "Functional_conv2d_0_forward_stack_info" in stacks
+    assert "Functional_conv2d_0_backward_stack_info" in stacks
+    names = [record[0] for record in records]
+    # the stack line follows the call's tensor records
+    assert names.index("Functional_conv2d_0_forward_stack_info") == names.index("Functional_conv2d_0_forward_output") + 1
+    frames = stacks["Functional_conv2d_0_forward_stack_info"]
+    assert all(len(frame) == 4 and isinstance(frame[1], str) for frame in frames)
+    files = [frame[0] for frame in frames]
+    assert not any(os.sep + "ptdbg_ascend" + os.sep in name for name in files)  # none of the tool's frames
+    assert files[0].endswith(os.path.join("torch", "nn", "modules", "conv.py"))  # innermost first
+    assert any(name.endswith("conftest.py") and frame[2] == "forward" for name, frame in zip(files, frames))
+
+
+def test_mode_list_whole_name_matching(tmp_path, dump_session, model, train, pkl_records):
+    rank_dir = _dump(tmp_path, model, train, mode="list", scope=["Functional_conv2d_1_forward", "Torch_relu_0"])
+    names = [record[0] for record in pkl_records(rank_dir / "list_npu_dump.pkl")]
+    assert {name for name in names if name.endswith("_stack_info")} == {
+        "Functional_conv2d_1_forward_stack_info", "Torch_relu_0_forward_stack_info", "Torch_relu_0_backward_stack_info"}
+    assert all(name.startswith(("Functional_conv2d_1_forward", "Torch_relu_0_")) for name in names)
+    assert "Functional_conv2d_1_forward_output" in names and "Torch_relu_0_backward_input.0" in names
+
+
+def test_mode_range_is_inclusive(tmp_path, dump_session, model, train, pkl_records):
+    rank_dir = _dump(tmp_path, model, train, mode="range",
+                     scope=["Torch_relu_1_forward", "Functional_linear_1_forward"])
+    names = [record[0] for record in pkl_records(rank_dir / "range_npu_dump.pkl")]
+    calls = [name[: -len("_stack_info")] for name in names if name.endswith("_stack_info")]
+    assert calls == ["Torch_relu_1_forward", "Functional_leaky_relu_1_forward", "Tensor_flatten_1_forward",
+                     "Functional_linear_1_forward"]
+    assert os.path.isdir(rank_dir / "range_npu_dump")
+
+
+def test_mode_stack_writes_only_stacks(tmp_path, dump_session, model, train, pkl_records):
+    rank_dir = _dump(tmp_path, model, train, mode="stack", scope=["Functional_linear_0_forward"])
+    assert sorted(os.listdir(rank_dir)) == ["stack_npu_dump.pkl"]
+    records = pkl_records(rank_dir / "stack_npu_dump.pkl")
+    assert [record[0] for record in records] == ["Functional_linear_0_forward_stack_info"]
+
+
+def test_mode_api_list_selects_by_api_name(tmp_path, dump_session, model, train, pkl_records, check_npy):
+    rank_dir = _dump(tmp_path, model, train, mode="api_list", api_list=["relu"])
+    records = pkl_records(rank_dir / "api_list_npu_dump.pkl")
+    calls = sorted(set(record[0].split("_forward")[0].split("_backward")[0] for record in records))
+    assert calls == ["Torch_relu_0", "Torch_relu_1"]  # leaky_relu is another API
+    for record in records:
+        check_npy(record, str(rank_dir / "api_list_npu_dump"))

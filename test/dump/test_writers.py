@@ -1,0 +1,82 @@
+"""Statistics of special tensors, the pkl/npy writer and the background writer's error reporting."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from ptdbg_ascend.dump.statistics import scalar_statistics, tensor_statistics
+from ptdbg_ascend.errors import DumpWriteError
+from ptdbg_ascend.writers.background import BackgroundWriter
+from ptdbg_ascend.writers.legacy_pkl import LegacyPklWriter
+
+
+def test_statistics_of_special_tensors():
+    assert tensor_statistics(torch.tensor([1.0, -3.0, 2.0])) == pytest.approx([2.0, -3.0, 0.0, 14 ** 0.5])
+    assert tensor_statistics(torch.empty(0, 3)) == [None, None, None, None]
+    assert tensor_statistics(torch.tensor(-2.5)) == [-2.5, -2.5, -2.5, 2.5]
+    assert tensor_statistics(torch.tensor([True, False, True, True])) == pytest.approx([1.0, 0.0, 0.75, 3 ** 0.5])
+    assert tensor_statistics(torch.tensor([2 ** 40, 1], dtype=torch.int64))[0] == float(2 ** 40)
+    assert tensor_statistics(torch.tensor([3 + 4j, 0j])) == pytest.approx([5.0, 0.0, 2.5, 5.0])
+    assert tensor_statistics(torch.tensor([1.0, 2.0], dtype=torch.bfloat16)) == pytest.approx([2.0, 1.0, 1.5, 5 ** 0.5])
+    stats = tensor_statistics(torch.tensor([1.0, float("inf")]))
+    assert stats[0] == float("inf") and stats[1] == 1.0
+    assert scalar_statistics(-3) == [-3.0, -3.0, -3.0, 3.0]
+
+
+def test_statistics_of_a_large_tensor_match_numpy_in_float64():
+    tensor = torch.randn(4, 256, 32, 32, generator=torch.Generator().manual_seed(0)) * 3 + 1  # 1M elements
+    values = tensor.double().numpy()
+    expected = [values.max(), values.min(), values.mean(), np.linalg.norm(values.reshape(-1))]
+    np.testing.assert_allclose(tensor_statistics(tensor), expected, rtol=1e-6)
+    half = tensor.half()
+    values = half.double().numpy()
+    expected = [values.max(), values.min(), values.mean(), np.linalg.norm(values.reshape(-1))]
+    np.testing.assert_allclose(tensor_statistics(half), expected, rtol=1e-6)
+
+
+def test_writer_lines_and_npy(tmp_path):
+    writer = LegacyPklWriter(str(tmp_path / "r" / "x.pkl"), str(tmp_path / "r" / "x"), dump_step=101,
+                             background=BackgroundWriter(), own_background=True)
+    source = torch.tensor([[1.5, -2.0]], dtype=torch.bfloat16)
+    writer.write_record("Torch_add_0_forward_input.0", source)
+    source.add_(10)  # changed after recording: the file keeps the recorded values
+    writer.write_record("Torch_add_0_forward_input.1", 2.0)
+    writer.write_stack("Torch_add_0_forward_stack_info", [["a.py", "3", "f", "x = y"]])
+    writer.close()
+    with open(tmp_path / "r" / "x.pkl", encoding="utf-8") as handle:
+        lines = [json.loads(line) for line in handle]
+    assert lines == [
+        ["Torch_add_0_forward_input.0", 101, [], "torch.bfloat16", [1, 2], [1.5, -2.0, -0.25, 2.5]],
+        ["Torch_add_0_forward_input.1", 101, [], "<class 'float'>", [], [2.0, 2.0, 2.0, 2.0]],
+        ["Torch_add_0_forward_stack_info", [["a.py", "3", "f", "x = y"]]],
+    ]
+    array = np.load(str(tmp_path / "r" / "x" / "Torch_add_0_forward_input.0.npy"))
+    assert array.dtype == np.float32 and array.tolist() == [[1.5, -2.0]]
+    assert oct(os.stat(tmp_path / "r" / "x.pkl").st_mode & 0o777) == "0o640"
+
+
+def test_write_errors_surface_on_the_training_thread(tmp_path):
+    writer = LegacyPklWriter(str(tmp_path / "x.pkl"), str(tmp_path / "x"), background=BackgroundWriter(),
+                             own_background=True)
+    os.rmdir(tmp_path / "x")  # the npy directory disappears (disk unmounted, cleaned up by someone)
+    writer.write_record("Torch_add_0_forward_input.0", torch.ones(2))
+    with pytest.raises(DumpWriteError, match="Torch_add_0_forward_input.0.npy"):
+        writer.flush()
+    writer.close()
+    assert open(tmp_path / "x.pkl").read() == ""  # no line without its npy
+
+
+def test_background_writer_bounds_memory_and_keeps_order(tmp_path):
+    order = []
+    writer = BackgroundWriter(max_pending_bytes=10)
+    for index in range(20):
+        writer.submit(lambda index=index: order.append(index), nbytes=6)
+    writer.close()
+    assert order == list(range(20))
+    with pytest.raises(DumpWriteError, match="closed"):
+        writer.submit(lambda: None)
