@@ -1,9 +1,97 @@
-"""compare / compare_distributed (placeholder until the compare feature lands)."""
-from ptdbg_ascend.errors import NotYetAvailableError
+"""``compare`` and ``compare_distributed``: the public entry points of the compare side.
+
+Imports neither torch nor pandas: reading npy needs numpy only (torch is imported lazily for ``.pt``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any, Dict, NamedTuple, Optional
+
+from ptdbg_ascend.comparison import advisor, columns, engine, reports
+from ptdbg_ascend.comparison.inputs import check_bool, check_output_path, parse_input_param
+from ptdbg_ascend.comparison.matching import pair_rows
+from ptdbg_ascend.comparison.readers import read_dump
+from ptdbg_ascend.errors import CompareError, ParameterError
+from ptdbg_ascend.log import logger
+
+SUFFIX = re.compile(r"^[A-Za-z0-9_.-]*$")
+MSG_FUZZY = "This task uses fuzzy matching, which may affect the accuracy of the comparison."
 
 
-def _missing(*args, **kwargs):
-    raise NotYetAvailableError("compare / compare_distributed are not built yet.")
+class CompareOutcome(NamedTuple):
+    """What one compare wrote; ``first_failure`` is the NPU name of the first failing row or None."""
+
+    csv_path: str
+    xlsx_path: Optional[str]
+    advisor_path: Optional[str]
+    first_failure: Optional[str]
+    rows: int
 
 
-compare = compare_distributed = _missing
+def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = False, auto_analyze: bool = True,
+            suffix: str = "", fuzzy_match: bool = False, xlsx: bool = True) -> CompareOutcome:
+    """Compare two dumps API by API.
+
+    ``input_param`` keys: ``npu_pkl_path``, ``bench_pkl_path`` (required; msprobe's ``npu_path``/``bench_path``
+    or ``npu_json_path``/``bench_json_path`` dump.json files are accepted too, and may be mixed with a pkl),
+    ``npu_dump_data_dir``, ``bench_dump_data_dir`` (default: absent = statistics-only comparison; for a
+    dump.json, its ``dump_tensor_data`` directory when present), ``stack_path``/``stack_json_path``
+    (dump.json only), ``is_print_compare_log`` (default True).
+    ``output_path``: an existing directory; writes ``compare_result_{suffix}_{timestamp}.csv`` (``suffix``
+    default "" drops the part) and the same-named ``.xlsx`` (``xlsx=True``), and with ``auto_analyze``
+    (default True) ``advisor[_{suffix}]_{timestamp}.txt``. ``stack_mode`` (default False) adds the
+    ``NPU_Stack_Info`` column; ``fuzzy_match`` (default False) pairs calls ignoring the call counter.
+    """
+    for name, value in (("stack_mode", stack_mode), ("auto_analyze", auto_analyze), ("fuzzy_match", fuzzy_match),
+                        ("xlsx", xlsx)):
+        check_bool(name, value)
+    if not isinstance(suffix, str) or not SUFFIX.match(suffix):
+        raise ParameterError("suffix", suffix, "must be a str of letters, digits, '_', '.' or '-'")
+    output_path = check_output_path(output_path)
+    inputs = parse_input_param(input_param)
+    npu_calls = read_dump(inputs.npu_dump, inputs.npu_data_dir, inputs.stack_path)
+    bench_calls = read_dump(inputs.bench_dump, inputs.bench_data_dir, None)
+    has_stack = any(call.stack for call in npu_calls)
+    if stack_mode and not has_stack:
+        raise CompareError("The current file does not contain stack information, please turn off the stack_mode "
+                           "({}).".format(inputs.npu_dump))
+    if has_stack and not stack_mode:
+        logger.warning("The current file contains stack information; turn on the stack_mode to see it in the "
+                       "report.")
+    if fuzzy_match:
+        logger.warning(MSG_FUZZY)
+    pairs = pair_rows(npu_calls, bench_calls, fuzzy_match)
+    if inputs.full_mode:
+        rows = engine.full_rows(pairs, stack_mode, inputs.print_log)
+        column_names = columns.full_columns(stack_mode)
+    else:
+        logger.info("A dump data directory is missing: comparing statistics only (summary mode).")
+        rows = engine.summary_rows(pairs, stack_mode)
+        column_names = columns.summary_columns(stack_mode)
+    failing = advisor.first_failure(rows, inputs.full_mode)
+    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
+    stem = "compare_result_{}_{}".format(suffix, stamp) if suffix else "compare_result_{}".format(stamp)
+    csv_path = os.path.join(output_path, stem + ".csv")
+    reports.write_csv(csv_path, column_names, rows)
+    logger.info("Compare result is {}".format(csv_path))
+    xlsx_path = None
+    if xlsx:
+        xlsx_path = os.path.join(output_path, stem + ".xlsx")
+        reports.write_xlsx(xlsx_path, column_names, rows, failing)
+    advisor_path = None
+    if auto_analyze:
+        advice = advisor.diagnose(rows, pairs, failing)
+        advisor_stem = "advisor_{}_{}".format(suffix, stamp) if suffix else "advisor_{}".format(stamp)
+        advisor_path = advisor.write_advice(advice, output_path, advisor_stem)
+    first = None if failing is None else str(rows[failing][columns.NPU_NAME])
+    return CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows))
+
+
+def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str, **kwargs: Any):
+    """Compare every rank of two multi-rank dumps; see :mod:`ptdbg_ascend.comparison.distributed`."""
+    from ptdbg_ascend.comparison import distributed
+
+    return distributed.compare_distributed(npu_dump_dir, bench_dump_dir, output_path, **kwargs)

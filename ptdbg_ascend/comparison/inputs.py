@@ -1,0 +1,93 @@
+"""Validate ``compare`` arguments into one immutable :class:`CompareInputs` (the legacy pkl keys and
+msprobe's ``npu_path``/``npu_json_path`` keys alike)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, NamedTuple, Optional
+
+from ptdbg_ascend.errors import FileFormatError, ParameterError
+
+# key -> (side, role); first listed key of a role wins when several aliases are given.
+KEYS = {
+    "npu_pkl_path": ("npu", "dump"), "bench_pkl_path": ("bench", "dump"),
+    "npu_path": ("npu", "dump"), "bench_path": ("bench", "dump"),
+    "npu_json_path": ("npu", "dump"), "bench_json_path": ("bench", "dump"),
+    "npu_dump_data_dir": ("npu", "data"), "bench_dump_data_dir": ("bench", "data"),
+    "stack_path": ("npu", "stack"), "stack_json_path": ("npu", "stack"),
+}
+OPTIONS = ("is_print_compare_log",)
+
+
+class CompareInputs(NamedTuple):
+    npu_dump: str
+    bench_dump: str
+    npu_data_dir: Optional[str]  # None on either side: summary (statistics) comparison
+    bench_data_dir: Optional[str]
+    stack_path: Optional[str]
+    print_log: bool
+
+    @property
+    def full_mode(self) -> bool:
+        return self.npu_data_dir is not None and self.bench_data_dir is not None
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ParameterError(name, value, "must be True or False")
+    return value
+
+
+def check_output_path(output_path: Any) -> str:
+    if not isinstance(output_path, (str, os.PathLike)):
+        raise ParameterError("output_path", output_path, "must be a path (str) of an existing directory")
+    path = os.fspath(output_path)
+    if not os.path.isdir(path):
+        raise ParameterError("output_path", path, "must be an existing directory",
+                             "It is a file." if os.path.exists(path) else "It does not exist; create it first.")
+    if not os.access(path, os.W_OK):
+        raise ParameterError("output_path", path, "must be a writable directory")
+    return path
+
+
+def parse_input_param(input_param: Any) -> CompareInputs:
+    """Check ``input_param`` (dict) and the files it names."""
+    if not isinstance(input_param, dict):
+        raise ParameterError("input_param", input_param, "must be a dict with npu_pkl_path, bench_pkl_path, "
+                             "npu_dump_data_dir, bench_dump_data_dir and is_print_compare_log")
+    found: Dict[tuple, str] = {}
+    for key, value in input_param.items():
+        if key in OPTIONS:
+            continue
+        if key not in KEYS:
+            raise ParameterError("input_param[{!r}]".format(key), value, "unknown key; allowed keys are "
+                                 + ", ".join(list(KEYS) + list(OPTIONS)))
+        if value is None:
+            continue
+        if not isinstance(value, (str, os.PathLike)):
+            raise ParameterError("input_param[{!r}]".format(key), value, "must be a path (str)")
+        found.setdefault(KEYS[key], os.fspath(value))
+    print_log = check_bool("input_param['is_print_compare_log']", input_param.get("is_print_compare_log", True))
+    dumps = {}
+    for side in ("npu", "bench"):
+        dump = found.get((side, "dump"))
+        if dump is None:
+            raise ParameterError("input_param", input_param, "needs {0}_pkl_path (or {0}_json_path / {0}_path)".format(side))
+        if not os.path.isfile(dump):
+            raise FileFormatError("{} dump file {} does not exist or is not a file. Please check the pkl path is "
+                                  "valid.".format(side.upper() if side == "npu" else "Bench", dump))
+        dumps[side] = dump
+    data_dirs = {}
+    for side in ("npu", "bench"):
+        data_dir = found.get((side, "data"))
+        if data_dir is None and dumps[side].endswith(".json"):
+            default = os.path.join(os.path.dirname(os.path.abspath(dumps[side])), "dump_tensor_data")
+            data_dir = default if os.path.isdir(default) else None
+        elif data_dir is not None and not os.path.isdir(data_dir):
+            raise FileFormatError("{}_dump_data_dir {} is not a directory. Leave the key out for a statistics-only "
+                                  "comparison.".format(side, data_dir))
+        data_dirs[side] = data_dir
+    stack = found.get(("npu", "stack"))
+    if stack is not None and not os.path.isfile(stack):
+        raise FileFormatError("Stack file {} does not exist.".format(stack))
+    return CompareInputs(dumps["npu"], dumps["bench"], data_dirs["npu"], data_dirs["bench"], stack, print_log)

@@ -1,0 +1,51 @@
+"""``parse(pkl_file, module_name_prefix)``: print one call's stack (outermost frame first) and the
+statistics of its tensors. Matches whole call names: ``Torch_norm_1_forward`` never matches
+``Torch_norm_10_forward``; a prefix without direction (``Torch_norm_1``) matches forward and backward.
+
+Lives in ``comparison`` rather than ``ptdbg_ascend/parse.py``: importing a submodule named ``parse`` would
+replace the package's ``parse`` function (what ``from ptdbg_ascend import *`` exports) with the module."""
+
+from __future__ import annotations
+
+import os
+from typing import List
+
+from ptdbg_ascend.errors import ParameterError
+
+
+def _matches(call: str, prefix: str) -> bool:
+    return call == prefix or call in (prefix + "_forward", prefix + "_backward")
+
+
+def parse_lines(pkl_file: str, module_name_prefix: str) -> List[str]:
+    """The lines ``parse`` prints (a pkl or a dump.json)."""
+    from ptdbg_ascend.comparison.readers import read_dump
+    from ptdbg_ascend.comparison.records import format_stack
+
+    if not isinstance(pkl_file, (str, os.PathLike)):
+        raise ParameterError("pkl_file", pkl_file, "must be the path (str) of a .pkl dump file")
+    if not isinstance(module_name_prefix, str) or not module_name_prefix:
+        raise ParameterError("module_name_prefix", module_name_prefix,
+                             "The parameter:module_name_prefix is not a string", "e.g. 'Torch_batch_norm_0_forward'")
+    lines: List[str] = []
+    for call in read_dump(os.fspath(pkl_file), overflow_statistics=True):
+        if not _matches(call.name, module_name_prefix):
+            continue
+        if call.stack:
+            lines.append("\nTrace back({}):".format(call.name))
+            lines.extend("  " + line for line in format_stack(call.stack).splitlines())
+        if call.records:
+            lines.append("\nStatistic Info:")
+        for record in call.records:
+            stats = ["Nan" if v is None else v for v in record.statistics]
+            lines.append("  [{}][dtype: {}][shape: {}][max: {}][min: {}][mean: {}][l2norm: {}]".format(
+                record.name, record.dtype, list(record.shape), *stats))
+    if not lines:
+        lines.append("No call named {} in {}.".format(module_name_prefix, pkl_file))
+    return lines
+
+
+def parse(pkl_file: str, module_name_prefix: str) -> None:
+    """Print the stack and statistics of the call(s) named ``module_name_prefix`` in ``pkl_file``."""
+    for line in parse_lines(pkl_file, module_name_prefix):
+        print(line)

@@ -1,0 +1,25 @@
+"""Readers turn a dump (legacy ``.pkl`` + npy dir, or msprobe ``dump.json`` + ``dump_tensor_data``) into
+:class:`~ptdbg_ascend.comparison.records.CallRecord` lists, so nothing downstream knows the format."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ptdbg_ascend.comparison.records import CallRecord
+
+
+def read_dump(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = None,
+              overflow_statistics: bool = False) -> List[CallRecord]:
+    """Read a dump by its file type: ``*.json`` is msprobe dump.json, anything else a legacy pkl.
+
+    ``data_dir`` (default None = summary only) is where the tensor files are; ``stack_path`` (msprobe
+    only, default None) the stack.json; ``overflow_statistics`` (legacy only, default False) keeps the
+    statistics of overflow records, which compare ignores.
+    """
+    if path.endswith(".json"):
+        from ptdbg_ascend.comparison.readers import msprobe_json
+
+        return msprobe_json.read(path, data_dir, stack_path)
+    from ptdbg_ascend.comparison.readers import legacy_pkl
+
+    return legacy_pkl.read(path, data_dir, overflow_statistics)

@@ -1,0 +1,97 @@
+"""Legacy ``.pkl`` reader: UTF-8 text, one JSON array per line (never unpickled).
+
+Tensor lines ``[name, dump_step, [], dtype, shape, [max, min, mean(, norm)]]``; stack lines
+``[name_stack_info, [[file, "line", func, code], ...]]``. Records are grouped by the call name parsed
+from each record name (not by "a group ends at an output line", which merged calls without outputs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Dict, List, Optional, Tuple
+
+from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape
+from ptdbg_ascend.errors import FileFormatError
+from ptdbg_ascend.log import logger
+
+# Any "{call}_{n}_{direction}" name, so module dumps (Module_Conv2d_0_forward, custom prefixes) read too.
+RECORD = re.compile(
+    r"^(?P<call>.+_\d+_(?:forward|backward))(?:_(?P<side>input|output)(?:\.\d+)*|(?P<stack>_stack_info))$"
+)
+OVERFLOW_DUMP_STEP = 100  # legacy: statistics of records with dump_step > 100 (overflow dumps) are not compared
+
+
+def read_lines(path: str) -> List[Tuple[int, list]]:
+    """``(line number, parsed array)`` for every readable line. A corrupt line (a killed run leaves a
+    truncated last one) is skipped with a warning naming the file and the line; no line at all is an error."""
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        raise FileFormatError("Dump file {} does not exist. Please check the pkl path is valid.".format(path)) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise FileFormatError("Dump file {} cannot be read: {}".format(path, error)) from None
+    lines = text.split("\n")
+    parsed = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        if not isinstance(value, list) or not value or not isinstance(value[0], str):
+            last = all(not rest.strip() for rest in lines[number:])
+            logger.warning("Skipped corrupt line {} of {}{}.".format(
+                number, path, " (truncated last line: was the run killed?)" if last else ""))
+            continue
+        parsed.append((number, value))
+    if not parsed:
+        raise FileFormatError("Dump file {} holds no records (empty or unreadable).".format(path))
+    return parsed
+
+
+def read(path: str, data_dir: Optional[str] = None, overflow_statistics: bool = False) -> List[CallRecord]:
+    """Read a legacy pkl; tensors are looked up as ``{data_dir}/{name}.npy`` (None = summary only).
+
+    ``overflow_statistics`` keeps the statistics of overflow records (``dump_step`` > 100), which compare
+    drops as the original did; ``parse`` shows them. Default False."""
+    records: Dict[str, List[TensorRecord]] = {}
+    stacks: Dict[str, Tuple[Frame, ...]] = {}
+    for number, line in read_lines(path):
+        match = RECORD.match(line[0])
+        if match is None:
+            logger.warning("Skipped line {} of {}: {!r} is not a dump record name.".format(number, path, line[0]))
+            continue
+        call = match.group("call")
+        records.setdefault(call, [])
+        if match.group("stack"):
+            stacks[call] = _frames(line[1] if len(line) > 1 else [])
+            continue
+        if len(line) < 5:
+            logger.warning("Skipped line {} of {}: a tensor record needs 6 fields.".format(number, path))
+            continue
+        summary = line[5] if len(line) > 5 and isinstance(line[5], list) else []
+        dump_step = line[1]
+        if not overflow_statistics and isinstance(dump_step, int) and dump_step > OVERFLOW_DUMP_STEP:
+            summary = []
+        statistics = tuple(as_number(summary[i]) if i < len(summary) else None for i in range(4))
+        name = line[0]
+        data_path = os.path.join(data_dir, name + ".npy") if data_dir else None
+        records[call].append(TensorRecord(
+            name=name, side=match.group("side"), dtype=str(line[3]), shape=as_shape(line[4]),
+            statistics=statistics, data_path=data_path,
+        ))
+    return [CallRecord(name=call, records=tuple(items), stack=stacks.get(call, ())) for call, items in records.items()]
+
+
+def _frames(value: object) -> Tuple[Frame, ...]:
+    frames = []
+    if isinstance(value, list):
+        for frame in value:
+            if isinstance(frame, list) and len(frame) >= 3:
+                code = frame[3] if len(frame) > 3 else None
+                frames.append((str(frame[0]), str(frame[1]), str(frame[2]), None if code is None else str(code)))
+    return tuple(frames)

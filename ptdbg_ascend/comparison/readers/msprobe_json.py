@@ -1,0 +1,95 @@
+"""msprobe 1.0.4 ``dump.json`` reader (+ ``stack.json``, tensors as ``.pt`` in ``dump_tensor_data/``).
+
+Names are mapped to the legacy grammar so that a dump.json dump pairs with a legacy pkl dump:
+``Functional.conv2d.0.forward`` -> ``Functional_conv2d_0_forward``; ``input_args[i]`` -> ``_input.{i}``;
+``input_kwargs`` tensors continue the input numbering after the positional ones (as the dump engine
+records kwargs); ``output[i]`` -> ``_output.{i}``, a forward call's lone ``output.0`` -> ``_output``. Only tensor
+leaves become records (legacy dumps filter scalars by default); null/{} leaves consume their index.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape
+from ptdbg_ascend.errors import FileFormatError
+from ptdbg_ascend.jsonfile import load_json
+from ptdbg_ascend.log import logger
+from ptdbg_ascend.naming import to_legacy
+
+STACK_LINE = re.compile(r"^File (?P<file>.*), line (?P<line>\d+), in (?P<func>[^,]*),\s*\n?\s*(?P<code>.*)$", re.S)
+
+
+def _load_json(path: str, what: str) -> Any:
+    return load_json(path, what, " (incomplete after a crash?)")
+
+
+def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = None) -> List[CallRecord]:
+    """Read a dump.json; tensors are ``{data_dir}/{data_name}`` (None = summary only)."""
+    dump = _load_json(path, "dump file")
+    if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
+        raise FileFormatError("Dump file {} has no \"data\" object: not an msprobe dump.json.".format(path))
+    if dump.get("task") in ("overflow_check", "free_benchmark"):
+        raise FileFormatError("Dump file {} is a {} dump; compare is not required for it.".format(path, dump["task"]))
+    stacks = _read_stacks(stack_path) if stack_path else {}
+    calls = []
+    for dotted, entry in dump["data"].items():
+        call = to_legacy(dotted)
+        if call is None or not isinstance(entry, dict):
+            logger.warning("Skipped entry {!r} of {}: not an API call name.".format(dotted, path))
+            continue
+        records: List[TensorRecord] = []
+        inputs = list(entry.get("input_args", entry.get("input", [])) or [])
+        kwargs = entry.get("input_kwargs") or {}
+        if isinstance(kwargs, dict):
+            inputs.extend(kwargs.values())
+        for index, value in enumerate(inputs):
+            _leaves(call + "_input." + str(index), "input", value, data_dir, records)
+        outputs = entry.get("output") or []
+        if not isinstance(outputs, list):
+            outputs = [outputs]
+        # Only a forward call's lone output is legacy `_output`; gradients are always numbered (`_output.0`).
+        if call.endswith("_forward") and len(outputs) == 1 and _is_tensor(outputs[0]):
+            _leaves(call + "_output", "output", outputs[0], data_dir, records)
+        else:
+            for index, value in enumerate(outputs):
+                _leaves(call + "_output." + str(index), "output", value, data_dir, records)
+        calls.append(CallRecord(name=call, records=tuple(records), stack=stacks.get(dotted, ())))
+    return calls
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") == "torch.Tensor"
+
+
+def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List[TensorRecord]) -> None:
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _leaves(name + "." + str(index), side, item, data_dir, out)
+        return
+    if not _is_tensor(value):
+        return
+    data_name = value.get("data_name")
+    out.append(TensorRecord(
+        name=name, side=side, dtype=str(value.get("dtype")), shape=as_shape(value.get("shape")),
+        statistics=tuple(as_number(value.get(key)) for key in ("Max", "Min", "Mean", "Norm")),
+        data_path=os.path.join(data_dir, data_name) if (data_dir and data_name) else None,
+    ))
+
+
+def _read_stacks(path: str) -> Dict[str, Tuple[Frame, ...]]:
+    stacks = _load_json(path, "stack file")
+    if not isinstance(stacks, dict):
+        raise FileFormatError("Stack file {} is not a JSON object of call name -> stack lines.".format(path))
+    result = {}
+    for call, lines in stacks.items():
+        frames = []
+        for line in lines if isinstance(lines, list) else []:
+            match = STACK_LINE.match(str(line))
+            if match:
+                frames.append((match.group("file"), match.group("line"), match.group("func").strip(),
+                               match.group("code").strip() or None))
+        result[call] = tuple(frames)
+    return result

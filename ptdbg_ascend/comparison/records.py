@@ -1,0 +1,55 @@
+"""Format-neutral records produced by the readers and consumed by matching, metrics and parse."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Tuple
+
+# (file, line, function, code), innermost frame first, as the dump wrote it.
+Frame = Tuple[str, str, str, Optional[str]]
+# max, min, mean, l2norm; None where the dump holds no number ("Nan", [], null).
+Statistics = Tuple[Optional[float], Optional[float], Optional[float], Optional[float]]
+
+
+class TensorRecord(NamedTuple):
+    """One dumped tensor (or scalar) of one call, e.g. ``Functional_relu_0_forward_output``."""
+
+    name: str
+    side: str  # "input" or "output"
+    dtype: str
+    shape: Tuple[int, ...]
+    statistics: Statistics
+    data_path: Optional[str]  # where its .npy/.pt lives; None in a summary-only dump
+
+
+class CallRecord(NamedTuple):
+    """One API call: its legacy call name, its tensor records in dump order and its stack."""
+
+    name: str
+    records: Tuple[TensorRecord, ...]
+    stack: Tuple[Frame, ...]
+
+
+def format_stack(frames: Tuple[Frame, ...]) -> str:
+    """The stack as text, outermost frame first (the way Python prints a traceback)."""
+    lines = []
+    for file, line, func, code in reversed(frames):
+        lines.append('File "{}", line {}, in {}'.format(file, line, func))
+        if code:
+            lines.append("    " + str(code))
+    return "\n".join(lines)
+
+
+def as_number(value: object) -> Optional[float]:
+    """A statistic as float; None for the legacy placeholders ("Nan", [], null, strings)."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def as_shape(value: object) -> Tuple[int, ...]:
+    """Shape as a tuple; legacy Python scalars carry the string "[]"."""
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value)
+    return ()

@@ -1,0 +1,109 @@
+"""Hand-written dumps for the compare tests (torch-free): legacy pkl + npy, msprobe dump.json."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pytest
+
+STACK = [["/work/train.py", "42", "forward", "x = self.conv(x)"], ["/work/train.py", "90", "<module>", "model(x)"]]
+
+
+def _stats(array: np.ndarray) -> list:
+    if array.size == 0 or array.dtype == np.bool_:
+        return [[], [], [], "Nan"]
+    if array.ndim == 0:
+        value = array.item()
+        return [value, value, value, "Nan"]
+    data = array.astype(np.float64)
+    return [float(data.max()), float(data.min()), float(data.mean()), float(np.sqrt((data * data).sum()))]
+
+
+class LegacyDump:
+    """Writes ``{root}/{stem}.pkl`` and ``{root}/{stem}/{name}.npy``; ``add_call`` takes
+    ``[(suffix, array[, dtype])]`` with suffixes such as ``input.0`` or ``output``."""
+
+    def __init__(self, root: str, stem: str = "api_stack_dump", stack: bool = True) -> None:
+        self.root = root
+        self.stem = stem
+        self.stack = stack
+        self.pkl = os.path.join(root, stem + ".pkl")
+        self.data_dir = os.path.join(root, stem)
+        os.makedirs(self.data_dir, exist_ok=True)
+        open(self.pkl, "w").close()
+
+    def add_call(self, call: str, tensors: Sequence[Tuple], save: bool = True) -> "LegacyDump":
+        with open(self.pkl, "a") as handle:
+            for item in tensors:
+                suffix, array = item[0], np.asarray(item[1])
+                dtype = item[2] if len(item) > 2 else "torch." + str(array.dtype).replace("bool", "bool")
+                name = "{}_{}".format(call, suffix)
+                handle.write(json.dumps([name, 0, [], dtype, list(array.shape), _stats(array)]) + "\n")
+                if save:
+                    np.save(os.path.join(self.data_dir, name + ".npy"), array)
+            if self.stack:
+                handle.write(json.dumps([call + "_stack_info", STACK]) + "\n")
+        return self
+
+    def param(self, bench: "LegacyDump", data: bool = True) -> Dict[str, object]:
+        param = {"npu_pkl_path": self.pkl, "bench_pkl_path": bench.pkl, "is_print_compare_log": False}
+        if data:
+            param.update(npu_dump_data_dir=self.data_dir, bench_dump_data_dir=bench.data_dir)
+        return param
+
+
+@pytest.fixture
+def legacy_dump(tmp_path):
+    """``legacy_dump("npu")`` -> a LegacyDump under tmp_path/npu."""
+    def make(side: str, stem: str = "api_stack_dump", stack: bool = True) -> LegacyDump:
+        return LegacyDump(str(tmp_path / side), stem, stack)
+    return make
+
+
+@pytest.fixture
+def output_dir(tmp_path):
+    path = tmp_path / "output"
+    path.mkdir()
+    return str(path)
+
+
+def _model_calls(planted: Optional[str] = None, extra_cast: bool = False) -> List[Tuple[str, list]]:
+    """A small conv -> relu -> linear forward as calls; ``planted`` names the call whose output is perturbed
+    (and whose perturbation propagates to the next input)."""
+    rng = np.random.RandomState(0)
+    x = rng.randn(2, 3).astype(np.float32)
+    w = rng.randn(3, 3).astype(np.float32)
+    calls = []
+    conv = x @ w
+    if planted == "Functional_linear_0_forward":
+        conv = conv + np.float32(0.5) * np.sign(conv)
+    calls.append(("Functional_linear_0_forward", [("input.0", x), ("input.1", w), ("output", conv)]))
+    if extra_cast:
+        calls.append(("Tensor_float_0_forward", [("input.0", conv), ("output", conv)]))
+    relu = np.maximum(conv, 0)
+    calls.append(("Torch_relu_0_forward", [("input.0", conv), ("output", relu)]))
+    out = relu * np.float32(2)
+    calls.append(("Tensor___mul___0_forward", [("input.0", relu), ("output", out)]))
+    return calls
+
+
+@pytest.fixture
+def model_calls():
+    """The function ``(planted=None, extra_cast=False) -> [(call, [(suffix, array)])]``."""
+    return _model_calls
+
+
+@pytest.fixture
+def two_dumps(legacy_dump, model_calls):
+    """``(npu, bench)`` LegacyDumps of the small model; kwargs go to model_calls for the NPU side."""
+    def make(stack: bool = True, **npu_kwargs):
+        npu, bench = legacy_dump("npu", stack=stack), legacy_dump("bench", stack=stack)
+        for call, tensors in model_calls(**npu_kwargs):
+            npu.add_call(call, tensors)
+        for call, tensors in model_calls():
+            bench.add_call(call, tensors)
+        return npu, bench
+    return make
