@@ -1,1 +1,25 @@
-"""The migration shim, installed as ``ptdbg_ascend.compat``: legacy calls -> msprobe 1.0.4 config."""
+"""The migration shim, installed as ``ptdbg_ascend.compat``: legacy calls -> msprobe 1.0.4 config.
+
+* :func:`export_config` writes the msprobe 1.0.4 ``config.json`` equivalent to the legacy calls this
+  process made (``ptdbg export-config`` does it for a whole script run);
+* :func:`map_calls` is the pure mapping behind it (``compat.mapping``);
+* ``ptdbg convert`` (``compat.convert``) turns a legacy pkl+npy dump into dump.json+.pt and back;
+* ``ptdbg migrate`` (``compat.migrate``) rewrites a legacy script into the PrecisionDebugger form.
+
+``ptdbg_ascend.legacy`` imports ``compat.recording`` on every ``from ptdbg_ascend import *``, so this
+package loads its modules only when a name is first used (PEP 562) and never imports torch.
+"""
+
+__all__ = ["export_config", "map_calls", "Caveat", "MappingResult"]
+
+
+def __getattr__(name):
+    if name == "export_config":
+        from ptdbg_ascend.compat.export import export_config
+
+        return export_config
+    if name in ("map_calls", "Caveat", "MappingResult"):
+        from ptdbg_ascend.compat import mapping
+
+        return getattr(mapping, name)
+    raise AttributeError("module 'ptdbg_ascend.compat' has no attribute {!r}".format(name))

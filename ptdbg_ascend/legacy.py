@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from ptdbg_ascend.compat.recording import record_call as _record_call
 from ptdbg_ascend.errors import ParameterError
 
 
@@ -48,6 +49,7 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
         rm_dropout: True forces the probability of every dropout API to 0 (the original did this
             silently; here it is opt-in). Default False.
     """
+    _record_call("seed_all", locals())  # for compat.export_config; never raises
     from ptdbg_ascend.seed import seed_all as _seed_all
 
     _seed_all(seed=seed, mode=mode, rm_dropout=rm_dropout)
@@ -63,6 +65,7 @@ def set_dump_path(fpath: Optional[str] = None, dump_tag: str = "ptdbg_dump") -> 
             environment variable ``ASCEND_WORK_PATH`` + ``/dump_data``.
         dump_tag: the name of the directory under the path. Default ``"ptdbg_dump"``.
     """
+    _record_call("set_dump_path", locals())  # for compat.export_config; never raises
     from ptdbg_ascend.dump import api
 
     api.set_dump_path(fpath, dump_tag)
@@ -89,6 +92,7 @@ def register_hook(
         rank: the rank directory to write to. Default None: ``torch.distributed`` rank, else the
             device index of the first tensor seen, else 0.
     """
+    _record_call("register_hook", locals())  # for compat.export_config; never raises
     if hook is overflow_check:
         from ptdbg_ascend.overflow import api as overflow_api
 
@@ -125,6 +129,7 @@ def set_dump_switch(
             {all, forward, backward, input, output}.
         summary_only: True writes statistics to the pkl without npy files. Default False.
     """
+    _record_call("set_dump_switch", locals())  # for compat.export_config; never raises
     from ptdbg_ascend.dump import api
 
     api.set_dump_switch(
@@ -140,6 +145,7 @@ def set_overflow_check_switch(switch: str, filter_switch: str = "ON") -> None:
         switch: "ON" or "OFF".
         filter_switch: "ON" (default) or "OFF", as in :func:`set_dump_switch`.
     """
+    _record_call("set_overflow_check_switch", locals())  # for compat.export_config; never raises
     from ptdbg_ascend.overflow import api as overflow_api
 
     overflow_api.set_overflow_check_switch(switch, filter_switch=filter_switch)
@@ -148,6 +154,7 @@ def set_overflow_check_switch(switch: str, filter_switch: str = "ON") -> None:
 def set_backward_input(backward_input: List[str]) -> None:
     """For an ACL dump of a backward API: the ``.npy`` files of its incoming gradients
     (``..._backward_input.{i}.npy`` from an earlier dump), one per name in the acl scope."""
+    _record_call("set_backward_input", locals())  # for compat.export_config; never raises
     from ptdbg_ascend.acl import api as acl_api
 
     acl_api.set_backward_input(backward_input)
@@ -185,6 +192,6 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
 
 def parse(pkl_file: str, module_name_prefix: str) -> None:
     """Print the stack and statistics of the calls in ``pkl_file`` named by ``module_name_prefix``."""
-    from ptdbg_ascend import parse as parse_module
+    from ptdbg_ascend.comparison import parsing
 
-    parse_module.parse(pkl_file, module_name_prefix)
+    parsing.parse(pkl_file, module_name_prefix)

@@ -1,0 +1,381 @@
+"""``ptdbg convert``: a legacy pkl+npy dump <-> an msprobe 1.0.4 dump.json+stack.json+``dump_tensor_data/*.pt``
+dump, losslessly for what both formats hold.
+
+One rank directory, or every ``rank*`` directory of a tag/step directory. What only one format holds:
+
+* legacy -> msprobe: ``dump_step`` (overflow dumps use 101) has no field (a warning names it when it is not
+  0); tensor kwargs cannot be told from positional inputs in a pkl, so they stay in ``input_args``
+  (the row names compare reads are the same: kwargs are numbered after the positional inputs);
+  ``requires_grad`` is unknown and left out.
+* msprobe -> legacy: values the pkl cannot hold (str, slice, torch.Size, dtype, device, L0/mix module
+  entries) are dropped, each kind counted in the log (``None`` is simply absent in both formats);
+  bool/int/float scalars become ``<class 'int'>``/``'float'``/``'bool'`` records as the legacy engine
+  writes them; the ``.pt`` of a bf16 tensor becomes a float32 ``.npy`` (the pkl dtype
+  stays ``torch.bfloat16``), and a float32 ``.npy`` of a bf16 tensor goes back to a bf16 ``.pt``.
+
+Nothing is written halfway: the output is built in a temporary directory beside the target and renamed
+into place at the end. torch is imported only to read or write ``.pt`` files.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import tempfile
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+from ptdbg_ascend.comparison.readers.legacy_pkl import read_lines
+from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
+from ptdbg_ascend.jsonfile import load_json
+from ptdbg_ascend.log import logger
+from ptdbg_ascend.naming import STACK_SUFFIX, parse_record_name, to_dotted, to_legacy
+
+SCALAR_TYPES = {"<class 'int'>": "int", "<class 'float'>": "float", "<class 'bool'>": "bool"}
+LEGACY_SCALAR_DTYPES = {value: key for key, value in SCALAR_TYPES.items()}
+STATISTICS_KEYS = ("Max", "Min", "Mean", "Norm")
+
+
+class DumpFiles(NamedTuple):
+    """Where one rank's dump lives. ``kind`` is "legacy" (pkl + npy dir) or "msprobe" (dump.json,
+    stack.json, dump_tensor_data); a missing optional part is None."""
+
+    kind: str
+    metadata: str
+    data_dir: Optional[str]
+    stack: Optional[str]
+
+
+def locate(path: str) -> DumpFiles:
+    """Find the dump in ``path``: a ``.pkl`` file, a ``dump.json`` file, or a rank directory holding one."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "dump.json")):
+            return locate(os.path.join(path, "dump.json"))
+        pkls = sorted(glob.glob(os.path.join(path, "*.pkl")))
+        if len(pkls) != 1:
+            raise ParameterError("source", path, "a rank directory with dump.json or exactly one .pkl (found {} .pkl)"
+                                 .format(len(pkls)), "Pass the .pkl file itself.")
+        return locate(pkls[0])
+    if not os.path.isfile(path):
+        raise FileFormatError("Dump {} does not exist.".format(path))
+    directory = os.path.dirname(path)
+    if path.endswith(".pkl"):
+        data_dir = path[:-4]
+        return DumpFiles("legacy", path, data_dir if os.path.isdir(data_dir) else None, None)
+    if path.endswith(".json"):
+        data_dir = os.path.join(directory, "dump_tensor_data")
+        stack = os.path.join(directory, "stack.json")
+        return DumpFiles("msprobe", path, data_dir if os.path.isdir(data_dir) else None,
+                         stack if os.path.isfile(stack) else None)
+    raise ParameterError("source", path, "a .pkl file, a dump.json file or a rank directory")
+
+
+class ConvertResult(NamedTuple):
+    """What was written: the metadata file (the first rank's in a tree), the number of tensor files, the
+    dropped values by kind, and every metadata file written."""
+
+    metadata: str
+    tensor_files: int
+    dropped: Dict[str, int]
+    written: Tuple[str, ...] = ()
+
+
+RANK_DIR = re.compile(r"^rank\d*$")
+
+
+def _plan(source: str) -> List[Tuple[DumpFiles, str]]:
+    """``(dump, directory relative to the target)`` for one rank, or for every ``rank*`` directory of a
+    legacy tag directory (-> ``step0/rank{R}``) or an msprobe step directory (-> ``rank{R}``)."""
+    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, "dump.json")) \
+            and not glob.glob(os.path.join(source, "*.pkl")):
+        ranks = sorted((entry for entry in os.listdir(source)
+                        if RANK_DIR.match(entry) and os.path.isdir(os.path.join(source, entry))),
+                       key=lambda entry: int(entry[4:] or 0))
+        if ranks:
+            plan = []
+            for rank in ranks:
+                files = locate(os.path.join(source, rank))
+                relative = os.path.join("step0", rank) if files.kind == "legacy" else (rank if rank != "rank" else "rank0")
+                plan.append((files, relative))
+            if len({files.kind for files, _ in plan}) != 1:
+                raise ParameterError("source", source, "rank directories of one format (found both pkl and dump.json)")
+            return plan
+    return [(locate(source), "")]
+
+
+def convert(source: str, target: str, *, name: str = "dump") -> ConvertResult:
+    """Convert the dump at ``source`` into the other format in the new directory ``target``.
+
+    Args:
+        source: a legacy ``.pkl`` (its npy dir is the same name without ``.pkl``), an msprobe
+            ``dump.json`` (stack.json and dump_tensor_data/ beside it), a rank directory holding either,
+            or a directory of ``rank*`` directories (a legacy ``ptdbg_dump_v1.0`` tag directory becomes
+            ``target/step0/rank{R}/``; an msprobe ``step{N}`` directory becomes ``target/rank{R}/``, plain
+            ``rank`` becoming ``rank0``).
+        target: a directory that does not exist yet (or is empty).
+        name: msprobe -> legacy only: the pkl stem, giving ``{name}.pkl`` + ``{name}/``. Default "dump".
+    """
+    plan = _plan(source)
+    if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
+        raise ParameterError("target", target, "a new or empty directory", "Nothing was written.")
+    parent = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(parent):
+        raise DumpPathError("Cannot write {}: the directory {} does not exist.".format(target, parent))
+    work = tempfile.mkdtemp(prefix=".ptdbg-convert-", dir=parent)
+    results = []
+    try:
+        for files, relative in plan:
+            out = os.path.join(work, relative)
+            os.makedirs(out, exist_ok=True)
+            if files.kind == "legacy":
+                result = _legacy_to_msprobe(files, out, os.path.join(target, relative, "dump_tensor_data"))
+            else:
+                result = _msprobe_to_legacy(files, out, name)
+            results.append((files, result))
+        if os.path.isdir(target):
+            os.rmdir(target)
+        os.rename(work, target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    written, dropped, tensors = [], {}, 0  # type: List[str], Dict[str, int], int
+    for files, result in results:
+        metadata = os.path.join(target, os.path.relpath(result.metadata, work))
+        written.append(metadata)
+        tensors += result.tensor_files
+        for what, count in result.dropped.items():
+            dropped[what] = dropped.get(what, 0) + count
+        logger.info("Converted {} to {} ({} tensor files).".format(files.metadata, metadata, result.tensor_files))
+    for what, count in sorted(dropped.items()):
+        logger.warning("{} {} value(s) have no place in the {} format and were not converted.".format(
+            count, what, "legacy" if plan[0][0].kind == "msprobe" else "msprobe"))
+    return ConvertResult(written[0], tensors, dropped, tuple(written))
+
+
+# --- legacy -> msprobe -------------------------------------------------------------------------------
+
+def _legacy_to_msprobe(files: DumpFiles, work: str, final_tensor_dir: str) -> ConvertResult:
+    data: Dict[str, Dict[str, Any]] = {}
+    stacks: Dict[str, List[str]] = {}
+    tensor_dir = os.path.join(work, "dump_tensor_data")
+    saved = 0
+    steps = set()
+    for number, line in read_lines(files.metadata):
+        name = line[0]
+        if name.endswith(STACK_SUFFIX):
+            call = to_dotted(name[:-len(STACK_SUFFIX)])
+            if call is not None:
+                stacks[call] = [_stack_line(frame) for frame in (line[1] if len(line) > 1 else []) or []]
+                # A call whose values were all filtered out still has its stack: keep it as an empty entry.
+                data.setdefault(call, _new_entry("forward" if call.endswith(".forward") else "backward"))
+            continue
+        record = parse_record_name(name)
+        if record is None or len(line) < 5:
+            raise FileFormatError("Line {} of {}: {!r} is not a legacy dump record.".format(number, files.metadata, name))
+        steps.add(line[1])
+        call = to_dotted(record.call)
+        entry = data.setdefault(call, _new_entry(record.direction))
+        leaf, saved_one = _legacy_leaf(line, files.data_dir, tensor_dir, to_dotted(name))
+        saved += saved_one
+        _place(entry, _entry_key(record.direction, record.side), record.path or (0,), leaf)
+    if steps - {0}:
+        logger.warning("{} holds dump_step {}; msprobe dump.json has no such field.".format(
+            files.metadata, sorted(steps - {0})))
+    dump = {"task": "tensor" if files.data_dir else "statistics", "level": "L1",
+            "dump_data_dir": final_tensor_dir if saved else None, "data": data}
+    metadata = os.path.join(work, "dump.json")
+    _write_json(metadata, dump)
+    _write_json(os.path.join(work, "stack.json"), stacks)
+    _write_json(os.path.join(work, "construct.json"), {})
+    return ConvertResult(metadata, saved, {})
+
+
+def _new_entry(direction: str) -> Dict[str, Any]:
+    if direction == "forward":
+        return {"input_args": [], "input_kwargs": {}, "output": []}
+    return {"input": [], "output": []}
+
+
+def _entry_key(direction: str, side: str) -> str:
+    return "input_args" if (direction == "forward" and side == "input") else side
+
+
+def _place(entry: Dict[str, Any], key: str, path: Tuple[int, ...], leaf: Any) -> None:
+    """Put ``leaf`` at index path ``path`` of ``entry[key]``, padding skipped positions with null."""
+    container = entry[key]
+    for depth, index in enumerate(path):
+        while len(container) <= index:
+            container.append(None)
+        if depth == len(path) - 1:
+            container[index] = leaf
+        else:
+            if not isinstance(container[index], list):
+                container[index] = []
+            container = container[index]
+
+
+def _legacy_leaf(line: list, npy_dir: Optional[str], tensor_dir: str, dotted: str) -> Tuple[Dict[str, Any], int]:
+    dtype, shape = str(line[3]), list(line[4] or [])
+    statistics = list(line[5]) if len(line) > 5 and isinstance(line[5], list) else []
+    statistics += [None] * (4 - len(statistics))
+    if dtype in SCALAR_TYPES:
+        kind = SCALAR_TYPES[dtype]
+        value = statistics[0]
+        value = None if value is None else {"int": int, "bool": bool, "float": float}[kind](value)
+        return {"type": kind, "value": value}, 0
+    leaf: Dict[str, Any] = {"type": "torch.Tensor", "dtype": dtype, "shape": shape}
+    leaf.update(zip(STATISTICS_KEYS, statistics[:4]))
+    npy = os.path.join(npy_dir, line[0] + ".npy") if npy_dir else None
+    if npy and os.path.isfile(npy):
+        data_name = dotted + ".pt"
+        _npy_to_pt(npy, os.path.join(tensor_dir, data_name), dtype)
+        leaf["data_name"] = data_name
+        return leaf, 1
+    return leaf, 0
+
+
+def _stack_line(frame: Any) -> str:
+    parts = list(frame) + [None] * (4 - len(frame))
+    return "File {}, line {}, in {}, \n {}".format(parts[0], parts[1], parts[2], "" if parts[3] is None else parts[3])
+
+
+def _npy_to_pt(npy: str, pt: str, dtype: str) -> None:
+    import numpy as np
+    import torch
+
+    try:
+        array = np.load(npy, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise FileFormatError("Cannot read {}: {}".format(npy, error)) from None
+    tensor = torch.from_numpy(np.array(array, order="C"))  # (ascontiguousarray turns 0-d into 1-d)
+    target_dtype = getattr(torch, dtype[len("torch."):], None) if dtype.startswith("torch.") else None
+    if isinstance(target_dtype, torch.dtype) and tensor.dtype != target_dtype:
+        tensor = tensor.to(target_dtype)  # the pkl dtype is authoritative (bf16 npy files hold float32)
+    os.makedirs(os.path.dirname(pt), exist_ok=True)
+    torch.save(tensor, pt)
+
+
+# --- msprobe -> legacy -------------------------------------------------------------------------------
+
+def _msprobe_to_legacy(files: DumpFiles, work: str, name: str) -> ConvertResult:
+    dump = _read_json(files.metadata)
+    if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
+        raise FileFormatError("Dump file {} has no \"data\" object: not an msprobe dump.json.".format(files.metadata))
+    stacks = _read_json(files.stack) if files.stack else {}
+    npy_dir = os.path.join(work, name)
+    lines: List[str] = []
+    dropped: Dict[str, int] = {}
+    saved = 0
+    for dotted, entry in dump["data"].items():
+        call = to_legacy(dotted)
+        if call is None and str(dotted).startswith("Module."):
+            dropped["Module entry (L0/mix)"] = dropped.get("Module entry (L0/mix)", 0) + 1
+            continue  # the legacy format has no module records
+        if call is None or not isinstance(entry, dict):
+            raise FileFormatError("Entry {!r} of {} is not an API call.".format(dotted, files.metadata))
+        for record_name, leaf in _entry_leaves(call, entry):
+            line, saved_one = _json_leaf(record_name, leaf, files.data_dir, npy_dir, dropped)
+            if line is not None:
+                lines.append(line)
+                saved += saved_one
+        if isinstance(stacks, dict) and dotted in stacks:
+            frames = [_parse_stack_line(text) for text in stacks[dotted]]
+            lines.append(json.dumps([call + STACK_SUFFIX, frames]))
+    metadata = os.path.join(work, name + ".pkl")
+    with open(metadata, "w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+    return ConvertResult(metadata, saved, dropped)
+
+
+def _entry_leaves(call: str, entry: Dict[str, Any]) -> List[Tuple[str, Any]]:
+    """``(legacy record name, leaf)`` in the legacy engine's order: inputs (kwargs after positionals), outputs."""
+    inputs = list(entry.get("input_args", entry.get("input")) or [])
+    kwargs = entry.get("input_kwargs") or {}
+    inputs.extend(kwargs.values() if isinstance(kwargs, dict) else [])
+    outputs = entry.get("output") or []
+    outputs = outputs if isinstance(outputs, list) else [outputs]
+    leaves: List[Tuple[str, Any]] = []
+    for index, value in enumerate(inputs):
+        _flatten(call + "_input." + str(index), value, leaves)
+    # The legacy engine names a forward call's lone output `_output`; gradients are always numbered.
+    if call.endswith("_forward") and len(outputs) == 1 and not isinstance(outputs[0], list):
+        _flatten(call + "_output", outputs[0], leaves)
+    else:
+        for index, value in enumerate(outputs):
+            _flatten(call + "_output." + str(index), value, leaves)
+    return leaves
+
+
+def _flatten(name: str, value: Any, out: List[Tuple[str, Any]]) -> None:
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _flatten(name + "." + str(index), item, out)
+    elif isinstance(value, dict) and "type" not in value and value:
+        for index, item in enumerate(value.values()):  # a dict argument: its values in order
+            _flatten(name + "." + str(index), item, out)
+    else:
+        out.append((name, value))
+
+
+def _json_leaf(name: str, leaf: Any, tensor_dir: Optional[str], npy_dir: str,
+               dropped: Dict[str, int]) -> Tuple[Optional[str], int]:
+    kind = leaf.get("type") if isinstance(leaf, dict) else None
+    if kind in LEGACY_SCALAR_DTYPES and isinstance(leaf.get("value"), (int, float, bool)):
+        value = float(leaf["value"])
+        _save_npy(os.path.join(npy_dir, name + ".npy"), leaf["value"])
+        return json.dumps([name, 0, [], LEGACY_SCALAR_DTYPES[kind], [], [value, value, value, abs(value)]]), 0
+    if kind != "torch.Tensor":
+        if leaf:  # null / {} are absent values in both formats (the pkl just has no line)
+            dropped[str(kind)] = dropped.get(str(kind), 0) + 1
+        return None, 0
+    statistics = [leaf.get(key) for key in STATISTICS_KEYS]
+    line = json.dumps([name, 0, [], str(leaf.get("dtype")), list(leaf.get("shape") or []), statistics])
+    data_name = leaf.get("data_name")
+    if data_name and tensor_dir:
+        pt = os.path.join(tensor_dir, data_name)
+        if not os.path.isfile(pt):
+            raise FileFormatError("Tensor file {} named by {} does not exist.".format(pt, name))
+        _pt_to_npy(pt, os.path.join(npy_dir, name + ".npy"))
+        return line, 1
+    return line, 0
+
+
+def _parse_stack_line(text: str) -> List[str]:
+    """``"File f, line 3, in g, \\n code"`` -> ``[f, "3", g, code]`` (the legacy frame)."""
+    head, _, code = str(text).partition("\n")
+    head = head.rstrip().rstrip(",")
+    path_part, _, rest = head.partition(", line ")
+    line_no, _, function = rest.partition(", in ")
+    return [path_part[len("File "):] if path_part.startswith("File ") else path_part, line_no, function, code.strip()]
+
+
+def _pt_to_npy(pt: str, npy: str) -> None:
+    import torch
+
+    try:
+        tensor = torch.load(pt, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many kinds for a corrupt file
+        raise FileFormatError("Cannot read {}: {}".format(pt, error)) from None
+    if not isinstance(tensor, torch.Tensor):
+        raise FileFormatError("{} does not hold a tensor.".format(pt))
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()  # numpy has no bf16; the pkl keeps the dtype
+    _save_npy(npy, tensor.detach().contiguous().numpy())
+
+
+def _save_npy(path: str, value: Any) -> None:
+    import numpy as np
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    np.save(path, np.asarray(value), allow_pickle=False)
+
+
+def _read_json(path: str) -> Any:
+    return load_json(path, "msprobe dump file")
+
+
+def _write_json(path: str, value: Any) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(value, handle, indent=1)

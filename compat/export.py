@@ -1,0 +1,98 @@
+"""``export_config("config.json")``: write the msprobe 1.0.4 config equivalent to the legacy calls the
+running script made, and say what could not be mapped exactly.
+
+``run_and_export(script, args, config_path)`` is ``ptdbg export-config``: it runs a script the way
+``python script.py args`` would, then writes its config even when the script fails (a crash after the
+legacy calls still tells us what the run asked for).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+from ptdbg_ascend.compat.mapping import Caveat, MappingResult, map_calls
+from ptdbg_ascend.compat.recording import LegacyCall, clear_calls, recorded_calls
+from ptdbg_ascend.errors import DumpPathError, ParameterError
+from ptdbg_ascend.log import logger
+
+
+def write_config(result: MappingResult, config_path: str) -> None:
+    """Write ``result.config`` as JSON (indent 4) to ``config_path``, atomically (a temporary file is
+    renamed into place, so a failure never leaves half a config)."""
+    if not isinstance(config_path, str) or not config_path:
+        raise ParameterError("config_path", config_path, "a non-empty file path such as './config.json'")
+    directory = os.path.dirname(os.path.abspath(config_path))
+    if not os.path.isdir(directory):
+        raise DumpPathError("Cannot write {}: the directory {} does not exist.".format(config_path, directory))
+    temporary = config_path + ".tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(result.config, handle, indent=4)
+            handle.write("\n")
+        os.replace(temporary, config_path)
+    except OSError as error:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise DumpPathError("Cannot write {}: {}".format(config_path, error)) from None
+
+
+def export_config(config_path: str = "./config.json", calls: Optional[Sequence[LegacyCall]] = None) -> Tuple[Caveat, ...]:
+    """Write the msprobe 1.0.4 ``config.json`` describing the dump the legacy calls set up.
+
+    Args:
+        config_path: the file to write. Default ``"./config.json"``.
+        calls: the legacy calls to translate. Default None: the calls this process has made so far
+            (recorded by ``ptdbg_ascend.legacy``).
+
+    Returns:
+        The caveats: what the config cannot express exactly, and why. Each is also logged as a warning.
+    """
+    result = map_calls(recorded_calls() if calls is None else list(calls))
+    write_config(result, config_path)
+    logger.info("Exported the msprobe 1.0.4 config to {} (task {}, level {}).".format(
+        config_path, result.config["task"], result.config["level"]))
+    for caveat in result.caveats:
+        logger.warning("Not mapped exactly: {}".format(caveat))
+    return result.caveats
+
+
+class ScriptRun(NamedTuple):
+    """What ``run_and_export`` did: the caveats, and the script's failure (None when it finished)."""
+
+    caveats: Tuple[Caveat, ...]
+    error: Optional[BaseException]
+
+
+def run_and_export(script: str, script_args: List[str], config_path: str) -> ScriptRun:
+    """Run ``script`` as ``__main__`` with ``script_args``, then export the config of its legacy calls.
+
+    The script's exception (or a non-zero ``sys.exit``) is returned, not raised, after the config is
+    written. The script's directory is put first on ``sys.path``, as ``python script.py`` does.
+    """
+    if not os.path.isfile(script):
+        raise ParameterError("script", script, "an existing Python file")
+    clear_calls()
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    sys.argv = [script] + list(script_args)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    error: Optional[BaseException] = None
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exit_:
+        if exit_.code not in (None, 0):
+            error = exit_
+    except (Exception, KeyboardInterrupt) as exception:  # the config is still worth writing
+        error = exception
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    if error is not None:
+        logger.warning("The script {} failed ({}: {}); exporting the legacy calls it made before that.".format(
+            script, type(error).__name__, error))
+    calls = recorded_calls()
+    if not calls:
+        logger.warning("The script {} made no legacy ptdbg_ascend call; the config holds the defaults.".format(script))
+    return ScriptRun(export_config(config_path, calls), error)

@@ -1,0 +1,357 @@
+"""``ptdbg migrate train.py``: rewrite the legacy dump calls of a script into the PrecisionDebugger form
+plus a ``config.json``, keeping every other byte of the file (libcst, a concrete syntax tree).
+
+The rewrite, statement by statement (each legacy call must be a statement of its own):
+
+================================================  ===============================================
+legacy statement                                  becomes
+================================================  ===============================================
+the first legacy dump call (usually seed_all)     ``debugger = PrecisionDebugger(config_path=...)``
+                                                  (it seeds at construction, where seed_all seeded)
+later seed_all(...)                               unchanged (``seed_all`` exists in the new API)
+set_dump_path / register_hook / set_backward_input  removed (they are in config.json)
+set_dump_switch("ON") / set_overflow_check_switch("ON")   ``debugger.start()``
+set_dump_switch("OFF") / set_overflow_check_switch("OFF") ``debugger.stop()``
+================================================  ===============================================
+
+The config is ``map_calls`` of the calls in source order. Anything the tool cannot rewrite (an argument
+that is not a literal, a legacy call inside an expression, calls spread over several functions) is
+reported as ``file:line: message`` and nothing is written.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import inspect
+import json
+import os
+from typing import Dict, List, NamedTuple, Optional, Set, Tuple
+
+from ptdbg_ascend import legacy
+from ptdbg_ascend.compat.export import write_config
+from ptdbg_ascend.compat.mapping import MappingResult, map_calls
+from ptdbg_ascend.compat.recording import RECORDED_FUNCTIONS, LegacyCall
+from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
+
+HOOK_NAMES = ("acc_cmp_dump", "overflow_check")
+REMOVABLE_IMPORTS = set(RECORDED_FUNCTIONS) | set(HOOK_NAMES)
+PACKAGE = "ptdbg_ascend"
+
+
+class Issue(NamedTuple):
+    """A place the tool could not rewrite."""
+
+    path: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return "{}:{}: {}".format(self.path, self.line, self.message)
+
+
+class Migration(NamedTuple):
+    """The outcome of :func:`migrate_source`. ``ok`` is False when ``issues`` is not empty; then
+    ``new_source`` is the original text."""
+
+    path: str
+    source: str
+    new_source: str
+    mapping: MappingResult
+    issues: Tuple[Issue, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+    def diff(self) -> str:
+        """The unified diff of the script (empty when nothing changes)."""
+        return "".join(difflib.unified_diff(
+            self.source.splitlines(True), self.new_source.splitlines(True),
+            fromfile="a/" + os.path.basename(self.path), tofile="b/" + os.path.basename(self.path)))
+
+
+class _LegacySite(NamedTuple):
+    statement: object  # the libcst SimpleStatementLine
+    function: str
+    call: LegacyCall
+    line: int
+    scope: Optional[int]
+    module_alias: Optional[str]
+
+
+def _libcst():
+    try:
+        import libcst
+    except ImportError:  # an optional dependency: only `ptdbg migrate` needs it
+        raise ParameterError("libcst", "not installed", "pip install libcst (needed by ptdbg migrate)") from None
+    return libcst
+
+
+def _finder_class(cst, metadata):
+    class Finder(cst.CSTVisitor):
+        """Collects the legacy calls, the imports of ptdbg_ascend and every other name used."""
+
+        METADATA_DEPENDENCIES = (metadata.PositionProvider,)
+
+        def __init__(self, module, path: str) -> None:
+            super().__init__()
+            self.module, self.path = module, path
+            self.star = False
+            self.local_names: Dict[str, str] = {}  # local name -> legacy name (explicit imports)
+            self.module_aliases: Set[str] = set()
+            self.sites: List[_LegacySite] = []
+            self.issues: List[Issue] = []
+            self.handled: Set[int] = set()
+            self.names: Set[str] = set()
+            self.scopes: List[int] = []
+
+        def line_of(self, node) -> int:
+            return self.get_metadata(metadata.PositionProvider, node).start.line
+
+        def visit_ImportFrom(self, node) -> None:
+            if node.module is None or self.module.code_for_node(node.module) != PACKAGE:
+                return
+            if isinstance(node.names, cst.ImportStar):
+                self.star = True
+                return
+            for alias in node.names:
+                name = self.module.code_for_node(alias.name)
+                local = alias.asname.name.value if alias.asname else name
+                self.local_names[local] = name
+
+        def visit_Import(self, node) -> None:
+            for alias in node.names:
+                if self.module.code_for_node(alias.name) == PACKAGE:
+                    self.module_aliases.add(alias.asname.name.value if alias.asname else PACKAGE)
+
+        def visit_FunctionDef(self, node) -> None:
+            self.scopes.append(id(node))
+
+        def leave_FunctionDef(self, node) -> None:
+            self.scopes.pop()
+
+        def visit_Name(self, node) -> None:
+            self.names.add(node.value)
+
+        def legacy_name(self, func) -> Tuple[Optional[str], Optional[str]]:
+            """(legacy function, module alias used or None) of a call's ``func``; (None, None) if not legacy."""
+            if isinstance(func, cst.Name):
+                name = self.local_names.get(func.value) or (func.value if self.star else None)
+                return (name, None) if name in RECORDED_FUNCTIONS else (None, None)
+            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+                    and func.value.value in self.module_aliases and func.attr.value in RECORDED_FUNCTIONS:
+                return func.attr.value, func.value.value
+            return None, None
+
+        def visit_SimpleStatementLine(self, node) -> None:
+            if len(node.body) != 1 or not isinstance(node.body[0], cst.Expr) \
+                    or not isinstance(node.body[0].value, cst.Call):
+                return
+            call = node.body[0].value
+            function, alias = self.legacy_name(call.func)
+            if function is None:
+                return
+            self.handled.add(id(call))
+            line = self.line_of(node)
+            bound = self.bind(function, call, line)
+            if bound is not None:
+                scope = self.scopes[-1] if self.scopes else None
+                self.sites.append(_LegacySite(node, function, LegacyCall(function, bound), line, scope, alias))
+
+        def visit_Call(self, node) -> None:
+            if id(node) in self.handled:
+                return
+            function, _ = self.legacy_name(node.func)
+            if function is not None:
+                self.issues.append(Issue(self.path, self.line_of(node), "{}(...) is used inside an expression; only "
+                                         "a statement of its own can be rewritten".format(function)))
+
+        def bind(self, function: str, call, line: int) -> Optional[Dict[str, object]]:
+            positional, keywords = [], {}
+            for arg in call.args:
+                if arg.star:
+                    self.issues.append(Issue(self.path, line, "{}(...) unpacks {}{}; the tool needs literal arguments"
+                                             .format(function, arg.star, self.module.code_for_node(arg.value))))
+                    return None
+                value = self.value(function, arg, len(positional))
+                if value is _NOT_LITERAL:
+                    return None
+                if arg.keyword is None:
+                    positional.append(value)
+                else:
+                    keywords[arg.keyword.value] = value
+            try:
+                bound = inspect.signature(getattr(legacy, function)).bind(*positional, **keywords)
+            except TypeError as error:
+                self.issues.append(Issue(self.path, line, "{}(...): {}".format(function, error)))
+                return None
+            bound.apply_defaults()
+            return dict(bound.arguments)
+
+        def value(self, function: str, arg, position: int):
+            """The Python value of one argument (``position``: its index if positional); _NOT_LITERAL after
+            recording an issue."""
+            code = self.module.code_for_node(arg.value)
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if function == "register_hook" and (keyword == "model" or (keyword is None and position == 0)):
+                return code  # the model: any expression (the wrappers are global)
+            if function == "register_hook" and (keyword == "hook" or (keyword is None and position == 1)):
+                node = arg.value
+                last = node.value if isinstance(node, cst.Name) else node.attr.value if isinstance(node, cst.Attribute) else ""
+                hook = self.local_names.get(last, last)
+                if hook in HOOK_NAMES:
+                    return hook
+                self.issues.append(Issue(self.path, self.line_of(arg), "register_hook(...): hook {} is not "
+                                         "acc_cmp_dump or overflow_check".format(code)))
+                return _NOT_LITERAL
+            try:
+                return ast.literal_eval(code.strip())
+            except (ValueError, SyntaxError):
+                self.issues.append(Issue(self.path, self.line_of(arg), "{}(...): argument {} is not a literal, so the "
+                                         "config cannot be computed from it".format(function, code)))
+                return _NOT_LITERAL
+
+    return Finder
+
+
+_NOT_LITERAL = object()
+
+
+def migrate_source(source: str, path: str = "train.py", config_path: str = "./config.json") -> Migration:
+    """Rewrite the legacy dump calls of ``source`` (the text of ``path``).
+
+    Args:
+        source: the script text.
+        path: its file name, for messages. Default "train.py".
+        config_path: the config path written into ``PrecisionDebugger(config_path=...)``. Default
+            "./config.json" (like dump_path, relative to where the script is run).
+    """
+    cst = _libcst()
+    import libcst.metadata as metadata
+
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        raise FileFormatError("{}:{}:{}: not valid Python ({}); nothing was written.".format(
+            path, error.raw_line, error.raw_column, str(error).splitlines()[0])) from None
+    wrapper = metadata.MetadataWrapper(module)
+    finder = _finder_class(cst, metadata)(wrapper.module, path)
+    wrapper.visit(finder)
+    issues = list(finder.issues)
+    sites = finder.sites
+    scopes = {site.scope for site in sites}
+    if len(scopes) > 1:
+        issues.extend(Issue(path, site.line, "{}(...): the legacy calls are spread over several functions; the "
+                            "debugger object needs them in one function (or all at module level)".format(site.function))
+                      for site in sites if site.scope != sites[0].scope)
+    mapping = map_calls([site.call for site in sites])
+    if issues or not sites:
+        return Migration(path, source, source, mapping, tuple(sorted(issues, key=lambda issue: issue.line)))
+    variable = next(name for name in ("debugger", "ptdbg_debugger", "ptdbg_debugger_") if name not in finder.names)
+    new_module = wrapper.module.visit(_rewriter(cst, sites, variable, config_path))
+    if finder.local_names:
+        new_module = _fix_imports(cst, new_module)
+    return Migration(path, source, new_module.code, mapping, ())
+
+
+def _rewriter(cst, sites: List[_LegacySite], variable: str, config_path: str):
+    by_statement = {id(site.statement): site for site in sites}
+    first = sites[0]
+
+    class Rewriter(cst.CSTTransformer):
+        def leave_SimpleStatementLine(self, original, updated):
+            site = by_statement.get(id(original))
+            if site is None:
+                return updated
+            prefix = site.module_alias + "." if site.module_alias else ""
+            if site is first:
+                code = "{} = {}PrecisionDebugger(config_path={})\n".format(variable, prefix, json.dumps(config_path))
+            elif site.function == "seed_all":
+                return updated
+            elif site.function in ("set_dump_switch", "set_overflow_check_switch"):
+                switch = site.call.arguments.get("switch")
+                code = "{}.{}()\n".format(variable, "start" if switch == "ON" else "stop")
+            else:
+                return cst.RemoveFromParent()
+            statement = cst.parse_statement(code)
+            return statement.with_changes(leading_lines=updated.leading_lines,
+                                          trailing_whitespace=updated.trailing_whitespace)
+
+    return Rewriter()
+
+
+def _fix_imports(cst, module):
+    """In ``from ptdbg_ascend import a, b``: drop the legacy dump names no longer used, add PrecisionDebugger."""
+    used = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_ImportFrom(self, node) -> bool:
+            return False
+
+        def visit_Name(self, node) -> None:
+            used.add(node.value)
+
+    module.visit(Names())
+
+    class Imports(cst.CSTTransformer):
+        def leave_ImportFrom(self, original, updated):
+            if updated.module is None or module.code_for_node(updated.module) != PACKAGE \
+                    or isinstance(updated.names, cst.ImportStar):
+                return updated
+            kept = []
+            for alias in updated.names:
+                local = alias.asname.name.value if alias.asname else module.code_for_node(alias.name)
+                if module.code_for_node(alias.name) in REMOVABLE_IMPORTS and local not in used:
+                    continue
+                kept.append(alias)
+            if "PrecisionDebugger" in used and not any(module.code_for_node(a.name) == "PrecisionDebugger" for a in kept):
+                kept.insert(0, cst.ImportAlias(name=cst.Name("PrecisionDebugger")))
+            if not kept:
+                return cst.RemoveFromParent()
+            separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            names = [alias.with_changes(comma=separator) for alias in kept[:-1]]
+            names.append(kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT))
+            return updated.with_changes(names=names)
+
+    return module.visit(Imports())
+
+
+def migrate_file(path: str, *, config_path: Optional[str] = None, output: Optional[str] = None,
+                 write: bool = False) -> Migration:
+    """Migrate the script at ``path``.
+
+    Args:
+        path: the legacy script.
+        config_path: where config.json goes. Default None: ``config.json`` beside the script (written
+            into the script as ``"./config.json"``); an explicit path is written into the script as given.
+        output: where the migrated script goes. Default None: over ``path``.
+        write: False (default) only computes the rewrite; True writes the config and the script, both
+            or neither (never when there are issues).
+    """
+    if not os.path.isfile(path):
+        raise ParameterError("script", path, "an existing Python file")
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            source = handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise FileFormatError("Cannot read {} as UTF-8 text: {}".format(path, error)) from None
+    config_file = config_path or os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
+    migration = migrate_source(source, path, config_path or "./config.json")
+    if write and migration.ok and migration.new_source != source:
+        _write_both(migration, config_file, output or path)
+    return migration
+
+
+def _write_both(migration: Migration, config_file: str, script_file: str) -> None:
+    temporary = script_file + ".ptdbg-migrate.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8", newline="") as handle:
+            handle.write(migration.new_source)
+        write_config(migration.mapping, config_file)
+        os.replace(temporary, script_file)
+    except OSError as error:
+        raise DumpPathError("Cannot write {}: {}".format(script_file, error)) from None
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)

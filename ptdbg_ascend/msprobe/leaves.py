@@ -1,0 +1,144 @@
+"""Values -> dump.json leaves, exactly as msprobe 1.0.4 writes them (``reference/msprobe_1_0_4.md`` §6.2-6.3).
+
+A tensor leaf's key order is ``type, dtype, shape, Max, Min, Mean, Norm, requires_grad`` then, when
+present, ``Max_except_inf_nan, Min_except_inf_nan, md5, data_name``. Non-tensor values become
+``{"type", "value"}``; containers are recursed; what cannot be represented is ``null`` (with a warning
+once per type).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any, Callable, Dict, List, Optional, Set
+
+from ptdbg_ascend.dump.statistics import tensor_statistics
+from ptdbg_ascend.log import logger
+
+# save(data_name_without_suffix, tensor) -> the data_name written in the leaf, or None (not saved)
+SaveTensor = Callable[[str, Any], Optional[str]]
+
+_WARNED_TYPES = set()  # type: Set[str]  # "not supported" is logged once per type, not once per call
+
+
+def tensor_statistics_msprobe(tensor: Any) -> List[Optional[float]]:
+    """``[Max, Min, Mean, Norm]`` with msprobe's rules: meta/empty -> nulls; bool -> any, all, null,
+    null; 0-d -> the value four times; complex -> max/min/mean of |x|, Norm null; int and float64 are
+    reduced in float32; other floats as they are (fp16/bf16 accumulated in float32)."""
+    import torch
+
+    data = tensor.detach()
+    if data.device.type == "meta" or data.numel() == 0:
+        return [None, None, None, None]
+    if data.dtype == torch.bool:
+        return [bool(data.any().item()), bool(data.all().item()), None, None]
+    if data.is_complex():
+        magnitude = data.abs()
+        if magnitude.dim() == 0:
+            value = float(magnitude.item())
+            return [value, value, value, value]
+        return [float(magnitude.max().item()), float(magnitude.min().item()), float(magnitude.mean().item()), None]
+    if data.dim() == 0:
+        value = float(data.item())
+        return [value, value, value, value]
+    if not data.is_floating_point() or data.dtype == torch.float64:
+        data = data.float()
+    return tensor_statistics(data)
+
+
+def _finite_extremes(tensor: Any) -> List[float]:
+    """Max and min over the finite elements; over the non-NaN ones if none is finite; NaN if all are NaN."""
+    import torch
+
+    data = tensor.detach()
+    if not data.is_floating_point():
+        data = data.float()
+    finite = data[torch.isfinite(data)]
+    if finite.numel() == 0:
+        finite = data[~torch.isnan(data)]
+    if finite.numel() == 0:
+        return [float("nan"), float("nan")]
+    return [float(finite.max().item()), float(finite.min().item())]
+
+
+def crc32_hex(tensor: Any) -> str:
+    """msprobe's "md5" summary: CRC-32 of the raw bytes (bf16 as float32), 8 lowercase hex digits."""
+    import torch
+
+    data = tensor.detach()
+    if data.dtype == torch.bfloat16:
+        data = data.float()
+    array = data.cpu().contiguous().numpy()
+    return "{:08x}".format(zlib.crc32(array.tobytes()) & 0xFFFFFFFF)
+
+
+def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False) -> Dict[str, Any]:
+    """The dump.json leaf of one tensor (statistics computed here; ``data_name`` when it was saved)."""
+    statistics = tensor_statistics_msprobe(tensor)
+    leaf = {
+        "type": "torch.Tensor",
+        "dtype": str(tensor.dtype),
+        "shape": list(tensor.shape),
+        "Max": statistics[0],
+        "Min": statistics[1],
+        "Mean": statistics[2],
+        "Norm": statistics[3],
+        "requires_grad": bool(tensor.requires_grad),
+    }  # type: Dict[str, Any]
+    if _not_finite(statistics[0]) or _not_finite(statistics[1]):
+        leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = _finite_extremes(tensor)
+    if md5 and tensor.device.type != "meta":
+        leaf["md5"] = crc32_hex(tensor)
+    if data_name is not None:
+        leaf["data_name"] = data_name
+    return leaf
+
+
+def _not_finite(value: Any) -> bool:
+    return isinstance(value, float) and (math.isinf(value) or math.isnan(value))
+
+
+def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = False, key: Optional[str] = None) -> Any:
+    """The dump.json form of ``value``; ``path`` is its file stem (``{call}.input.0``), extended with
+    ``.{i}``/``.{key}`` for nested items. ``save`` writes a tensor and returns its data_name (None:
+    statistics only). ``key`` is the enclosing dict key (``device``/``dtype`` values are typed by it)."""
+    import numpy
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        data_name = save(path, value) if save is not None else None
+        return tensor_leaf(value, data_name, md5)
+    if key == "device" and isinstance(value, (torch.device, str)):
+        return {"type": "torch.device", "value": str(value)}
+    if key == "dtype" and isinstance(value, torch.dtype):
+        return {"type": "torch.dtype", "value": str(value)}
+    if isinstance(value, (torch.dtype, torch.device)):
+        return {}
+    if isinstance(value, bool):
+        return {"type": "bool", "value": value}
+    if isinstance(value, int):
+        return {"type": "int", "value": value}
+    if isinstance(value, float):
+        return {"type": "float", "value": value}
+    if isinstance(value, str):
+        return {"type": "str", "value": value}
+    if isinstance(value, slice):
+        return {"type": "slice", "value": [value.start, value.stop, value.step]}
+    if value is Ellipsis:
+        return {"type": "ellipsis", "value": "..."}
+    if isinstance(value, torch.Size):
+        return {"type": "torch.Size", "value": list(value)}
+    if isinstance(value, numpy.generic):
+        return {"type": type(value).__name__, "value": value.item()}
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [value_leaf(item, "{}.{}".format(path, index), save, md5) for index, item in enumerate(value)]
+    if isinstance(value, dict):
+        return {str(name): value_leaf(item, "{}.{}".format(path, name), save, md5, key=str(name))
+                for name, item in value.items()}
+    type_name = str(type(value))
+    if type_name not in _WARNED_TYPES:
+        _WARNED_TYPES.add(type_name)
+        logger.warning("Data type {} is not supported.".format(type_name))
+    return None

@@ -1,0 +1,83 @@
+"""Which calls and which blocks a PrecisionDebugger dump selects (msprobe 1.0.4 semantics, §3).
+
+* ``list``: a call is selected if any item is a case-sensitive **substring** of its full name
+  (``"relu"`` also matches ``leaky_relu``; ``"Functional.conv2d.0.forward"`` selects that forward only).
+* ``scope`` of two API names: dumping starts at the event ``scope[0]`` and stops after ``scope[1]``,
+  both inclusive, in time order over forward and backward events (a fresh range every step).
+* ``scope`` of two module names (``Module....``): everything from the start of module ``scope[0]`` to
+  the end of module ``scope[1]`` (needs module hooks: level L0 or mix).
+* both ``scope`` and ``list``: a call must satisfy both.
+* ``data_mode`` (OR, as 1.0.4): a block (forward/backward x input/output) is dumped if the list holds
+  ``all``, its direction or its side.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Tuple
+
+from ptdbg_ascend.config import DebuggerConfig
+
+
+def block_wanted(data_mode: Tuple[str, ...], direction: str, side: str) -> bool:
+    """Whether the ``direction`` ("forward"/"backward") x ``side`` ("input"/"output") block is dumped."""
+    return "all" in data_mode or direction in data_mode or side in data_mode
+
+
+def direction_wanted(data_mode: Tuple[str, ...], direction: str) -> bool:
+    """Whether any block of ``direction`` is dumped."""
+    return block_wanted(data_mode, direction, "input") or block_wanted(data_mode, direction, "output")
+
+
+class Selector(object):
+    """Applies one config's scope and list. Holds the only state, the position inside the range
+    (reset with :meth:`reset` at every step)."""
+
+    def __init__(self, config: DebuggerConfig) -> None:
+        self.api_list = config.api_list
+        self.scope = config.scope
+        self.module_range = config.module_range
+        self._inside = False
+        self._lock = threading.Lock()  # backward events may come from autograd's threads
+
+    def reset(self) -> None:
+        with self._lock:
+            self._inside = False
+
+    def _listed(self, name: str) -> bool:
+        return not self.api_list or any(item in name for item in self.api_list)
+
+    def api_event(self, name: str) -> bool:
+        """An API call's forward or backward event, in time order: is it selected?"""
+        if not self.scope:
+            return self._listed(name)
+        if self.module_range:
+            with self._lock:
+                inside = self._inside
+            return inside and self._listed(name)
+        with self._lock:
+            if name == self.scope[0]:
+                self._inside = True
+            inside = self._inside
+            if name == self.scope[1]:
+                self._inside = False
+        return inside and self._listed(name)
+
+    def module_start(self, name: str) -> None:
+        """A module forward/backward begins (module ranges only)."""
+        if self.module_range and name == self.scope[0]:
+            with self._lock:
+                self._inside = True
+
+    def module_end(self, name: str) -> bool:
+        """A module forward/backward ends: is its own entry selected? (Closes a module range at
+        ``scope[1]``.) For API ranges, module names are matched like API names."""
+        if not self.scope:
+            return self._listed(name)
+        if not self.module_range:
+            return self.api_event(name)
+        with self._lock:
+            inside = self._inside
+            if name == self.scope[1]:
+                self._inside = False
+        return inside and self._listed(name)

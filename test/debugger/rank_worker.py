@@ -1,0 +1,30 @@
+"""One rank of the distributed PrecisionDebugger test (run as a script: rank, world, init file, config)."""
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+from ptdbg_ascend import PrecisionDebugger
+
+
+def main(rank: int, world: int, init_file: str, config_path: str) -> None:
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    debugger = PrecisionDebugger(config_path=config_path)
+    for _ in range(2):
+        debugger.start()
+        x = torch.full((2, 3), float(rank + 1))
+        out = model(x).sum()
+        out.backward()
+        grad = model.weight.grad.clone()
+        dist.all_reduce(grad)
+        debugger.stop()
+        debugger.step()
+        model.weight.grad = None
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
