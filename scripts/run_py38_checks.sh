@@ -19,6 +19,6 @@ echo "[py38] every file byte-compiles under $("$PY38" --version)"
 if [ ! -x .venv38/bin/python ]; then
     "$PY38" -m venv .venv38
 fi
-.venv38/bin/python -m pip install -q "numpy" "pandas" "openpyxl" "tqdm" "pytest" >/dev/null
+.venv38/bin/python -m pip install -q "numpy" "pandas" "openpyxl" "tqdm" "pytest" "libcst" >/dev/null
 .venv38/bin/python -m pip install -q --no-deps -e . >/dev/null
 .venv38/bin/python -m pytest -q -m torchfree test -p no:cacheprovider
