@@ -202,10 +202,11 @@ def _number(value: Optional[float]) -> str:
 def _tensor_line(name: str, dump_step: int, dtype: str, shape: List[int], statistics: List[Optional[float]]) -> str:
     """``json.dumps([name, dump_step, [], dtype, shape, statistics])`` + newline, written out by hand
     (a third of the cost; names and dtypes never need escaping)."""
-    return '["{}", {}, [], "{}", [{}], [{}]]\n'.format(
-        name, dump_step, dtype, ", ".join(str(size) for size in shape),
-        ", ".join(_number(value) for value in statistics),
-    )
+    numbers = repr(statistics)
+    if "n" in numbers or any(type(value) is not float for value in statistics):
+        # None, nan or inf (each spelled with an "n" by repr), or not a Python float: JSON's spellings.
+        numbers = "[{}]".format(", ".join(_number(value) for value in statistics))
+    return '["{}", {}, [], "{}", {}, {}]\n'.format(name, dump_step, dtype, repr(shape), numbers)
 
 
 def _link_npy(source: str, target: str) -> None:
