@@ -1,4 +1,5 @@
-"""DebuggerConfig: the msprobe 1.0.4 config.json schema, defaults, overrides and every bad input."""
+"""DebuggerConfig: the msprobe 1.0.4 config.json schema, defaults, overrides and every bad input (torch-free:
+runs in the Python 3.8 pass too, which is why it lives here and not in test/debugger)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""dump.json validation and the helper that writes a correct one (no torch needed)."""
+"""ACL dump.json validation and the helper that writes a correct one (no torch needed: runs in the
+Python 3.8 torch-free pass too, which is why it lives here and not in test/acl)."""
 
 from __future__ import annotations
 
