@@ -83,7 +83,7 @@ def tensor_statistics(tensor: Any) -> Statistics:
     else:  # torch < 1.11
         low, high = work.min(), work.max()
     total = torch.sum(work)
-    if work.numel() <= _SMALL:
+    if work.numel() <= _SMALL:  # off the CPU: one BLAS call, exact enough in float32 at this size
         flat = work.reshape(-1)
         square_sum = torch.dot(flat, flat)
     else:
@@ -99,7 +99,8 @@ def tensor_statistics(tensor: Any) -> Statistics:
 
 
 def _small_cpu_statistics(work: Any) -> Optional[Statistics]:
-    """The statistics of a small CPU tensor through numpy, on the same memory (no copy): for a few
+    """The statistics of a small CPU tensor through numpy, on the same memory (a copy only when it is
+    not contiguous, and small): for a few
     thousand elements numpy's reductions cost a fraction of torch's per-operator dispatch, which is
     what the optimizer's many small parameter tensors pay. None when numpy cannot view the tensor
     (a lazily negated or conjugated view): the caller then uses torch."""
