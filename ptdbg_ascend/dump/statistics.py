@@ -100,10 +100,10 @@ def tensor_statistics(tensor: Any) -> Statistics:
 
 def _small_cpu_statistics(work: Any) -> Optional[Statistics]:
     """The statistics of a small CPU tensor through numpy, on the same memory (a copy only when it is
-    not contiguous, and small): for a few
-    thousand elements numpy's reductions cost a fraction of torch's per-operator dispatch, which is
-    what the optimizer's many small parameter tensors pay. None when numpy cannot view the tensor
-    (a lazily negated or conjugated view): the caller then uses torch."""
+    not contiguous, and small): for a few thousand elements numpy's reductions cost a fraction of
+    torch's per-operator dispatch, which is what the optimizer's many small parameter tensors pay.
+    None when numpy cannot view the tensor (a lazily negated or conjugated view): the caller then
+    uses torch."""
     import numpy
 
     try:
