@@ -7,7 +7,7 @@ import json
 import linecache
 import os
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import ptdbg_ascend
 
@@ -39,20 +39,37 @@ def user_stack(skip: int = 1) -> List[Frame]:
     return frames
 
 
-@functools.lru_cache(maxsize=65536)
-def _frame_json(filename: str, lineno: int, function: str) -> str:
-    line = linecache.getline(filename, lineno).strip()
-    return json.dumps([filename, str(lineno), function, line or None])
+# (code object, line) -> the frame's JSON text, or "" for the tool's own frames. The same few call sites
+# recur every step, so each frame costs one dict lookup. Bounded: cleared when it grows past the limit.
+_FRAME_TEXT = {}  # type: dict
+_FRAME_TEXT_LIMIT = 65536
+
+
+def _frame_text(code: Any, lineno: int) -> str:
+    if len(_FRAME_TEXT) >= _FRAME_TEXT_LIMIT:
+        _FRAME_TEXT.clear()
+    filename = code.co_filename
+    if _is_tool_file(filename):
+        text = ""
+    else:
+        line = linecache.getline(filename, lineno).strip()
+        text = json.dumps([filename, str(lineno), code.co_name, line or None])
+    _FRAME_TEXT[(code, lineno)] = text
+    return text
 
 
 def user_stack_json(name: str, skip: int = 1) -> str:
     """The JSON text of the stack line ``[name, user_stack()]`` (no newline); frames are encoded once
-    per (file, line, function) and reused, since the same few call sites recur every step."""
+    per (code, line) and reused, since the same few call sites recur every step."""
     parts = []  # type: List[str]
+    cache = _FRAME_TEXT
     frame = sys._getframe(skip)
     while frame is not None:
-        code = frame.f_code
-        if not _is_tool_file(code.co_filename):
-            parts.append(_frame_json(code.co_filename, frame.f_lineno, code.co_name))
+        key = (frame.f_code, frame.f_lineno)
+        text = cache.get(key)
+        if text is None:
+            text = _frame_text(key[0], key[1])
+        if text:
+            parts.append(text)
         frame = frame.f_back
     return '["{}", [{}]]'.format(name, ", ".join(parts))
