@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from ptdbg_ascend.errors import FileFormatError
+from ptdbg_ascend.errors import FileFormatError, ParameterError
 
 
 def load_json(path: str, what: str, not_json_hint: str = "") -> Any:
@@ -21,8 +21,11 @@ def load_json(path: str, what: str, not_json_hint: str = "") -> Any:
             Default "".
 
     Raises:
+        ParameterError: ``path`` is not a path (an int would be taken for a file descriptor).
         FileFormatError: the file does not exist, cannot be read, or does not hold JSON.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ParameterError(what, path, "must be the path of a JSON file")
     if not os.path.isfile(path):
         raise FileFormatError("The {} {} does not exist (or is not a file).".format(what, path))
     try:

@@ -12,15 +12,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.config import DebuggerConfig
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
-from ptdbg_ascend.dump.stack import user_stack
+from ptdbg_ascend.dump.stack import user_stack_lines
 from ptdbg_ascend.errors import PtdbgError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.msprobe.leaves import value_leaf
 from ptdbg_ascend.msprobe.selection import Selector, block_wanted, direction_wanted
+from ptdbg_ascend.naming import BACKWARD, FORWARD
 from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter
-
-FORWARD = "forward"
-BACKWARD = "backward"
 
 
 class OverflowLimitReached(PtdbgError, RuntimeError):
@@ -31,12 +29,6 @@ class OverflowLimitReached(PtdbgError, RuntimeError):
 def dotted(call: ApiCall, direction: str) -> str:
     """``Tensor.__add__.0.forward`` for an ApiCall."""
     return "{}.{}.{}.{}".format(call.prefix, call.api, call.index, direction)
-
-
-def stack_lines(skip: int = 2) -> List[str]:
-    """The user's frames, innermost first, as msprobe's stack.json lines (frames without code skipped)."""
-    return ["File {}, line {}, in {}, \n {}".format(path, line, function, code)
-            for path, line, function, code in user_stack(skip) if code]
 
 
 class MsprobeRecorder(CallObserver):
@@ -170,7 +162,7 @@ class MsprobeRecorder(CallObserver):
         entry = build()
         writer.add_entry(name, entry)
         if stack:
-            writer.add_stack(name, stack_lines(3))
+            writer.add_stack(name, user_stack_lines(2))
         if self.overflow_task:
             with self._lock:
                 self.overflows += 1
