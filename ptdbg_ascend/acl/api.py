@@ -48,10 +48,7 @@ def acl_config_argument(dump_config: Any) -> AclDumpConfig:
 def _observer(session: Any) -> Optional[Any]:
     from ptdbg_ascend.acl.observer import AclObserver
 
-    for observer in session.observers:
-        if isinstance(observer, AclObserver):
-            return observer
-    return None
+    return session.find_observer(AclObserver)
 
 
 def register_acl_dump(session: Any, dump_config: Any, rank: Optional[int] = None) -> None:

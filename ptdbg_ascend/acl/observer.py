@@ -44,7 +44,6 @@ class AclObserver(CallObserver):
         # set_backward_input: (npy path, gradient tensor) for a backward target.
         self.backward_input = None  # type: Optional[Tuple[str, Any]]
         self.dumped = []  # type: list  # call names dumped so far (for the log and tests)
-        self._running = False
 
     def switch_on(self, scope_name: str) -> None:
         self.target = acl_target(scope_name)
@@ -56,25 +55,23 @@ class AclObserver(CallObserver):
 
     def wants_forward(self, call: ApiCall) -> bool:
         target = self.target
-        return target is not None and not self._running and call.forward_name == target.forward_name
+        # Calls nested inside the target (F.batch_norm -> torch.batch_norm) and the re-run's own calls
+        # run inside a wrapped API, where the wrappers pass through: they never reach this observer.
+        return target is not None and call.forward_name == target.forward_name
 
     def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
         target = self.target
-        if target is None or self._running:  # re-entry: the re-run itself must not trigger a re-run
+        if target is None:
             return
-        self._running = True
-        try:
-            if not target.backward:
-                rerun_forward(self.torch_npu, call, args, kwargs, self.config.config_path)
-                self.dumped.append(call.forward_name)
-                return
-            if self.backward_input is None:
-                raise CallOrderError(
-                    "The ACL dump of {} needs the gradient arriving at its output: call set_backward_input(["
-                    "'.../{}_input.0.npy']) after set_dump_switch('ON', mode='acl', scope=['{}']) and before this "
-                    "call runs.".format(target.scope_name, target.scope_name, target.scope_name))
-            path, gradient = self.backward_input
-            if rerun_backward(self.torch_npu, call, args, kwargs, gradient, path, self.config.config_path):
-                self.dumped.append(call.backward_name)
-        finally:
-            self._running = False
+        if not target.backward:
+            rerun_forward(self.torch_npu, call, args, kwargs, self.config.config_path)
+            self.dumped.append(call.forward_name)
+            return
+        if self.backward_input is None:
+            raise CallOrderError(
+                "The ACL dump of {} needs the gradient arriving at its output: call set_backward_input(["
+                "'.../{}_input.0.npy']) after set_dump_switch('ON', mode='acl', scope=['{}']) and before this "
+                "call runs.".format(target.scope_name, target.scope_name, target.scope_name))
+        path, gradient = self.backward_input
+        if rerun_backward(self.torch_npu, call, args, kwargs, gradient, path, self.config.config_path):
+            self.dumped.append(call.backward_name)

@@ -69,6 +69,12 @@ def gradient_records(call_name: str, side: str, gradients: Sequence[Any], filter
     return records
 
 
+def collective_outputs(args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]:
+    """What a collective (``all_reduce``...) writes: its positional arguments and tensor keyword
+    arguments, recorded after the call as its outputs."""
+    return list(args) + [value for value in kwargs.values() if hasattr(value, "_version")]
+
+
 def _has_tensor(value: Any) -> bool:
     import torch
 

@@ -24,11 +24,6 @@ _DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_a
 _THREAD = threading.local()
 
 
-def inside_api() -> bool:
-    """True while the current thread runs a wrapped API (or the tool's own code for one)."""
-    return getattr(_THREAD, "inside", False)
-
-
 class Inside(object):
     """Context manager marking the current thread as inside a wrapped API (re-entrant)."""
 

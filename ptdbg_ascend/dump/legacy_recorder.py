@@ -6,7 +6,7 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.dump.capture import gradient_records, input_records, output_records, tensors_in
+from ptdbg_ascend.dump.capture import collective_outputs, gradient_records, input_records, output_records, tensors_in
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.dump.selection import MODE_PREFIX, RangeState, SwitchConfig, static_match
 from ptdbg_ascend.dump.stack import user_stack_json
@@ -14,7 +14,7 @@ from ptdbg_ascend.dump.statistics import StatisticsCache
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.naming import BACKWARD, FORWARD, STACK_SUFFIX
 from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.legacy_pkl import DIR_MODE, LegacyPklWriter
+from ptdbg_ascend.writers.legacy_pkl import LegacyPklWriter
 
 
 class DumpLocation(object):
@@ -82,9 +82,7 @@ class LegacyRecorder(CallObserver):
         records = []  # type: List[Tuple[str, Any]]
         if call.prefix == "Distributed":
             if self.config.writes_tensors and "output" in self.config.sides:
-                records = output_records(call.forward_name, list(args) + [value for value in kwargs.values()
-                                                                          if hasattr(value, "_version")],
-                                         self.config.filter_switch)
+                records = output_records(call.forward_name, collective_outputs(args, kwargs), self.config.filter_switch)
             self._write(call.forward_name, records, (args, kwargs, output))
             return
         if self.config.writes_tensors:
@@ -132,7 +130,6 @@ class LegacyRecorder(CallObserver):
         npy_dir = pkl_path[: -len(".pkl")] if self.config.writes_npy else None
         fresh = pkl_path not in self.session.opened_files
         self._statistics.clear()
-        os.makedirs(os.path.dirname(pkl_path), mode=DIR_MODE, exist_ok=True)
         # Lines alone are cheap to write in place; a writer thread would only fight the training thread
         # for the GIL. Tensor files go to the background thread.
         background = BackgroundWriter() if npy_dir is not None else None

@@ -80,6 +80,13 @@ class DumpSession(object):
         with self._lock:
             self.observers = tuple(item for item in self.observers if item is not observer)
 
+    def find_observer(self, kind: type) -> Optional[CallObserver]:
+        """The first registered observer that is an instance of ``kind``, or None."""
+        for observer in self.observers:
+            if isinstance(observer, kind):
+                return observer
+        return None
+
     def reset_counters(self) -> None:
         """Restart every API counter at 0 (msprobe's ``step()``)."""
         self.counters.clear()

@@ -43,6 +43,15 @@ _HAS_AMINMAX = _torch_has("aminmax")
 _SMALL = 32768  # up to this many elements, a float32 dot product is exact enough
 
 
+def min_max(tensor: Any) -> Tuple[Any, Any]:
+    """``(min, max)`` of a tensor as 0-d tensors, in one pass where torch has ``aminmax`` (>= 1.11)."""
+    import torch
+
+    if _HAS_AMINMAX:
+        return torch.aminmax(tensor)
+    return tensor.min(), tensor.max()
+
+
 def scalar_statistics(value: Any) -> Statistics:
     """Statistics of a Python bool/int/float: ``[v, v, v, |v|]``."""
     number = float(value)
@@ -78,10 +87,7 @@ def tensor_statistics(tensor: Any) -> Statistics:
         if small is not None:
             return small
     # Three passes over the data; the mean is the sum over n (torch's mean() has a higher fixed cost).
-    if _HAS_AMINMAX:
-        low, high = torch.aminmax(work)
-    else:  # torch < 1.11
-        low, high = work.min(), work.max()
+    low, high = min_max(work)
     total = torch.sum(work)
     if work.numel() <= _SMALL:  # off the CPU: one BLAS call, exact enough in float32 at this size
         flat = work.reshape(-1)
@@ -135,6 +141,7 @@ class StatisticsCache(object):
     def __init__(self, max_age: int = 1) -> None:
         self._max_age = max_age
         self._generation = 0
+        self._pruned_at = -1
         self._entries = {}  # type: dict
 
     def advance(self) -> None:
@@ -154,7 +161,10 @@ class StatisticsCache(object):
                 and entry[4] >= self._generation - self._max_age:
             return entry[2], entry[3]
         statistics = tensor_statistics(tensor)
-        if len(self._entries) > 256:
+        if len(self._entries) > 256 and self._pruned_at != self._generation:
+            # At most once per call: within one call nothing expires, so pruning again would only
+            # rebuild the dict for every further tensor of a call that records hundreds (torch.cat).
+            self._pruned_at = self._generation
             oldest = self._generation - self._max_age
             self._entries = dict(item for item in self._entries.items() if item[1][4] >= oldest)
         try:

@@ -24,10 +24,7 @@ def _check_overflow_nums(overflow_nums: Any) -> int:
 def _find_observer(session: Any) -> Optional[Any]:
     from ptdbg_ascend.overflow.observer import OverflowObserver
 
-    for observer in session.observers:
-        if isinstance(observer, OverflowObserver):
-            return observer
-    return None
+    return session.find_observer(OverflowObserver)
 
 
 def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dump_mode: str = "api",
@@ -63,7 +60,10 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
 
         acl_npu = require_torch_npu("Overflow check with dump_mode='acl'")
         acl_config = acl_config_argument(dump_config)
-        acl_rerun = functools.partial(_acl_rerun, acl_npu, acl_config.config_path)
+        from ptdbg_ascend.acl.runner import rerun_forward
+
+        # overflow + ACL: each overflowing forward call is re-run under ACL dump
+        acl_rerun = functools.partial(rerun_forward, acl_npu, config_file=acl_config.config_path)
     elif dump_config is not None:
         raise ParameterError("dump_config", dump_config, "is only used with dump_mode='acl'")
 
@@ -94,13 +94,6 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
     session.add_observer(observer)
     logger.info("Overflow check is on ({}, stop at overflow {}).".format(
         "float status" if float_status is not None else "inf/nan values", "never" if limit == -1 else limit))
-
-
-def _acl_rerun(torch_npu: Any, config_file: str, call: Any, args: Any, kwargs: Any) -> None:
-    """overflow + ACL: re-run an overflowing forward call under ACL dump."""
-    from ptdbg_ascend.acl.runner import rerun_forward
-
-    rerun_forward(torch_npu, call, args, kwargs, config_file)
 
 
 def _place(session: Any, acl_config: Any) -> Any:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Union
 
+from ptdbg_ascend.dump.statistics import min_max
+
 Flag = Union[bool, Any]  # a Python bool, or a 0-d bool tensor on the device (read later)
 
 
@@ -46,10 +48,7 @@ def tensor_flag(tensor: Any) -> Optional[Flag]:
     tensor = tensor.detach()
     limit = _limit(tensor)
     try:
-        if hasattr(torch, "aminmax"):
-            low, high = torch.aminmax(tensor)
-        else:  # torch < 1.11
-            low, high = tensor.min(), tensor.max()
+        low, high = min_max(tensor)
     except (RuntimeError, TypeError, NotImplementedError):
         return None  # a tensor subclass or backend without these reductions: the check must not stop training
     if tensor.device.type == "cpu":

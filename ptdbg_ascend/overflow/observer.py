@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
-from ptdbg_ascend.dump.capture import gradient_records, input_records, output_records, tensors_in
+from ptdbg_ascend.dump.capture import collective_outputs, gradient_records, input_records, output_records, tensors_in
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.dump.stack import user_stack_json
 from ptdbg_ascend.log import logger
@@ -92,7 +92,6 @@ class OverflowObserver(CallObserver):
         self.filter_switch = True
         self.count = 0
         self.stopped = False
-        self.pkl_paths = []  # type: List[str]
         self._pending = []  # type: List[PendingCall]
         self._lock = threading.RLock()  # backward checks may run on autograd's device threads
 
@@ -117,7 +116,7 @@ class OverflowObserver(CallObserver):
         if call.prefix == "Distributed":
             # Collectives write their result into their arguments (all_reduce): those are the outputs,
             # recorded as the dump records them.
-            output = list(args) + [value for value in kwargs.values() if hasattr(value, "_version")]
+            output = collective_outputs(args, kwargs)
             flag = self._check(output)
             if flag is False:
                 return
@@ -213,7 +212,6 @@ class OverflowObserver(CallObserver):
             writer.write_call([(name, value, None, None) for name, value in entry.records])
         finally:
             writer.close()
-        self.pkl_paths.append(pkl_path)
         logger.warning("[overflow {} times]: module name :'{}' is overflow and dump file is saved in '{}'."
                        .format(self.count, entry.name, pkl_path))
         if entry.rerun is not None:

@@ -141,11 +141,6 @@ class MsprobeJsonWriter(object):
             self._background.submit(job, nbytes)
         return data_name
 
-    @property
-    def entry_names(self) -> List[str]:
-        with self._lock:
-            return list(self._data)
-
     # -- writing ---------------------------------------------------------------------------------
     def flush(self, json_only: bool = False) -> None:
         """Rewrite dump.json (and, unless ``json_only``, stack.json and construct.json) with every entry
@@ -156,8 +151,9 @@ class MsprobeJsonWriter(object):
         with self._lock:
             dump_dir = self.tensor_dir if self.saves_tensors else None
             text = dump_json_text(self.task, self.level, dump_dir, self._data, self._encoded)
-            stack_text = _object_text(self._stack, self._stack_encoded, 0)
-            construct_text = json.dumps(self._construct, indent=1)
+            if not json_only:  # the periodic flush rewrites dump.json alone: do not encode the others
+                stack_text = _object_text(self._stack, self._stack_encoded, 0)
+                construct_text = json.dumps(self._construct, indent=1)
             self._unflushed = 0
         _write_atomic(os.path.join(self.directory, DUMP_FILE), text)
         if not json_only:
