@@ -27,6 +27,7 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+from ptdbg_ascend.comparison.distributed import RANK_DIR
 from ptdbg_ascend.comparison.readers.legacy_pkl import read_lines
 from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import load_json
@@ -82,7 +83,6 @@ class ConvertResult(NamedTuple):
     written: Tuple[str, ...] = ()
 
 
-RANK_DIR = re.compile(r"^rank\d*$")
 
 
 def _plan(source: str) -> List[Tuple[DumpFiles, str]]:
@@ -92,7 +92,7 @@ def _plan(source: str) -> List[Tuple[DumpFiles, str]]:
             and not glob.glob(os.path.join(source, "*.pkl")):
         ranks = sorted((entry for entry in os.listdir(source)
                         if RANK_DIR.match(entry) and os.path.isdir(os.path.join(source, entry))),
-                       key=lambda entry: int(entry[4:] or 0))
+                       key=lambda entry: int(RANK_DIR.match(entry).group(1) or 0))
         if ranks:
             plan = []
             for rank in ranks:

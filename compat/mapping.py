@@ -34,10 +34,9 @@ import re
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.compat.recording import TRUNCATED, LegacyCall
+from ptdbg_ascend.config import DEFAULT_DUMP_PATH, DEFAULT_SEED  # msprobe's defaults (no set_dump_path / seed)
 from ptdbg_ascend.naming import PREFIXES, to_dotted
 
-DEFAULT_DUMP_PATH = "./dump_path"  # msprobe's default, used when the script never called set_dump_path
-DEFAULT_SEED = 1234
 DEFAULT_DUMP_TAG = "ptdbg_dump"
 
 # "Tensor_permute_1" (a legacy list item without its direction) -> "Tensor.permute.1"
