@@ -10,6 +10,8 @@ from typing import Dict, NamedTuple, Optional, Sequence
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.comparison.matching import RowPair
 from ptdbg_ascend.comparison.records import TensorRecord
+from ptdbg_ascend.comparison.reports import open_new
+from ptdbg_ascend.comparison.verdicts import NO, PASS, UNMATCHED, WARNING, YES
 from ptdbg_ascend.log import logger
 
 FP16_MAX = 65504.0
@@ -89,7 +91,7 @@ def _producer(pairs: Sequence[RowPair], failing: int, side, call) -> Optional[in
 def diagnose(rows: Sequence[Dict[str, object]], pairs: Sequence[RowPair], failing: Optional[int]) -> Advice:
     """The advice for the first failing row (None: all reached)."""
     for row in rows:
-        if row.get(col.ACCURACY) == "Unmatched":
+        if row.get(col.ACCURACY) == UNMATCHED:
             logger.warning("The tensor name matches but the shape or dtype does not match: {}".format(row[col.NPU_NAME]))
     if failing is None:
         logger.info("All data from api input/output accuracy reached")
@@ -102,8 +104,7 @@ def diagnose(rows: Sequence[Dict[str, object]], pairs: Sequence[RowPair], failin
     call = pair.npu_call
     if pair.npu is not None and pair.npu.side == "output" and call is not None:
         inputs = [i for i, p in enumerate(pairs) if p.npu_call is call and p.npu is not None and p.npu.side == "input"]
-        verdicts = [rows[i].get(col.ACCURACY, rows[i].get(col.RESULT)) for i in inputs]
-        if all(v in ("Yes", "pass") for v in verdicts):
+        if all(_matches(rows[i]) for i in inputs):
             parts.append("Cause, not propagation: the inputs of {} still match the bench but its output does not, "
                          "so {} is the suspect.".format(call.name, call.name))
         else:
@@ -118,15 +119,19 @@ def diagnose(rows: Sequence[Dict[str, object]], pairs: Sequence[RowPair], failin
                          "produced it. Check what feeds the model (data loading order, shuffle, seed_all, loaded "
                          "weights) or APIs that are not dumped.")
         else:
-            verdict = rows[producer].get(col.ACCURACY, rows[producer].get(col.RESULT))
             parts.append("Propagation: this input already differs; it was produced by {} (line {}, {}). {}".format(
                 (pairs[producer].npu_call or pairs[producer].bench_call).name, producer + 2, rows[producer][col.NPU_NAME],
                 "Its output still matched, so the value changed in between (an in-place API or an API that "
-                "is not dumped)." if verdict in ("Yes", "pass") else "Look upstream from there."))
+                "is not dumped)." if _matches(rows[producer]) else "Look upstream from there."))
     if call is not None and any(_fp16_overflow(p.npu) for p in pairs if p.npu_call is call):
         parts.append("FP16 overflow: a float16 tensor of {} reaches inf/nan or the float16 maximum {}. Check loss "
                      "scaling, or compute this API in float32.".format(call.name, FP16_MAX))
     return Advice(str(line), name, "\n".join(p for p in parts if p))
+
+
+def _matches(row: Dict[str, object]) -> bool:
+    """Whether a report row says the two sides agree (full mode: Yes; summary mode: pass)."""
+    return row.get(col.ACCURACY, row.get(col.RESULT)) in (YES, PASS)
 
 
 def write_advice(advice: Advice, output_path: str, stem: str) -> str:
@@ -135,9 +140,7 @@ def write_advice(advice: Advice, output_path: str, stem: str) -> str:
     for line in advice.text().splitlines():
         logger.info(line)
     path = os.path.join(output_path, stem + ".txt")
-    if os.path.lexists(path):
-        os.remove(path)
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640), "w", encoding="utf-8") as handle:
+    with open_new(path) as handle:
         handle.write(advice.text())
     logger.info("The advisor summary is saved in: {}".format(path))
     return path
@@ -145,7 +148,7 @@ def write_advice(advice: Advice, output_path: str, stem: str) -> str:
 
 def first_failure(rows: Sequence[Dict[str, object]], full_mode: bool) -> Optional[int]:
     """First row whose Accuracy is No (full mode) or whose Result is warning (summary mode)."""
-    column, value = (col.ACCURACY, "No") if full_mode else (col.RESULT, "warning")
+    column, value = (col.ACCURACY, NO) if full_mode else (col.RESULT, WARNING)
     for index, row in enumerate(rows):
         if row.get(column) == value:
             return index

@@ -73,7 +73,8 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
         column_names = columns.summary_columns(stack_mode)
     failing = advisor.first_failure(rows, inputs.full_mode)
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
-    stem = "compare_result_{}_{}".format(suffix, stamp) if suffix else "compare_result_{}".format(stamp)
+    tail = "{}_{}".format(suffix, stamp) if suffix else stamp
+    stem = "compare_result_" + tail
     csv_path = os.path.join(output_path, stem + ".csv")
     reports.write_csv(csv_path, column_names, rows)
     logger.info("Compare result is {}".format(csv_path))
@@ -84,8 +85,7 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     advisor_path = None
     if auto_analyze:
         advice = advisor.diagnose(rows, pairs, failing)
-        advisor_stem = "advisor_{}_{}".format(suffix, stamp) if suffix else "advisor_{}".format(stamp)
-        advisor_path = advisor.write_advice(advice, output_path, advisor_stem)
+        advisor_path = advisor.write_advice(advice, output_path, "advisor_" + tail)
     first = None if failing is None else str(rows[failing][columns.NPU_NAME])
     return CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows))
 

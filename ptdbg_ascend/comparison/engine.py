@@ -16,11 +16,11 @@ from ptdbg_ascend.comparison.matching import RowPair, dtypes_compatible
 from ptdbg_ascend.comparison.records import TensorRecord, format_stack
 from ptdbg_ascend.log import logger
 
-MISSING = "Nan"
+MISSING = met.NAN  # the cell of a value that cannot be given (the verdicts test for this word)
 MSG_FUZZY = "Fuzzy matching data, the comparison accuracy may be affected."
 MSG_NO_NPU = "No NPU data matched."
-PROGRESS_MIN_ROWS = 500
-PROCESS_MIN_ROWS = 64  # below this, starting worker processes costs more than it saves  # a progress bar only where a comparison takes long enough to want one
+PROGRESS_MIN_ROWS = 500  # a progress bar only where a comparison takes long enough to want one
+PROCESS_MIN_ROWS = 64  # below this, starting worker processes costs more than it saves
 Row = Dict[str, object]
 
 
@@ -33,11 +33,11 @@ def _number_cell(value: object) -> object:
     return "{:.12f}".format(value) if isinstance(value, float) else value
 
 
-def _stat_cells(prefix: str, record: Optional[TensorRecord]) -> Row:
-    names = ["max", "min", "mean", "l2norm"]
+def _stat_cells(names: Sequence[str], record: Optional[TensorRecord]) -> Row:
+    """The four statistics cells named ``names`` (``col.STATISTICS[:4]`` or ``[4:]``)."""
     if record is None:
-        return {"{} {}".format(prefix, n): MISSING for n in names}
-    return {"{} {}".format(prefix, n): (MISSING if v is None else v) for n, v in zip(names, record.statistics)}
+        return {name: MISSING for name in names}
+    return {name: (MISSING if value is None else value) for name, value in zip(names, record.statistics)}
 
 
 def _basic_cells(pair: RowPair, stack_mode: bool) -> Row:
@@ -48,8 +48,8 @@ def _basic_cells(pair: RowPair, stack_mode: bool) -> Row:
         "NPU Tensor Shape": str(list(npu.shape)) if npu else MISSING,
         "Bench Tensor Shape": str(list(bench.shape)) if bench else MISSING,
     }
-    row.update(_stat_cells("NPU", npu))
-    row.update(_stat_cells("Bench", bench))
+    row.update(_stat_cells(col.STATISTICS[:4], npu))
+    row.update(_stat_cells(col.STATISTICS[4:], bench))
     if stack_mode:
         call = pair.npu_call  # the column holds NPU stacks only; a bench-only row leaves it empty
         row[col.STACK] = format_stack(call.stack) if (pair.first_of_call and call is not None and call.stack) else ""
@@ -70,22 +70,17 @@ def _structure_messages(pair: RowPair) -> List[str]:
     return messages
 
 
-def _metrics_of(pair: RowPair) -> Optional[met.Metrics]:
-    return _metrics_of_records((pair.npu, pair.bench))
-
-
 def _full_row(pair: RowPair, metrics: Optional[met.Metrics], stack_mode: bool, print_log: bool) -> Row:
     row = _basic_cells(pair, stack_mode)
+    compared = metrics  # None exactly when one side is missing (then every metric cell is "Nan")
     if metrics is None:
         metrics = met.uniform(MISSING, "")._replace(messages=())
-    values = list(metrics[:5]) + list(metrics[5:8])
+    values = list(metrics[:8])
     for name, value in zip(col.METRICS + col.EXTRA_METRICS, values):
         row[name] = _number_cell(value)
     accuracy = verdicts.accuracy_reached(metrics.cosine, metrics.max_abs_err)
-    if pair.npu is None or pair.bench is None:
-        accuracy = MISSING
     row[col.ACCURACY] = accuracy
-    row[col.RESULT] = verdicts.graded_result(accuracy, metrics if (pair.npu and pair.bench) else None)
+    row[col.RESULT] = verdicts.graded_result(accuracy, compared)
     row[col.ERR_MESSAGE] = " ".join(_structure_messages(pair) + list(metrics.messages))
     if print_log and pair.npu is not None:
         logger.info("[{}] Compare result: cosine {}, max_abs_err {}, max_relative_err {}, {}, "
@@ -157,21 +152,22 @@ def _metrics_in_order(pairs: Sequence[RowPair]) -> Iterator:
     records = [(pair.npu, pair.bench) for pair in pairs]
     # Not in a process that has torch loaded (a training script calling compare at its end): forking
     # a process with torch's thread pools running is unsafe, so threads are used there.
-    if count > 1 and len(pairs) >= PROCESS_MIN_ROWS and "torch" not in sys.modules and _fork_context() is not None:
-        with _fork_context().Pool(count) as pool:
+    context = _fork_context() if count > 1 and len(pairs) >= PROCESS_MIN_ROWS and "torch" not in sys.modules else None
+    if context is not None:
+        with context.Pool(count) as pool:
             chunk = max(1, min(32, len(records) // (4 * count)))
             for pair, metrics in zip(pairs, pool.imap(_metrics_of_records, records, chunksize=chunk)):
                 yield pair, metrics
         return
     if count == 1 or len(pairs) < 8:
         for pair in pairs:
-            yield pair, _metrics_of(pair)
+            yield pair, _metrics_of_records((pair.npu, pair.bench))
         return
     window = 2 * count  # pairs in flight: bounds memory to a few tensor pairs
     with concurrent.futures.ThreadPoolExecutor(max_workers=count) as pool:
         pending: collections.deque = collections.deque()
         for pair in pairs:
-            pending.append((pair, pool.submit(_metrics_of, pair)))
+            pending.append((pair, pool.submit(_metrics_of_records, (pair.npu, pair.bench))))
             if len(pending) >= window:
                 done_pair, future = pending.popleft()
                 yield done_pair, future.result()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.errors import DumpWriteError
@@ -15,16 +15,18 @@ RED, YELLOW = "FFC7CE", "FFEB9C"
 HIGHLIGHTED = (col.NPU_NAME, col.BENCH_NAME, col.ACCURACY, col.RESULT, col.ERR_MESSAGE)
 
 
-def _open_new(path: str):
+def open_new(path: str):
+    """``path`` opened for writing text as a new 0640 file (a same-named report is replaced, as the
+    legacy tool did)."""
     if os.path.lexists(path):
-        os.remove(path)  # the legacy tool replaces a same-named report
+        os.remove(path)
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "w", newline="", encoding="utf-8")
 
 
 def write_csv(path: str, columns: Sequence[str], rows: Sequence[Dict[str, object]]) -> None:
     """Columns in the given order; a missing cell is written empty."""
     try:
-        with _open_new(path) as handle:
+        with open_new(path) as handle:
             writer = csv.writer(handle)
             writer.writerow(columns)
             for row in rows:
@@ -105,11 +107,3 @@ def _add_chart(book, rows, first_failure, LineChart, Reference) -> None:
     marker.graphicalProperties.line.noFill = True
     chart.width, chart.height = 28, 12
     data.add_chart(chart, "F2")
-
-
-def first_row_with(rows: Sequence[Dict[str, object]], column: str, values: List[str]) -> Optional[int]:
-    """Index of the first row whose ``column`` is one of ``values``."""
-    for index, row in enumerate(rows):
-        if row.get(column) in values:
-            return index
-    return None
