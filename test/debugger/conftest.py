@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from fake_torch_npu.fixtures import clean_session
 
 
 class TinyNet(torch.nn.Module):
@@ -35,23 +36,14 @@ class NestedNet(torch.nn.Module):
         return self.head(self.block(x))
 
 
-def _clean(session) -> None:
-    from ptdbg_ascend.msprobe.recorder import MsprobeRecorder
-
-    for observer in session.observers:
-        if isinstance(observer, MsprobeRecorder):
-            session.remove_observer(observer)
-    session.reset_counters()
-
-
 @pytest.fixture
 def session():
     from ptdbg_ascend.dump.session import get_session
 
     current = get_session()
-    _clean(current)
+    clean_session(current)
     yield current
-    _clean(current)
+    clean_session(current)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from fake_torch_npu.fixtures import clean_session
 
 
 class TinyNet(torch.nn.Module):
@@ -24,27 +25,15 @@ class TinyNet(torch.nn.Module):
         return self.fc(x.flatten(1))
 
 
-def _clean(session) -> None:
-    from ptdbg_ascend.dump.session import LegacyDumpSettings
-
-    recorder = session.legacy.recorder
-    if recorder is not None:
-        session.remove_observer(recorder)
-        recorder.close()
-    session.reset_counters()
-    session.opened_files.clear()
-    session.legacy = LegacyDumpSettings()
-
-
 @pytest.fixture
 def dump_session():
     """The process's dump session, reset before and after the test (counters, windows, path)."""
     from ptdbg_ascend.dump.session import get_session
 
     session = get_session()
-    _clean(session)
+    clean_session(session)
     yield session
-    _clean(session)
+    clean_session(session)
 
 
 @pytest.fixture

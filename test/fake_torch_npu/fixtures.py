@@ -1,4 +1,4 @@
-"""Fixtures shared by the overflow and ACL tests: a clean dump session (no observer left behind for
+"""Fixtures shared by the test packages: a clean dump session (no observer left behind for
 the other test packages), the recording fake torch_npu, or no torch_npu at all."""
 
 from __future__ import annotations
