@@ -50,6 +50,9 @@ class MsprobeRecorder(CallObserver):
         self.overflows = 0
         self.md5 = config.task == "statistics" and config.summary_mode == "md5"
         self.overflow_task = config.task == "overflow_check"
+        # data_mode never changes: decided once, not on every API call
+        self._forward_wanted = direction_wanted(config.data_mode, FORWARD)
+        self._backward_wanted = direction_wanted(config.data_mode, BACKWARD)
         # construct.json needs the module enclosing each call: the module hooks push and pop here.
         self.module_stack = []  # type: List[str]
         self._forward_parent = {}  # type: Dict[str, Optional[str]]
@@ -93,11 +96,10 @@ class MsprobeRecorder(CallObserver):
             return False
         name = dotted(call, FORWARD)
         self.note_construct(name)  # every call seen while on, even outside scope/list (as 1.0.4)
-        return self.selector.api_event(name) and direction_wanted(self.config.data_mode, FORWARD)
+        return self.selector.api_event(name) and self._forward_wanted
 
     def wants_backward(self, call: ApiCall) -> bool:
-        if not (self.on and self.record_apis and call.prefix != "Distributed"
-                and direction_wanted(self.config.data_mode, BACKWARD)):
+        if not (self.on and self.record_apis and call.prefix != "Distributed" and self._backward_wanted):
             return False
         if self.selector.scope:
             return True  # decided when the gradients arrive (the range is walked in time order)
