@@ -41,7 +41,7 @@ class RecordName(NamedTuple):
 
 def call_name(prefix: str, api: str, index: int, direction: str) -> str:
     """``call_name("Tensor", "__add__", 0, "forward") == "Tensor___add___0_forward"``."""
-    return "{}_{}_{}_{}".format(prefix, api, index, direction)
+    return prefix + "_" + api + "_" + str(index) + "_" + direction
 
 
 def parse_record_name(name: str) -> Optional[RecordName]:

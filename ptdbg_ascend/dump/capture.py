@@ -8,64 +8,82 @@ positional ones and continue their numbering.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
+
+import torch
 
 Record = Tuple[str, Any]
 
-_SKIPPED_TYPES = (str, bytes, type(None), slice, type(Ellipsis), dict)
+_Tensor = torch.Tensor
+_SCALARS = (bool, int, float)
+_SEQUENCES = (list, tuple)
 
 
 def keep_value(value: Any, filter_switch: bool) -> bool:
     """Whether a leaf is recorded. ``filter_switch=True`` (the "ON" default) drops bool/int tensors,
     0-d and empty tensors and Python scalars; False keeps every tensor and scalar."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        if value.device.type == "meta":
-            return False
-        if not filter_switch:
-            return True
-        return value.dim() > 0 and value.numel() > 0 and (value.is_floating_point() or value.is_complex())
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, _Tensor):
+        return _keep_tensor(value, filter_switch)
+    if isinstance(value, _SCALARS):
         return not filter_switch
     return False
 
 
-def _leaves(value: Any, suffix: str) -> Iterator[Record]:
-    """Depth-first leaves of lists/tuples (torch.Size and namedtuples included). An element that is not
-    recorded (None, str, dtype, an empty list...) still consumes its index, as in the original."""
-    import torch
+def _keep_tensor(tensor: Any, filter_switch: bool) -> bool:
+    if filter_switch:
+        # Cheapest test first: most filtered-out tensors are integer indices or 0-d step counters.
+        if not (tensor.is_floating_point() or tensor.is_complex()) or tensor.dim() == 0 or tensor.numel() == 0:
+            return False
+    return not tensor.is_meta
 
-    if isinstance(value, torch.Tensor) or isinstance(value, (bool, int, float)):
-        yield suffix, value
-    elif isinstance(value, (list, tuple)):
+
+def _collect(value: Any, name: str, filter_switch: bool, out: List[Record]) -> None:
+    """Append the kept leaves of ``value`` (lists/tuples depth first, torch.Size and namedtuples
+    included) as ``(name[.i...], leaf)``. An element that is not recorded (None, str, dtype, an empty
+    list...) still consumes its index, as in the original."""
+    if isinstance(value, _Tensor):
+        if _keep_tensor(value, filter_switch):
+            out.append((name, value))
+    elif isinstance(value, _SCALARS):
+        if not filter_switch:
+            out.append((name, value))
+    elif isinstance(value, _SEQUENCES):
+        prefix = name + "."
         for index, item in enumerate(value):
-            for leaf in _leaves(item, "{}.{}".format(suffix, index)):
-                yield leaf
+            _collect(item, prefix + str(index), filter_switch, out)
 
 
 def input_records(call_name: str, args: Sequence[Any], kwargs: Dict[str, Any], filter_switch: bool) -> List[Record]:
-    """``{call_name}_input.{i}...`` records of positional then keyword arguments."""
+    """``{call_name}_input.{i}...`` records of positional then keyword arguments (tensor keyword
+    arguments continue the positional numbering)."""
     records = []  # type: List[Record]
-    values = list(args) + [value for value in kwargs.values() if _has_tensor(value)]
-    for index, value in enumerate(values):
-        for suffix, leaf in _leaves(value, "_input.{}".format(index)):
-            if keep_value(leaf, filter_switch):
-                records.append((call_name + suffix, leaf))
+    prefix = call_name + "_input."
+    index = 0
+    for index, value in enumerate(args):
+        _collect(value, prefix + str(index), filter_switch, records)
+    if kwargs:
+        index = len(args)
+        for value in kwargs.values():
+            if _has_tensor(value):
+                _collect(value, prefix + str(index), filter_switch, records)
+                index += 1
     return records
 
 
 def output_records(call_name: str, output: Any, filter_switch: bool) -> List[Record]:
     """``{call_name}_output`` for a single value, ``{call_name}_output.{i}...`` for a list/tuple."""
-    return [(call_name + suffix, leaf) for suffix, leaf in _leaves(output, "_output") if keep_value(leaf, filter_switch)]
+    records = []  # type: List[Record]
+    _collect(output, call_name + "_output", filter_switch, records)
+    return records
 
 
 def gradient_records(call_name: str, side: str, gradients: Sequence[Any], filter_switch: bool) -> List[Record]:
     """``{call_name}_{side}.{i}`` for each gradient that is not None (None leaves an index gap)."""
     records = []  # type: List[Record]
+    prefix = "{}_{}.".format(call_name, side)
     for index, gradient in enumerate(gradients):
         if gradient is not None and keep_value(gradient, filter_switch):
-            records.append(("{}_{}.{}".format(call_name, side, index), gradient))
+            records.append((prefix + str(index), gradient))
     return records
 
 
@@ -76,26 +94,22 @@ def collective_outputs(args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]
 
 
 def _has_tensor(value: Any) -> bool:
-    import torch
-
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, _Tensor):
         return True
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, _SEQUENCES):
         return any(_has_tensor(item) for item in value)
     return False
 
 
 def tensors_in(value: Any) -> List[Any]:
     """Every tensor in ``value`` (lists/tuples/dict values, depth first), in argument order."""
-    import torch
-
     found = []  # type: List[Any]
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, torch.Tensor):
+        if isinstance(item, _Tensor):
             found.append(item)
-        elif isinstance(item, (list, tuple)):
+        elif isinstance(item, _SEQUENCES):
             stack.extend(reversed(item))
         elif isinstance(item, dict):
             stack.extend(reversed(list(item.values())))

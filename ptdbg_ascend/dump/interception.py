@@ -19,9 +19,9 @@ from typing import Any, Callable, Dict, List, Tuple
 
 _DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis.txt")
 
-# Per-thread "inside a wrapped API" flag. Module level because the wrappers are module-level
-# functions; it holds no dump state, only the nesting depth of the current thread.
-_THREAD = threading.local()
+# Per-thread "inside a wrapped API" flag (`inside`). Module level because the wrappers are module-level
+# functions; it holds no dump state, only whether the current thread is inside a wrapped API.
+THREAD_STATE = threading.local()
 
 
 class Inside(object):
@@ -30,12 +30,12 @@ class Inside(object):
     __slots__ = ("previous",)
 
     def __enter__(self) -> "Inside":
-        self.previous = getattr(_THREAD, "inside", False)
-        _THREAD.inside = True
+        self.previous = getattr(THREAD_STATE, "inside", False)
+        THREAD_STATE.inside = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _THREAD.inside = self.previous
+        THREAD_STATE.inside = self.previous
 
 
 def read_wrapped_names(path: str = _DATA_FILE) -> Dict[str, List[str]]:
@@ -82,7 +82,7 @@ def make_wrapper(session: Any, prefix: str, api: str, original: Callable[..., An
     """The wrapper installed in place of ``original``."""
     counters = session.counters
     key = prefix + "_" + api
-    thread = _THREAD
+    thread = THREAD_STATE
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if getattr(thread, "inside", False) or session.in_forked_child:

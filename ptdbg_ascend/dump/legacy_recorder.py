@@ -6,9 +6,11 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from torch import Tensor
+
 from ptdbg_ascend.dump.capture import collective_outputs, gradient_records, input_records, output_records, tensors_in
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
-from ptdbg_ascend.dump.selection import MODE_PREFIX, RangeState, SwitchConfig, static_match
+from ptdbg_ascend.dump.selection import MODE_PREFIX, RangeState, SwitchConfig, selects_every_call, static_match
 from ptdbg_ascend.dump.stack import user_stack_json
 from ptdbg_ascend.dump.statistics import StatisticsCache
 from ptdbg_ascend.log import logger
@@ -48,9 +50,19 @@ class LegacyRecorder(CallObserver):
         self._writer = None  # type: Optional[LegacyPklWriter]
         self._statistics = StatisticsCache()
         self._lock = threading.Lock()  # backward hooks may run on autograd's device threads
+        # The switch decided once, not per call (every top-level call asks wants_forward).
+        self._selects_all = selects_every_call(config)
+        self._forward = FORWARD in config.directions
+        self._backward = BACKWARD in config.directions
+        self._inputs = config.writes_tensors and "input" in config.sides
+        self._outputs = config.writes_tensors and "output" in config.sides
+        self._stack = config.writes_stack
+        self._filter = config.filter_switch
 
     # -- selection -----------------------------------------------------------------------------
     def _selected(self, call: ApiCall, name: str) -> bool:
+        if self._selects_all:
+            return True
         matched = static_match(self.config, call.prefix, call.api, name)
         if matched is None:
             with self._lock:
@@ -61,63 +73,60 @@ class LegacyRecorder(CallObserver):
         # Every top-level call, recorded or not, ages the statistics cache: anything may change a tensor.
         self._statistics.advance()
         # The range must see every forward event, even when only backward data is dumped.
-        return self._selected(call, call.forward_name) and FORWARD in self.config.directions
+        return self._selected(call, call.forward_name) and self._forward
 
     def wants_backward(self, call: ApiCall) -> bool:
-        if BACKWARD not in self.config.directions or call.prefix == "Distributed":
+        if not self._backward or call.prefix == "Distributed":
             return False
         if self.range is not None:
             return True  # decided when the backward event happens, in time order
-        return bool(static_match(self.config, call.prefix, call.api, call.backward_name))
+        return self._selected(call, call.backward_name)
 
     # -- recording -----------------------------------------------------------------------------
     def before_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
         # Collective ops change their arguments in place: record the arguments as they go in, and
         # (in on_forward) the same arguments after the call as the outputs, as the original tool did.
-        if call.prefix == "Distributed" and self.config.writes_tensors and "input" in self.config.sides:
-            self._write(call.forward_name, input_records(call.forward_name, args, kwargs, self.config.filter_switch),
+        if call.prefix == "Distributed" and self._inputs:
+            self._write(call.forward_name, input_records(call.forward_name, args, kwargs, self._filter),
                         (args, kwargs), completes_call=False)
 
     def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
-        records = []  # type: List[Tuple[str, Any]]
+        name = call.forward_name
         if call.prefix == "Distributed":
-            if self.config.writes_tensors and "output" in self.config.sides:
-                records = output_records(call.forward_name, collective_outputs(args, kwargs), self.config.filter_switch)
-            self._write(call.forward_name, records, (args, kwargs, output))
+            records = output_records(name, collective_outputs(args, kwargs), self._filter) if self._outputs else []
+            self._write(name, records, (args, kwargs, output))
             return
-        if self.config.writes_tensors:
-            if "input" in self.config.sides:
-                records.extend(input_records(call.forward_name, args, kwargs, self.config.filter_switch))
-            if "output" in self.config.sides:
-                records.extend(output_records(call.forward_name, output, self.config.filter_switch))
-        self._write(call.forward_name, records, (args, kwargs, output))
+        records = input_records(name, args, kwargs, self._filter) if self._inputs else []
+        if self._outputs:
+            records.extend(output_records(name, output, self._filter))
+        self._write(name, records, (args, kwargs, output))
 
     def on_backward(self, call: ApiCall, backward_input: Sequence[Optional[Any]],
                     backward_output: Sequence[Optional[Any]]) -> None:
-        if self.range is not None and not self._selected(call, call.backward_name):
+        name = call.backward_name
+        if self.range is not None and not self._selected(call, name):
             return
         self._statistics.advance()
-        records = []  # type: List[Tuple[str, Any]]
-        if self.config.writes_tensors:
-            if "input" in self.config.sides:
-                records.extend(gradient_records(call.backward_name, "input", backward_input, self.config.filter_switch))
-            if "output" in self.config.sides:
-                records.extend(gradient_records(call.backward_name, "output", backward_output, self.config.filter_switch))
-        self._write(call.backward_name, records, (backward_input, backward_output))
+        records = gradient_records(name, "input", backward_input, self._filter) if self._inputs else []
+        if self._outputs:
+            records.extend(gradient_records(name, "output", backward_output, self._filter))
+        self._write(name, records, (backward_input, backward_output))
 
     def _write(self, call_name: str, records: List[Tuple[str, Any]], sample: Any, completes_call: bool = True) -> None:
         """Write one call's records (+ its stack line when ``completes_call``; a collective's inputs are
         written before the call, its outputs and stack after)."""
-        stack_line = user_stack_json(call_name + STACK_SUFFIX, 2) if completes_call and self.config.writes_stack else None
+        stack_line = user_stack_json(call_name + STACK_SUFFIX, 2) if completes_call and self._stack else None
         with self._lock:
             writer = self._writer or self._open(sample)
-            self.matched += 1 if completes_call else 0
+            if completes_call:
+                self.matched += 1
             if call_name.startswith("Distributed_"):
                 self._statistics.clear()  # collectives write in place without bumping version counters
+            lookup = self._statistics.lookup
             batch = []
             for name, value in records:
-                if hasattr(value, "_version"):  # a tensor: reduce (and save) it once if seen unchanged
-                    statistics, same_as = self._statistics.lookup(value, name)
+                if isinstance(value, Tensor):  # reduce (and save) a tensor once if seen unchanged
+                    statistics, same_as = lookup(value, name)
                     batch.append((name, value, statistics, same_as))
                 else:
                     batch.append((name, value, None, None))

@@ -10,7 +10,8 @@ Life of a top-level call to a wrapped API (nested calls inside it are invisible 
 1. interception takes the API's next counter value and builds an :class:`ApiCall`;
 2. if any observer ``wants_forward(call)``, the original runs and ``on_forward`` is called for each
    observer that wanted it, with the real args/kwargs/output objects (do not mutate them);
-3. if any observer ``wants_backward(call)`` and the output requires grad, backward capture is armed;
+3. if autograd is recording (grad enabled) and the call is not a collective, observers are asked
+   ``wants_backward(call)``; if any wants it and the output requires grad, backward capture is armed;
    when autograd computes the gradients, ``on_backward`` is called with ``backward_input`` (the
    gradients arriving at output i) and ``backward_output`` (the gradients w.r.t. input i; None where
    an input has no gradient).
@@ -34,7 +35,7 @@ class ApiCall(object):
     is the unwrapped function, so an observer can re-execute the call (ACL dump).
     """
 
-    __slots__ = ("prefix", "api", "index", "original", "forward_name", "backward_name")
+    __slots__ = ("prefix", "api", "index", "original", "forward_name", "_backward_name")
 
     def __init__(self, prefix: str, api: str, index: int, original: Callable[..., Any]) -> None:
         self.prefix = prefix
@@ -42,7 +43,15 @@ class ApiCall(object):
         self.index = index
         self.original = original
         self.forward_name = call_name(prefix, api, index, FORWARD)
-        self.backward_name = call_name(prefix, api, index, BACKWARD)
+        self._backward_name = None  # type: Optional[str]
+
+    @property
+    def backward_name(self) -> str:
+        """``{Prefix}_{api}_{n}_backward``, built on first use: most calls (the optimizer's, anything
+        under no_grad) never have a backward."""
+        if self._backward_name is None:
+            self._backward_name = call_name(self.prefix, self.api, self.index, BACKWARD)
+        return self._backward_name
 
     def __repr__(self) -> str:
         return "ApiCall({})".format(self.forward_name)
@@ -56,7 +65,8 @@ class CallObserver(object):
         return False
 
     def wants_backward(self, call: ApiCall) -> bool:
-        """Whether ``on_backward`` should run for this call. Default False."""
+        """Whether ``on_backward`` should run for this call. Default False. Asked only while autograd
+        records (grad enabled) and never for ``Distributed`` calls, so it must not have side effects."""
         return False
 
     def before_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:

@@ -157,11 +157,16 @@ class RangeState(object):
         return False
 
 
+def selects_every_call(config: SwitchConfig) -> bool:
+    """Whether the window selects every call whatever its name (modes all, api_stack, stack without scope)."""
+    return config.mode in ("all", "api_stack") or (config.mode == "stack" and not config.scope)
+
+
 def static_match(config: SwitchConfig, prefix: str, api: str, name: str) -> Optional[bool]:
     """Whether ``name`` is selected by a mode without state; None for range modes (ask the RangeState)."""
     if config.is_range:
         return None
-    if config.mode in ("all", "api_stack") or (config.mode == "stack" and not config.scope):
+    if selects_every_call(config):
         return True
     if config.mode == "api_list":
         return api_list_matches(config.api_list, prefix, api)

@@ -12,12 +12,16 @@ import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import torch
+
 from ptdbg_ascend.dump import backward as backward_capture
 from ptdbg_ascend.dump.capture import tensors_in
-from ptdbg_ascend.dump.interception import Inside, install
+from ptdbg_ascend.dump.interception import THREAD_STATE, install
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.errors import ParameterError
 from ptdbg_ascend.log import logger
+
+_is_grad_enabled = torch.is_grad_enabled
 
 
 class LegacyDumpSettings(object):
@@ -119,17 +123,20 @@ class DumpSession(object):
     # -- the slow path of a wrapper -------------------------------------------------------------
     def dispatch(self, prefix: str, api: str, index: int, original: Callable[..., Any],
                  args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-        """Run one top-level call with observers (called by the wrappers)."""
+        """Run one top-level call with observers (called by the wrappers, which already checked that
+        the thread is not inside another wrapped API)."""
         call = ApiCall(prefix, api, index, original)
-        with Inside():
+        thread = THREAD_STATE
+        thread.inside = True  # what Inside() does, without an object per call on this hot path
+        try:
             observers = self.observers
             forward = [item for item in observers if item.wants_forward(call)]
-            backward = [item for item in observers if item.wants_backward(call)]
-            edges = inputs = None
-            if backward and prefix != "Distributed":
-                import torch
-
-                if torch.is_grad_enabled():
+            edges = None
+            # Backward capture only where autograd records: the optimizer's updates and anything under
+            # no_grad skip wants_backward (documented in observers.py) and the input scan.
+            if prefix != "Distributed" and _is_grad_enabled():
+                backward = [item for item in observers if item.wants_backward(call)]
+                if backward:
                     inputs = tensors_in((args, kwargs))
                     if any(tensor.requires_grad for tensor in inputs):
                         edges = backward_capture.input_edges(inputs)
@@ -140,6 +147,8 @@ class DumpSession(object):
                 observer.on_forward(call, args, kwargs, output)
             if edges is not None:
                 self._arm_backward(call, backward, len(inputs), edges, output)
+        finally:
+            thread.inside = False
         return output
 
     def _arm_backward(self, call: ApiCall, observers: List[CallObserver], n_inputs: int,

@@ -19,9 +19,11 @@ def _is_tool_file(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_TOOL_DIR)
 
 
-# (code object, line) -> the frame's text in one format, or "" for a frame that is not shown (the tool's
-# own, or msprobe's frames without source). The same few call sites recur every step, so each frame
-# costs one dict lookup. One cache per format; each is cleared when it grows past the limit.
+# (code object, bytecode offset) -> the frame's text in one format, or "" for a frame that is not
+# shown (the tool's own, or msprobe's frames without source). The same few call sites recur every step,
+# so each frame costs one dict lookup: the key uses f_lasti, a plain field, because f_lineno is
+# computed from the line table on every access. One cache per format; each is cleared when it grows
+# past the limit.
 FrameRender = Callable[[str, int, str, Optional[str]], str]
 _FRAME_TEXT_LIMIT = 65536
 _LEGACY_FRAMES = {}  # type: Dict[Tuple[Any, int], str]
@@ -33,17 +35,19 @@ def _frame_texts(first: Any, cache: Dict[Tuple[Any, int], str], render: FrameRen
     parts = []  # type: List[str]
     frame = first
     while frame is not None:
-        key = (frame.f_code, frame.f_lineno)
+        code = frame.f_code
+        key = (code, frame.f_lasti)
         text = cache.get(key)
         if text is None:
             if len(cache) >= _FRAME_TEXT_LIMIT:
                 cache.clear()
-            filename = key[0].co_filename
+            filename = code.co_filename
             if _is_tool_file(filename):
                 text = ""
             else:
-                code = linecache.getline(filename, key[1]).strip() or None
-                text = render(filename, key[1], key[0].co_name, code)
+                lineno = frame.f_lineno
+                source = linecache.getline(filename, lineno).strip() or None
+                text = render(filename, lineno, code.co_name, source)
             cache[key] = text
         if text:
             parts.append(text)

@@ -24,6 +24,8 @@ import math
 import weakref
 from typing import Any, List, Optional, Tuple
 
+import numpy
+
 Statistics = List[Optional[float]]
 EMPTY: Statistics = [None, None, None, None]
 
@@ -61,14 +63,26 @@ def scalar_statistics(value: Any) -> Statistics:
 def tensor_statistics(tensor: Any) -> Statistics:
     """``[max, min, mean, l2norm]`` of a torch tensor (see the module docstring for special tensors).
 
-    Runs on the tensor's device without autograd history: small CPU tensors through numpy on the same
-    memory, others with three torch reductions whose four numbers are read at once (one device->host
-    copy off the CPU).
+    Runs on the tensor's device without autograd history: small float32/float64 CPU tensors through
+    numpy on the same memory, others with three torch reductions whose four numbers are read at once
+    (one device->host copy off the CPU).
     """
-    import torch
-
     # detach(): a tensor without autograd history, so no graph is recorded and no no_grad() is needed.
     data = tensor.detach()
+    types = _torch_types()
+    if data.dtype in types.numpy_reals and _is_cpu(data):
+        # The common case first, with as few checks as possible: most recorded tensors of a training
+        # step are small float CPU tensors (the optimizer's per-parameter ops), and for them the checks
+        # below cost as much as the reductions.
+        count = data.numel()
+        if 0 < count <= _SMALL and data.dim() > 0:
+            small = _small_cpu_statistics(data)
+            if small is not None:
+                return small
+    return _general_statistics(data, types.torch)
+
+
+def _general_statistics(data: Any, torch: Any) -> Statistics:
     if data.numel() == 0:
         return list(EMPTY)
     if data.is_complex():
@@ -82,7 +96,7 @@ def tensor_statistics(tensor: Any) -> Statistics:
     if work.dim() == 0:
         value = float(work.item())
         return [value, value, value, abs(value)]
-    if work.device.type == "cpu" and work.numel() <= _SMALL:
+    if work.numel() <= _SMALL and _is_cpu(work):
         small = _small_cpu_statistics(work)
         if small is not None:
             return small
@@ -97,11 +111,19 @@ def tensor_statistics(tensor: Any) -> Statistics:
         # a cascade and stays within float32 rounding of numpy's float64 result, at one temporary.
         square_sum = torch.sum(work * work)
     count = work.numel()
-    if work.device.type == "cpu":
+    if _is_cpu(work):
         # On the CPU item() is a plain memory read: cheaper than stacking four scalars into one tensor.
         return [high.item(), low.item(), total.item() / count, math.sqrt(square_sum.item())]
     # On an accelerator: one device->host transfer for the four numbers instead of four syncs.
     return torch.stack([high, low, total / count, square_sum.sqrt()]).tolist()
+
+
+# Below this magnitude neither the sum nor the sum of squares of _SMALL float32 values can overflow
+# (32768 * 1e16**2 < 3.4e38), so the reductions need no floating-point error state.
+_SAFE_MAGNITUDE = 1e16
+_MAXIMUM = numpy.maximum.reduce
+_MINIMUM = numpy.minimum.reduce
+_ADD = numpy.add.reduce
 
 
 def _small_cpu_statistics(work: Any) -> Optional[Statistics]:
@@ -110,19 +132,51 @@ def _small_cpu_statistics(work: Any) -> Optional[Statistics]:
     torch's per-operator dispatch, which is what the optimizer's many small parameter tensors pay.
     None when numpy cannot view the tensor (a lazily negated or conjugated view): the caller then
     uses torch."""
-    import numpy
-
     try:
-        array = work.numpy().reshape(-1)
+        array = work.numpy()
     except (RuntimeError, TypeError, ValueError):
         return None
-    with numpy.errstate(all="ignore"):  # inf/nan propagate as in torch, without RuntimeWarnings
-        high = float(numpy.maximum.reduce(array))
-        low = float(numpy.minimum.reduce(array))
-        total = float(numpy.add.reduce(array))  # pairwise summation, as numpy's own mean
+    if array.ndim != 1:
+        array = array.reshape(-1)
+    # max/min propagate NaN without floating-point warnings; they also bound the other two.
+    high = float(_MAXIMUM(array))
+    low = float(_MINIMUM(array))
+    if -_SAFE_MAGNITUDE < low and high < _SAFE_MAGNITUDE:  # finite, no NaN, no overflow possible
+        total = float(_ADD(array))  # pairwise summation, as numpy's own mean
         # Not numpy.dot: BLAS may wake a thread pool that then spins beside the training threads.
-        square_sum = float(numpy.add.reduce(array * array))
+        square_sum = float(_ADD(array * array))
+    else:
+        with numpy.errstate(all="ignore"):  # inf/nan propagate as in torch, without RuntimeWarnings
+            total = float(_ADD(array))
+            square_sum = float(_ADD(array * array))
     return [high, low, total / array.size, math.sqrt(square_sum)]
+
+
+class _TorchTypes(object):
+    """torch and the dtypes the fast path tests, looked up once (torch is imported on first use)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.numpy_reals = frozenset((torch.float32, torch.float64))
+
+
+_TYPES = []  # type: List[_TorchTypes]
+
+
+def _torch_types() -> _TorchTypes:
+    if not _TYPES:
+        _TYPES.append(_TorchTypes())
+    return _TYPES[0]
+
+
+def _is_cpu(tensor: Any) -> bool:
+    # Tensor.is_cpu appeared in torch 1.13; device.type works everywhere but costs more.
+    try:
+        return tensor.is_cpu
+    except AttributeError:
+        return tensor.device.type == "cpu"
 
 
 class StatisticsCache(object):

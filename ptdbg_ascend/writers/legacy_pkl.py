@@ -17,7 +17,7 @@ import io
 import json
 import os
 import shutil
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.dump.statistics import scalar_statistics, tensor_statistics
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
@@ -68,8 +68,9 @@ class LegacyPklWriter(object):
                     shutil.rmtree(npy_dir)
             if npy_dir is not None:
                 os.makedirs(npy_dir, mode=DIR_MODE, exist_ok=True)
-            descriptor = os.open(pkl_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-            self._handle = os.fdopen(descriptor, "a", encoding="utf-8")
+            # A raw descriptor in append mode: each call's lines go out in one os.write, so they reach
+            # the kernel (and survive a killed process) without a Python buffer to flush.
+            self._descriptor = os.open(pkl_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         except OSError as error:
             raise DumpWriteError("Cannot create the dump file {}: {}".format(pkl_path, error)) from error
         self._closed = False
@@ -95,27 +96,28 @@ class LegacyPklWriter(object):
         lines = []  # type: List[str]
         files = []  # type: List[Tuple[str, Any, Optional[str]]]  # (path, array or None, link source)
         nbytes = 0
+        npy_dir = self.npy_dir
         for name, value, statistics, same_as in records:
             if hasattr(value, "_version"):  # a torch tensor
-                dtype, shape = str(value.dtype), list(value.shape)
+                dtype, shape = _dtype_text(value.dtype), _shape_text(value.shape)
                 if statistics is None:
                     # On the calling thread and the tensor's device: torch's float32 reductions are
                     # faster than numpy's, and a writer thread would fight training for the GIL.
                     statistics = tensor_statistics(value)
-                if self.npy_dir is not None:
-                    path = os.path.join(self.npy_dir, name + ".npy")
+                if npy_dir is not None:
+                    path = os.path.join(npy_dir, name + ".npy")
                     if same_as is not None:
-                        files.append((path, None, os.path.join(self.npy_dir, same_as + ".npy")))
+                        files.append((path, None, os.path.join(npy_dir, same_as + ".npy")))
                     else:
                         array = _host_copy(value)
                         nbytes += array.nbytes
                         files.append((path, array, None))
             else:
-                dtype, shape = str(type(value)), []
+                dtype, shape = str(type(value)), "[]"
                 if statistics is None:
                     statistics = scalar_statistics(value)
-                if self.npy_dir is not None:
-                    files.append((os.path.join(self.npy_dir, name + ".npy"), value, None))
+                if npy_dir is not None:
+                    files.append((os.path.join(npy_dir, name + ".npy"), value, None))
             lines.append(_tensor_line(name, self.dump_step, dtype, shape, statistics))
         if stack_line is not None:
             lines.append(stack_line + "\n")
@@ -123,7 +125,12 @@ class LegacyPklWriter(object):
             return
         text = "".join(lines)
         if not files:
-            self._submit(lambda: self._write_line(text), 0)
+            if self._background is None:  # statistics only: straight to the file
+                if self._closed:
+                    raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
+                self._write_line(text)
+            else:
+                self._submit(lambda: self._write_line(text), 0)
             return
 
         def job() -> None:
@@ -153,7 +160,7 @@ class LegacyPklWriter(object):
                 else:
                     self._background.flush()
         finally:
-            self._handle.close()
+            os.close(self._descriptor)
 
     # -- internals -----------------------------------------------------------------------------
     def _submit(self, job, nbytes: int) -> None:
@@ -166,8 +173,7 @@ class LegacyPklWriter(object):
 
     def _write_line(self, line: str) -> None:
         try:
-            self._handle.write(line)
-            self._handle.flush()
+            _write_all(self._descriptor, line.encode("utf-8"))
         except OSError as error:
             raise DumpWriteError("Cannot write to {}: {}".format(self.pkl_path, error)) from error
 
@@ -199,14 +205,37 @@ def _number(value: Optional[float]) -> str:
     return repr(float(value))
 
 
-def _tensor_line(name: str, dump_step: int, dtype: str, shape: List[int], statistics: List[Optional[float]]) -> str:
+def _tensor_line(name: str, dump_step: int, dtype: str, shape: str, statistics: List[Optional[float]]) -> str:
     """``json.dumps([name, dump_step, [], dtype, shape, statistics])`` + newline, written out by hand
-    (a third of the cost; names and dtypes never need escaping)."""
+    (a third of the cost; names and dtypes never need escaping). ``shape`` is already JSON text."""
     numbers = repr(statistics)
-    if "n" in numbers or any(type(value) is not float for value in statistics):
-        # None, nan or inf (each spelled with an "n" by repr), or not a Python float: JSON's spellings.
+    # repr() is JSON for Python floats, except None, nan and inf, each spelled with an "n"; anything
+    # that is not a float (a numpy scalar from a caller) takes the slow path too.
+    if "n" in numbers or "(" in numbers:
         numbers = "[{}]".format(", ".join(_number(value) for value in statistics))
-    return '["{}", {}, [], "{}", {}, {}]\n'.format(name, dump_step, dtype, repr(shape), numbers)
+    return '["' + name + '", ' + str(dump_step) + ', [], "' + dtype + '", ' + shape + ", " + numbers + "]\n"
+
+
+_DTYPE_TEXTS = {}  # type: Dict[Any, str]
+_SHAPE_TEXTS = {}  # type: Dict[Tuple[int, ...], str]
+
+
+def _dtype_text(dtype: Any) -> str:
+    """``str(dtype)`` ("torch.float32"), remembered: a handful of dtypes recur in every record."""
+    text = _DTYPE_TEXTS.get(dtype)
+    if text is None:
+        text = _DTYPE_TEXTS[dtype] = str(dtype)
+    return text
+
+
+def _shape_text(shape: Tuple[int, ...]) -> str:
+    """The JSON list of a shape ("[16, 3, 32, 32]"), remembered for the shapes a model repeats."""
+    text = _SHAPE_TEXTS.get(shape)
+    if text is None:
+        text = "[" + ", ".join(str(int(size)) for size in shape) + "]"
+        if len(_SHAPE_TEXTS) < 65536:  # a bound for models whose shapes never repeat
+            _SHAPE_TEXTS[shape] = text
+    return text
 
 
 def _link_npy(source: str, target: str) -> None:
