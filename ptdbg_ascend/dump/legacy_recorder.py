@@ -6,7 +6,6 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from torch import Tensor
 
 from ptdbg_ascend.dump.capture import collective_outputs, gradient_records, input_records, output_records, tensors_in
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
@@ -122,15 +121,8 @@ class LegacyRecorder(CallObserver):
                 self.matched += 1
             if call_name.startswith("Distributed_"):
                 self._statistics.clear()  # collectives write in place without bumping version counters
-            lookup = self._statistics.lookup
-            batch = []
-            for name, value in records:
-                if isinstance(value, Tensor):  # reduce (and save) a tensor once if seen unchanged
-                    statistics, same_as = lookup(value, name)
-                    batch.append((name, value, statistics, same_as))
-                else:
-                    batch.append((name, value, None, None))
-            writer.write_call(batch, stack_line)
+            # The cache reduces (and saves) a tensor once while it is seen unchanged.
+            writer.write_call(records, stack_line, self._statistics.lookup)
 
     def _open(self, sample: Any) -> LegacyPklWriter:
         rank = self.session.resolve_rank(self.rank, tensors_in(sample)[:1])

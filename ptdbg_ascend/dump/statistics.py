@@ -67,19 +67,19 @@ def tensor_statistics(tensor: Any) -> Statistics:
     numpy on the same memory, others with three torch reductions whose four numbers are read at once
     (one device->host copy off the CPU).
     """
-    # detach(): a tensor without autograd history, so no graph is recorded and no no_grad() is needed.
-    data = tensor.detach()
     types = _torch_types()
-    if data.dtype in types.numpy_reals and _is_cpu(data):
+    if tensor.dtype in types.numpy_reals and (tensor.is_cpu if types.has_is_cpu else tensor.device.type == "cpu"):
         # The common case first, with as few checks as possible: most recorded tensors of a training
         # step are small float CPU tensors (the optimizer's per-parameter ops), and for them the checks
         # below cost as much as the reductions.
-        count = data.numel()
-        if 0 < count <= _SMALL and data.dim() > 0:
-            small = _small_cpu_statistics(data)
+        count = tensor.numel()
+        if 0 < count <= _SMALL and tensor.dim() > 0:
+            # numpy() refuses a tensor that requires grad; detach() only then (it costs a new tensor).
+            small = _small_cpu_statistics(tensor.detach() if tensor.requires_grad else tensor)
             if small is not None:
                 return small
-    return _general_statistics(data, types.torch)
+    # detach(): a tensor without autograd history, so no graph is recorded and no no_grad() is needed.
+    return _general_statistics(tensor.detach(), types.torch)
 
 
 def _general_statistics(data: Any, torch: Any) -> Statistics:
@@ -160,6 +160,7 @@ class _TorchTypes(object):
 
         self.torch = torch
         self.numpy_reals = frozenset((torch.float32, torch.float64))
+        self.has_is_cpu = hasattr(torch.Tensor, "is_cpu")  # torch >= 1.13
 
 
 _TYPES = []  # type: List[_TorchTypes]
@@ -172,11 +173,8 @@ def _torch_types() -> _TorchTypes:
 
 
 def _is_cpu(tensor: Any) -> bool:
-    # Tensor.is_cpu appeared in torch 1.13; device.type works everywhere but costs more.
-    try:
-        return tensor.is_cpu
-    except AttributeError:
-        return tensor.device.type == "cpu"
+    """Whether ``tensor`` lives on the CPU (``Tensor.is_cpu`` where torch has it: cheaper than ``device``)."""
+    return tensor.is_cpu if _torch_types().has_is_cpu else tensor.device.type == "cpu"
 
 
 class StatisticsCache(object):

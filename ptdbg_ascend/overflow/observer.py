@@ -209,7 +209,7 @@ class OverflowObserver(CallObserver):
         writer = LegacyPklWriter(pkl_path, os.path.join(rank_dir, stem), dump_step=OVERFLOW_DUMP_STEP, fresh=True)
         try:
             writer.write_call([], stack_line=entry.stack_line)  # the stack line first, as the original did
-            writer.write_call([(name, value, None, None) for name, value in entry.records])
+            writer.write_call(entry.records)
         finally:
             writer.close()
         logger.warning("[overflow {} times]: module name :'{}' is overflow and dump file is saved in '{}'."

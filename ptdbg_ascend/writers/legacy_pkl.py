@@ -17,11 +17,14 @@ import io
 import json
 import os
 import shutil
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.dump.statistics import scalar_statistics, tensor_statistics
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
+
+# (tensor, record name) -> (statistics, name of an earlier record of the same unchanged tensor or None)
+StatisticsLookup = Callable[[Any, str], Tuple[List[Optional[float]], Optional[str]]]
 
 DIR_MODE = 0o750
 FILE_MODE = 0o640
@@ -82,28 +85,38 @@ class LegacyPklWriter(object):
         its pkl line. ``statistics`` may be given when the caller already computed them. ``same_as``
         names an earlier record of this writer holding the same unchanged tensor: its npy is then
         hard-linked instead of written again (a copy where links are not supported)."""
-        self.write_call([(name, value, statistics, same_as)])
+        if statistics is None and same_as is None:
+            self.write_call([(name, value)])
+        else:
+            self.write_call([(name, value)], lookup=lambda tensor, _: (statistics or tensor_statistics(tensor), same_as))
 
     def write_stack(self, name: str, frames: List[List[Optional[str]]]) -> None:
         """Append the stack line ``[name, frames]``; ``name`` ends with ``_stack_info``."""
         self.write_call([], stack_line=json.dumps([name, frames]))
 
-    def write_call(self, records: Sequence[Tuple[str, Any, Optional[List[Optional[float]]], Optional[str]]],
-                   stack_line: Optional[str] = None) -> None:
-        """The records of one API call, ``(name, value, statistics or None, same_as or None)`` each (see
-        :meth:`write_record`), then an optional pre-encoded stack line: npy files first, then every
-        line in one write, so a killed process leaves the call whole or absent from the pkl."""
+    def write_call(self, records: Sequence[Tuple[str, Any]], stack_line: Optional[str] = None,
+                   lookup: Optional[StatisticsLookup] = None) -> None:
+        """The ``(name, value)`` records of one API call, then an optional pre-encoded stack line: npy
+        files first, then every line in one write, so a killed process leaves the call whole or absent
+        from the pkl.
+
+        ``lookup(tensor, name)`` gives ``(statistics, same_as)`` for each tensor (see
+        :meth:`write_record`; e.g. ``StatisticsCache.lookup``); None computes the statistics of every
+        tensor here and writes every npy. Default None.
+        """
         lines = []  # type: List[str]
         files = []  # type: List[Tuple[str, Any, Optional[str]]]  # (path, array or None, link source)
         nbytes = 0
         npy_dir = self.npy_dir
-        for name, value, statistics, same_as in records:
+        for name, value in records:
             if hasattr(value, "_version"):  # a torch tensor
                 dtype, shape = _dtype_text(value.dtype), _shape_text(value.shape)
-                if statistics is None:
-                    # On the calling thread and the tensor's device: torch's float32 reductions are
-                    # faster than numpy's, and a writer thread would fight training for the GIL.
-                    statistics = tensor_statistics(value)
+                # On the calling thread and the tensor's device: torch's float32 reductions are faster
+                # than numpy's, and a writer thread would fight training for the GIL.
+                if lookup is None:
+                    statistics, same_as = tensor_statistics(value), None
+                else:
+                    statistics, same_as = lookup(value, name)
                 if npy_dir is not None:
                     path = os.path.join(npy_dir, name + ".npy")
                     if same_as is not None:
@@ -114,8 +127,7 @@ class LegacyPklWriter(object):
                         files.append((path, array, None))
             else:
                 dtype, shape = str(type(value)), "[]"
-                if statistics is None:
-                    statistics = scalar_statistics(value)
+                statistics = scalar_statistics(value)
                 if npy_dir is not None:
                     files.append((os.path.join(npy_dir, name + ".npy"), value, None))
             lines.append(_tensor_line(name, self.dump_step, dtype, shape, statistics))
