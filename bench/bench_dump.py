@@ -2,7 +2,8 @@
 
     python bench/bench_dump.py [--steps 10] [--threads 1]
 
-Rows: ``hooks_off`` (wrappers installed, switch OFF), ``summary_only`` (statistics in the pkl, no npy),
+Rows: ``hooks_off`` (wrappers installed, switch OFF), ``summary_only`` (statistics in the pkl, no npy,
+the default mode "all"), ``summary+stack`` (the same plus every call's stack line, mode api_stack),
 ``api_stack`` (every tensor to npy + stack lines); then, on a model ~20x heavier, the MB/s of npy data the
 dumped run sustains against ``np.save`` writing the same arrays in a tight loop. Output goes under
 ``bench/out/dump/`` and is deleted afterwards.
@@ -82,9 +83,21 @@ def dir_bytes(path: str) -> int:
     return sum(sizes.values())
 
 
+# The dumped rows: (label, set_dump_switch keyword arguments). "summary_only" is the issue's
+# set_dump_switch("ON", summary_only=True) with the default mode "all"; the "+stack" row adds the
+# stack line of every call (mode api_stack), as the api_stack row does with npy files.
+DUMPED_ROWS = (
+    ("summary_only", dict(mode="all", summary_only=True)),
+    ("summary+stack", dict(mode="api_stack", summary_only=True)),
+    ("api_stack", dict(mode="api_stack")),
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per row and round (default 10)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds over all rows; each row reports its median round (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: stable numbers)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -103,30 +116,48 @@ def main() -> int:
     register_hook(model, acc_cmp_dump)
     session = get_session()
     recorder = lambda: session.legacy.recorder  # noqa: E731
-    # plain and hooks_off alternate (unwrap / wrap again) so that load from other processes hits both alike
-    plain_times, off_times = [], []
-    for _ in range(5):
+    # Rounds over every row, plain and hooks_off alternating (unwrap / wrap again) in each, so that load
+    # from other processes on a shared machine hits all rows alike; each row reports its median round.
+    times = {name: [] for name in ["plain", "hooks_off"] + [row for row, _ in DUMPED_ROWS]}
+    records_per_step = 0.0
+    for _ in range(args.rounds):
         session.unwrap()
-        plain_times.append(timed(step, args.steps))
+        times["plain"].append(timed(step, args.steps))
         session.ensure_wrapped()
-        off_times.append(timed(step, args.steps))
-    plain = statistics.median(plain_times)
-    rows = [("plain", plain), ("hooks_off", statistics.median(off_times))]
-    set_dump_switch("ON", mode="api_stack", summary_only=True)
-    rows.append(("summary_only", timed(step, args.steps, after=lambda: recorder().flush())))
-    set_dump_switch("OFF")
-    set_dump_switch("ON", mode="api_stack")
-    rows.append(("api_stack", timed(step, args.steps, after=lambda: recorder().flush())))
-    records_per_step = sum(1 for _ in open(recorder().pkl_path)) / (args.steps + 1) / 2 if recorder().pkl_path else 0
-    set_dump_switch("OFF")
+        times["hooks_off"].append(timed(step, args.steps))
+        for name, switch in DUMPED_ROWS:
+            set_dump_switch("ON", **switch)
+            times[name].append(timed(step, args.steps, after=lambda: recorder().flush()))
+            if name == "summary+stack":
+                records_per_step = sum(1 for _ in open(recorder().pkl_path)) / (args.steps + 1)
+            set_dump_switch("OFF")
+            shutil.rmtree(OUT, ignore_errors=True)
+            session.opened_files.clear()
+    plain = statistics.median(times["plain"])
 
-    print("torch {}, {} thread(s), reference model batch 16, median of {} steps".format(
-        torch.__version__, args.threads, args.steps))
-    for name, seconds in rows:
-        print("{:<14} {:8.2f} ms/step  {:5.2f}x".format(name, seconds * 1e3, seconds / plain))
-    print("pkl lines per step: {:.0f}".format(records_per_step))
+    print("torch {}, {} thread(s), reference model batch 16, median of {} rounds of {} steps (each the median step)".format(
+        torch.__version__, args.threads, args.rounds, args.steps))
+    for name, values in times.items():
+        seconds = statistics.median(values)
+        print("{:<14} {:8.2f} ms/step  {:5.2f}x   rounds: {}".format(
+            name, seconds * 1e3, seconds / plain, " ".join("{:.2f}x".format(value / plain) for value in values)))
+    print("pkl lines per step (summary+stack): {:.0f}".format(records_per_step))
 
-    # Throughput on the heavy model: the dumped run vs np.save of the same arrays.
+    # Throughput on the heavy model: one dumped step vs np.save of the same arrays, in alternation.
+    percents = []
+    for _ in range(args.rounds):
+        percents.append(heavy_round(heavy_step, heavy_plain, plain, recorder, set_dump_path, set_dump_switch))
+    print("heavy model MB/s, dumped run vs np.save loop: median {:.0f} %  (rounds: {})".format(
+        statistics.median(percents), " ".join("{:.0f} %".format(value) for value in percents)))
+    shutil.rmtree(OUT, ignore_errors=True)
+    return 0
+
+
+def heavy_round(heavy_step, heavy_plain: float, plain: float, recorder, set_dump_path, set_dump_switch) -> float:
+    """One dumped step of the heavy model (after a warm-up step), then np.save of the same arrays;
+    prints the round and returns the dumped MB/s as a percentage of np.save's."""
+    from ptdbg_ascend.dump.session import get_session
+
     shutil.rmtree(OUT, ignore_errors=True)
     get_session().opened_files.clear()
     set_dump_path(os.path.join(OUT, "heavy.pkl"), dump_tag="heavy")
@@ -136,6 +167,7 @@ def main() -> int:
     npy_dir = recorder().pkl_path[: -len(".pkl")]
     before = set(os.stat(os.path.join(npy_dir, name)).st_ino for name in os.listdir(npy_dir))
     names_before = len(os.listdir(npy_dir))
+    os.sync()  # the warm-up's dirty pages must not be written back during the timed step
     start = time.perf_counter()
     heavy_step()
     recorder().flush()
@@ -151,17 +183,17 @@ def main() -> int:
     new_names = len(os.listdir(npy_dir)) - names_before
     target = os.path.join(OUT, "np_save")
     os.makedirs(target)
+    os.sync()
     start = time.perf_counter()
     for index, array in enumerate(arrays):
         np.save(os.path.join(target, "{}.npy".format(index)), array)
     save_seconds = time.perf_counter() - start
     dump_rate = written / dumped_seconds / 1e6
     save_rate = written / save_seconds / 1e6
-    print("heavy model: plain {:.1f} ms/step ({:.0f}x the reference); api_stack step {:.1f} ms, {:.0f} MB in {} distinct npy ({} names)".format(
-        heavy_plain * 1e3, heavy_plain / plain, dumped_seconds * 1e3, written / 1e6, len(arrays), new_names))
-    print("MB/s: dumped run {:.0f}, np.save loop {:.0f} -> {:.0f} %".format(dump_rate, save_rate, 100 * dump_rate / save_rate))
-    shutil.rmtree(OUT, ignore_errors=True)
-    return 0
+    print("heavy model: plain {:.1f} ms/step ({:.0f}x the reference); api_stack step {:.1f} ms, {:.0f} MB in {} distinct npy ({} names); MB/s dumped run {:.0f}, np.save loop {:.0f} -> {:.0f} %".format(
+        heavy_plain * 1e3, heavy_plain / plain, dumped_seconds * 1e3, written / 1e6, len(arrays), new_names,
+        dump_rate, save_rate, 100 * dump_rate / save_rate))
+    return 100 * dump_rate / save_rate
 
 
 if __name__ == "__main__":

@@ -77,6 +77,9 @@ class LegacyPklWriter(object):
         except OSError as error:
             raise DumpWriteError("Cannot create the dump file {}: {}".format(pkl_path, error)) from error
         self._closed = False
+        # The middle of every tensor line: '", {dump_step}, [], "'.
+        self._step_text = '", {}, [], "'.format(dump_step)
+        self._numbers = _NumbersText()
 
     # -- records -------------------------------------------------------------------------------
     def write_record(self, name: str, value: Any, statistics: Optional[List[Optional[float]]] = None,
@@ -88,7 +91,9 @@ class LegacyPklWriter(object):
         if statistics is None and same_as is None:
             self.write_call([(name, value)])
         else:
-            self.write_call([(name, value)], lookup=lambda tensor, _: (statistics or tensor_statistics(tensor), same_as))
+            # A copy: the caller may reuse its list, and lines are formatted once per list object.
+            given = list(statistics) if statistics is not None else None
+            self.write_call([(name, value)], lookup=lambda tensor, _: (given or tensor_statistics(tensor), same_as))
 
     def write_stack(self, name: str, frames: List[List[Optional[str]]]) -> None:
         """Append the stack line ``[name, frames]``; ``name`` ends with ``_stack_info``."""
@@ -108,9 +113,12 @@ class LegacyPklWriter(object):
         files = []  # type: List[Tuple[str, Any, Optional[str]]]  # (path, array or None, link source)
         nbytes = 0
         npy_dir = self.npy_dir
+        numbers_of = self._numbers.text
+        head = self._step_text
         for name, value in records:
             if hasattr(value, "_version"):  # a torch tensor
-                dtype, shape = _dtype_text(value.dtype), _shape_text(value.shape)
+                dtype = _DTYPE_TEXTS.get(value.dtype) or _dtype_text(value.dtype)
+                shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
                 # On the calling thread and the tensor's device: torch's float32 reductions are faster
                 # than numpy's, and a writer thread would fight training for the GIL.
                 if lookup is None:
@@ -130,7 +138,7 @@ class LegacyPklWriter(object):
                 statistics = scalar_statistics(value)
                 if npy_dir is not None:
                     files.append((os.path.join(npy_dir, name + ".npy"), value, None))
-            lines.append(_tensor_line(name, self.dump_step, dtype, shape, statistics))
+            lines.append('["' + name + head + dtype + '", ' + shape + ", " + numbers_of(statistics) + "]\n")
         if stack_line is not None:
             lines.append(stack_line + "\n")
         if not lines:
@@ -217,15 +225,37 @@ def _number(value: Optional[float]) -> str:
     return repr(float(value))
 
 
-def _tensor_line(name: str, dump_step: int, dtype: str, shape: str, statistics: List[Optional[float]]) -> str:
-    """``json.dumps([name, dump_step, [], dtype, shape, statistics])`` + newline, written out by hand
-    (a third of the cost; names and dtypes never need escaping). ``shape`` is already JSON text."""
+def _numbers_text(statistics: List[Optional[float]]) -> str:
+    """The JSON text of a statistics list: what ``json.dumps`` writes, at the cost of one ``repr``."""
     numbers = repr(statistics)
     # repr() is JSON for Python floats, except None, nan and inf, each spelled with an "n"; anything
-    # that is not a float (a numpy scalar from a caller) takes the slow path too.
+    # that is not a float (a numpy scalar from a caller) shows a "(" and takes the slow path too.
     if "n" in numbers or "(" in numbers:
         numbers = "[{}]".format(", ".join(_number(value) for value in statistics))
-    return '["' + name + '", ' + str(dump_step) + ', [], "' + dtype + '", ' + shape + ", " + numbers + "]\n"
+    return numbers
+
+
+class _NumbersText(object):
+    """:func:`_numbers_text`, remembered for the statistics lists of the last calls: the statistics
+    cache hands out the same list object each time a tensor recurs (an output that is the next call's
+    input, an in-place op's input and output), so recurring records skip the float formatting.
+    Keyed by identity; the list is kept, so its id cannot be reused while it is remembered."""
+
+    __slots__ = ("_texts",)
+    LIMIT = 64
+
+    def __init__(self) -> None:
+        self._texts = {}  # type: Dict[int, Tuple[Any, str]]
+
+    def text(self, statistics: List[Optional[float]]) -> str:
+        entry = self._texts.get(id(statistics))
+        if entry is not None and entry[0] is statistics:
+            return entry[1]
+        text = _numbers_text(statistics)
+        if len(self._texts) >= self.LIMIT:
+            self._texts.clear()
+        self._texts[id(statistics)] = (statistics, text)
+        return text
 
 
 _DTYPE_TEXTS = {}  # type: Dict[Any, str]
