@@ -80,3 +80,45 @@ def test_background_writer_bounds_memory_and_keeps_order(tmp_path):
     assert order == list(range(20))
     with pytest.raises(DumpWriteError, match="closed"):
         writer.submit(lambda: None)
+
+
+@pytest.mark.filterwarnings("error")  # the fast path must not raise numpy's floating-point warnings
+@pytest.mark.parametrize("values, expected", [
+    # max, min, mean (sum / n), l2norm as numpy computes them in float64 from the float32 values
+    ([1e20, -1e20, 3.0], [1e20, -1e20, 1.0, float("inf")]),  # the float32 squares overflow, as in numpy
+    ([float("inf"), float("-inf"), 1.0], [float("inf"), float("-inf"), float("nan"), float("inf")]),
+    ([float("nan"), 2.0, 1.0], [float("nan")] * 4),
+    ([3e38, 3e38], [3e38, 3e38, float("inf"), float("inf")]),  # the float32 sum overflows, as in numpy
+])
+def test_small_tensor_statistics_with_extreme_values(values, expected):
+    tensor = torch.tensor(values, dtype=torch.float32)
+    with np.errstate(all="ignore"):
+        array = tensor.numpy()
+        reference = [float(array.max()), float(array.min()), float(array.sum()) / array.size,
+                     float(np.sqrt(np.sum(array * array)))]
+    np.testing.assert_allclose(tensor_statistics(tensor), reference, rtol=1e-6)
+    np.testing.assert_allclose(reference, expected, rtol=1e-6)
+
+
+def test_small_tensor_statistics_of_views_and_tensors_that_require_grad():
+    leaf = torch.tensor([[1.0, -2.0], [3.0, 4.0]], requires_grad=True)
+    assert tensor_statistics(leaf) == pytest.approx([4.0, -2.0, 1.5, 30 ** 0.5])
+    assert tensor_statistics(leaf.t()) == pytest.approx([4.0, -2.0, 1.5, 30 ** 0.5])  # not contiguous
+    negated = torch.tensor([1.0, -2.0])._neg_view()  # numpy() refuses lazy negation: torch's path
+    assert tensor_statistics(negated) == pytest.approx([2.0, -1.0, 0.5, 5 ** 0.5])
+
+
+def test_recurring_statistics_lists_are_formatted_once_and_copies_of_given_ones(tmp_path):
+    writer = LegacyPklWriter(str(tmp_path / "x.pkl"))
+    shared = [1.0, 2.0, 3.0, 4.0]
+    tensor = torch.ones(2)
+    writer.write_call([("A_0_forward_output", tensor), ("B_0_forward_input.0", tensor)],
+                      lookup=lambda value, name: (shared, None))
+    given = [5.0, 6.0, 7.0, 8.0]
+    writer.write_record("C_0_forward_input.0", tensor, statistics=given)
+    given[0] = 50.0  # a caller that reuses its list: the next line shows the new numbers
+    writer.write_record("C_0_forward_input.1", tensor, statistics=given)
+    writer.close()
+    with open(tmp_path / "x.pkl", encoding="utf-8") as handle:
+        summaries = [json.loads(line)[5] for line in handle]
+    assert summaries == [[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0], [50.0, 6.0, 7.0, 8.0]]
