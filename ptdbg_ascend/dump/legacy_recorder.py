@@ -6,7 +6,6 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-
 from ptdbg_ascend.dump.capture import collective_outputs, gradient_records, input_records, output_records, tensors_in
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.dump.selection import MODE_PREFIX, RangeState, SwitchConfig, selects_every_call, static_match
