@@ -183,13 +183,29 @@ def test_many_rows_use_worker_processes_and_keep_order(legacy_dump, output_dir):
         output = rng.randn(5).astype(np.float32)
         bench.add_call("Torch_add_{}_forward".format(index), tensors + [("output", output)])
         npu.add_call("Torch_add_{}_forward".format(index), tensors + [("output", -output if index == 13 else output)])
-    code = ("import sys\nfrom ptdbg_ascend.comparison import engine\nfrom ptdbg_ascend.comparison.api import compare\n"
+    pid_log = os.path.join(output_dir, "pids.txt")
+    # Each row's metrics append the pid that computed them: worker processes must have done the work.
+    code = ("import os, sys\nfrom ptdbg_ascend.comparison import engine\nfrom ptdbg_ascend.comparison.api import compare\n"
             "assert engine.PROCESS_MIN_ROWS <= 80\n"
+            "original = engine._metrics_of_records\n"
+            "def logged(records):\n"
+            "    with open({!r}, 'a') as log:\n"
+            "        log.write('%d\\n' % os.getpid())\n"
+            "    return original(records)\n"
+            "engine._metrics_of_records = logged\n"
+            "print('PARENT', os.getpid(), 'WORKERS', engine.workers())\n"
             "o = compare({!r}, {!r}, stack_mode=True)\nprint('FIRST', o.first_failure, o.rows)\n"
-            ).format(npu.param(bench), output_dir)
+            ).format(pid_log, npu.param(bench), output_dir)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "FIRST Torch_add_13_forward_output 80" in result.stdout
+    _, parent, _, workers = result.stdout.split()[:4]
+    with open(pid_log) as log:
+        pids = [line.strip() for line in log]
+    os.remove(pid_log)
+    assert len(pids) == 80
+    if int(workers) > 1:  # one CPU: everything runs in the parent, by design
+        assert parent not in pids and len(set(pids)) >= 2
     csv_path = [f for f in os.listdir(output_dir) if f.endswith(".csv")][0]
     _, rows = read_csv(os.path.join(output_dir, csv_path))
     assert [r["NPU Name"] for r in rows] == [r["Bench Name"] for r in rows]

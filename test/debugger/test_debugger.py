@@ -215,7 +215,7 @@ def test_overflow_check_dumps_only_overflows_and_stops_at_overflow_nums(session,
     from ptdbg_ascend.msprobe.recorder import OverflowLimitReached
 
     debugger = PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"))
-    x = torch.full((2, 2), 1e30)
+    x = torch.tensor([[1e30, 2.0], [1e30, -3.0]])
     debugger.start()
     torch.add(x, 1)  # finite
     with pytest.raises(OverflowLimitReached, match="overflow_nums=1"):
@@ -225,8 +225,10 @@ def test_overflow_check_dumps_only_overflows_and_stops_at_overflow_nums(session,
     assert list(dump["data"]) == ["Torch.mul.0.forward"]
     out = dump["data"]["Torch.mul.0.forward"]["output"][0]
     assert out["Max"] == float("inf") and out["data_name"] == "Torch.mul.0.forward.output.0.pt"
-    assert out["Max_except_inf_nan"] is not None
-    assert torch.isinf(torch.load(os.path.join(dump["dump_data_dir"], out["data_name"]), weights_only=True)).all()
+    # x * x = [[inf, 4], [inf, 9]]: the extremes over the finite elements
+    assert (out["Max_except_inf_nan"], out["Min_except_inf_nan"]) == (9.0, 4.0)
+    saved = torch.load(os.path.join(dump["dump_data_dir"], out["data_name"]), weights_only=True)
+    assert saved.tolist() == [[float("inf"), 4.0], [float("inf"), 9.0]]
     assert list(stack) == ["Torch.mul.0.forward"]
     with open(os.path.join(str(tmp_path / "dump" / "step0" / "rank"), "dump.json")) as handle:
         assert '"Max": Infinity' in handle.read()  # the bare token, as msprobe writes it
