@@ -23,6 +23,7 @@ def main(rank: int, world: int, init_file: str, config_path: str) -> None:
         debugger.stop()
         debugger.step()
         model.weight.grad = None
+    dist.barrier()  # gloo: a rank tearing down while its peer still talks can abort (std::terminate)
     dist.destroy_process_group()
 
 

@@ -103,6 +103,7 @@ y = model(x).sum(0)
 dist.all_reduce(y)
 y.sum().backward()
 set_dump_switch("OFF")
+dist.barrier()  # gloo: a rank tearing down while its peer still talks can abort (std::terminate)
 dist.destroy_process_group()
 '''
     script = tmp_path / "train.py"

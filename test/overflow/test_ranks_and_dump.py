@@ -35,6 +35,7 @@ RANK_SCRIPT = textwrap.dedent('''
                 stopped = (step, str(error))
         dist.barrier()  # both ranks stay in step; a barrier carries no data, so no inf crosses ranks
     print(repr(stopped))
+    dist.barrier()  # gloo: a rank tearing down while its peer still talks can abort (std::terminate)
     dist.destroy_process_group()
 ''')
 
@@ -53,6 +54,7 @@ ALL_REDUCE_SCRIPT = textwrap.dedent('''
         dist.all_reduce(grads)  # the inf of rank 1 reaches rank 0 through the collective
     except ValueError as error:
         print(error)
+    dist.barrier()  # gloo: a rank tearing down while its peer still talks can abort (std::terminate)
     dist.destroy_process_group()
 ''')
 
