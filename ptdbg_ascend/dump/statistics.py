@@ -124,6 +124,10 @@ _SAFE_MAGNITUDE = 1e16
 _MAXIMUM = numpy.maximum.reduce
 _MINIMUM = numpy.minimum.reduce
 _ADD = numpy.add.reduce
+_DOT = numpy.dot
+# Up to this many elements numpy's BLAS computes a dot product on the calling thread (OpenBLAS splits
+# across threads only above 10000), so no thread pool wakes up to spin beside training.
+_DOT_LIMIT = 8192
 
 
 def _small_cpu_statistics(work: Any) -> Optional[Statistics]:
@@ -143,8 +147,10 @@ def _small_cpu_statistics(work: Any) -> Optional[Statistics]:
     low = float(_MINIMUM(array))
     if -_SAFE_MAGNITUDE < low and high < _SAFE_MAGNITUDE:  # finite, no NaN, no overflow possible
         total = float(_ADD(array))  # pairwise summation, as numpy's own mean
-        # Not numpy.dot: BLAS may wake a thread pool that then spins beside the training threads.
-        square_sum = float(_ADD(array * array))
+        if array.size <= _DOT_LIMIT:
+            square_sum = float(_DOT(array, array))  # one BLAS call, no temporary
+        else:
+            square_sum = float(_ADD(array * array))
     else:
         with numpy.errstate(all="ignore"):  # inf/nan propagate as in torch, without RuntimeWarnings
             total = float(_ADD(array))

@@ -138,7 +138,7 @@ class LegacyPklWriter(object):
                 statistics = scalar_statistics(value)
                 if npy_dir is not None:
                     files.append((os.path.join(npy_dir, name + ".npy"), value, None))
-            lines.append('["' + name + head + dtype + '", ' + shape + ", " + numbers_of(statistics) + "]\n")
+            lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, numbers_of(statistics)))
         if stack_line is not None:
             lines.append(stack_line + "\n")
         if not lines:
