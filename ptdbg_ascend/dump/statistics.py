@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy
 
@@ -158,6 +158,18 @@ def _small_cpu_statistics(work: Any) -> Optional[Statistics]:
     return [high, low, total / array.size, math.sqrt(square_sum)]
 
 
+def array_statistics(array: Any) -> Statistics:
+    """``[max, min, mean, l2norm]`` of a non-empty float32/float64 numpy array, as numpy computes them
+    (used on the writer thread with the array that goes to the npy file; numpy's loops release the GIL)."""
+    flat = array.reshape(-1)
+    with numpy.errstate(all="ignore"):  # inf/nan propagate, without RuntimeWarnings
+        high = float(_MAXIMUM(flat))
+        low = float(_MINIMUM(flat))
+        total = float(_ADD(flat))
+        square_sum = float(_ADD(flat * flat))
+    return [high, low, total / flat.size, math.sqrt(square_sum)]
+
+
 class _TorchTypes(object):
     """torch and the dtypes the fast path tests, looked up once (torch is imported on first use)."""
 
@@ -206,19 +218,21 @@ class StatisticsCache(object):
         """Start the next call (recorded or not): entries older than ``max_age`` calls become invalid."""
         self._generation += 1
 
-    def lookup(self, tensor: Any, name: str) -> "Tuple[Statistics, Optional[str]]":
+    def lookup(self, tensor: Any, name: str,
+               compute: "Optional[Callable[[Any], Statistics]]" = None) -> "Tuple[Statistics, Optional[str]]":
         """``(statistics, first_name)``: the statistics of ``tensor`` and the name under which the same
-        unchanged tensor was recorded recently (None when it is new; it is then remembered as ``name``)."""
+        unchanged tensor was recorded recently (None when it is new; it is then remembered as ``name``).
+        ``compute`` gives the statistics of a new tensor (default :func:`tensor_statistics`)."""
         key = id(tensor)
         try:
             version = tensor._version
         except RuntimeError:  # inference-mode tensors have no version counter: never cached
-            return tensor_statistics(tensor), None
+            return (compute or tensor_statistics)(tensor), None
         entry = self._entries.get(key)
         if entry is not None and entry[0]() is tensor and entry[1] == version \
                 and entry[4] >= self._generation - self._max_age:
             return entry[2], entry[3]
-        statistics = tensor_statistics(tensor)
+        statistics = (compute or tensor_statistics)(tensor)
         if len(self._entries) > 256 and self._pruned_at != self._generation:
             # At most once per call: within one call nothing expires, so pruning again would only
             # rebuild the dict for every further tensor of a call that records hundreds (torch.cat).

@@ -19,12 +19,35 @@ import os
 import shutil
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.dump.statistics import scalar_statistics, tensor_statistics
+from ptdbg_ascend.dump.statistics import array_statistics, scalar_statistics, tensor_statistics
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
 
 # (tensor, record name) -> (statistics, name of an earlier record of the same unchanged tensor or None)
 StatisticsLookup = Callable[[Any, str], Tuple[List[Optional[float]], Optional[str]]]
+
+# Statistics of tensors of these dtypes and at least this many elements are computed on the writer
+# thread from the npy copy (float32 for bf16): there three passes over a large tensor overlap with
+# training instead of adding to it.
+_DEFERRED_DTYPES = frozenset(("torch.float32", "torch.float64", "torch.bfloat16"))
+_DEFERRED_MIN_ELEMENTS = 65536
+
+
+class _PendingStatistics(list):
+    """The statistics of a tensor whose npy is still to be written: filled in place by the writer job
+    that saves it, before any line that shows them is formatted."""
+
+    __slots__ = ()
+
+
+def _new_pending(_tensor: Any) -> "_PendingStatistics":
+    return _PendingStatistics((None, None, None, None))
+
+
+def _line_text(line: Tuple[str, str, str, List[Optional[float]]], head: str) -> str:
+    name, dtype, shape, statistics = line
+    return '["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, _numbers_text(statistics))
+
 
 DIR_MODE = 0o750
 FILE_MODE = 0o640
@@ -109,42 +132,53 @@ class LegacyPklWriter(object):
         :meth:`write_record`; e.g. ``StatisticsCache.lookup``); None computes the statistics of every
         tensor here and writes every npy. Default None.
         """
-        lines = []  # type: List[str]
-        files = []  # type: List[Tuple[str, Any, Optional[str]]]  # (path, array or None, link source)
+        # A line is its text, or (name, dtype, shape, statistics) while the statistics are pending:
+        # those of large float tensors are computed by the writer thread from the copy that goes to the
+        # npy file, so the training thread does not spend three passes over the data.
+        lines = []  # type: List[Any]
+        files = []  # type: List[Tuple[str, Any, Optional[str], Optional[List[Optional[float]]]]]
         nbytes = 0
         npy_dir = self.npy_dir
         numbers_of = self._numbers.text
         head = self._step_text
+        deferring = npy_dir is not None and lookup is not None
         for name, value in records:
+            pending = None
             if hasattr(value, "_version"):  # a torch tensor
                 dtype = _DTYPE_TEXTS.get(value.dtype) or _dtype_text(value.dtype)
                 shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
-                # On the calling thread and the tensor's device: torch's float32 reductions are faster
-                # than numpy's, and a writer thread would fight training for the GIL.
                 if lookup is None:
                     statistics, same_as = tensor_statistics(value), None
+                elif deferring and dtype in _DEFERRED_DTYPES and value.numel() >= _DEFERRED_MIN_ELEMENTS:
+                    statistics, same_as = lookup(value, name, _new_pending)
                 else:
+                    # Small tensors on the calling thread: a writer thread would fight training for the GIL.
                     statistics, same_as = lookup(value, name)
+                if type(statistics) is _PendingStatistics:
+                    pending = statistics  # filled by the job of the record that first saw the tensor
                 if npy_dir is not None:
                     path = os.path.join(npy_dir, name + ".npy")
                     if same_as is not None:
-                        files.append((path, None, os.path.join(npy_dir, same_as + ".npy")))
+                        files.append((path, None, os.path.join(npy_dir, same_as + ".npy"), None))
                     else:
                         array = _host_copy(value)
                         nbytes += array.nbytes
-                        files.append((path, array, None))
+                        files.append((path, array, None, pending))
             else:
                 dtype, shape = str(type(value)), "[]"
                 statistics = scalar_statistics(value)
                 if npy_dir is not None:
-                    files.append((os.path.join(npy_dir, name + ".npy"), value, None))
-            lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, numbers_of(statistics)))
+                    files.append((os.path.join(npy_dir, name + ".npy"), value, None, None))
+            if pending is None:
+                lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, numbers_of(statistics)))
+            else:
+                lines.append((name, dtype, shape, pending))
         if stack_line is not None:
             lines.append(stack_line + "\n")
         if not lines:
             return
-        text = "".join(lines)
         if not files:
+            text = "".join(lines)
             if self._background is None:  # statistics only: straight to the file
                 if self._closed:
                     raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
@@ -154,12 +188,15 @@ class LegacyPklWriter(object):
             return
 
         def job() -> None:
-            for path, array, source in files:
+            for path, array, source, pending_statistics in files:
+                if pending_statistics is not None:
+                    pending_statistics[:] = array_statistics(array)
                 if source is not None:
                     _link_npy(source, path)
                 else:
                     _save_npy(path, array)
-            self._write_line(text)
+            # Jobs run in order: a pending list named here was filled by this job or an earlier one.
+            self._write_line("".join(line if isinstance(line, str) else _line_text(line, head) for line in lines))
 
         self._submit(job, nbytes)
 

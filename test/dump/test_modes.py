@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
+import torch
 
 from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
+from ptdbg_ascend.version import __version__
 
 
 def _dump(tmp_path, model, train, **switch):
@@ -55,9 +58,6 @@ def test_mode_all_records_forward_backward_and_npy(tmp_path, dump_session, model
 
 
 def test_backward_values_are_the_real_gradients(tmp_path, dump_session, model, train, pkl_records):
-    import numpy as np
-    import torch
-
     rank_dir = _dump(tmp_path, model, lambda net: train(net, steps=1))
     npy = lambda name: np.load(str(rank_dir / "npu_dump" / (name + ".npy")))  # noqa: E731
     # linear: y = x W^T + b; dL/dW = g^T x with g the gradient arriving at the output
@@ -122,3 +122,42 @@ def test_mode_api_list_selects_by_api_name(tmp_path, dump_session, model, train,
     assert calls == ["Torch_relu_0", "Torch_relu_1"]  # leaky_relu is another API
     for record in records:
         check_npy(record, str(rank_dir / "api_list_npu_dump"))
+
+
+def test_large_tensors_get_their_statistics_from_the_npy_copy(tmp_path, dump_session, pkl_records, check_npy):
+    """Tensors of 64K elements and more (float32, bf16) are reduced by the writer thread from the array
+    it saves; a tensor recorded twice (output, then the next call's input) shares the file and numbers,
+    and an in-place change after recording does not reach them."""
+    register_hook(torch.nn.Identity(), acc_cmp_dump)
+    set_dump_path(str(tmp_path / "npu_dump.pkl"), dump_tag="big")
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(300, 300, generator=generator) * 5 + 1  # 90,000 elements
+    set_dump_switch("ON", mode="api_stack")
+    y = torch.relu(x)
+    z = torch.add(y, 2.0)  # y again, unchanged: a hard link and the same statistics
+    y.mul_(-1)  # changed after both calls: their recorded values stay the ones seen
+    half = torch.nn.functional.gelu(x.to(torch.bfloat16))
+    set_dump_switch("OFF")
+    rank_dir = tmp_path / "big_v{}".format(__version__) / "rank0"
+    records = pkl_records(rank_dir / "api_stack_npu_dump.pkl")
+    names = [record[0] for record in records]
+    assert names == [
+        "Torch_relu_0_forward_input.0", "Torch_relu_0_forward_output", "Torch_relu_0_forward_stack_info",
+        "Torch_add_0_forward_input.0", "Torch_add_0_forward_output", "Torch_add_0_forward_stack_info",
+        # in-place: the input is recorded after the change, like the output (-1 is a filtered scalar)
+        "Tensor_mul__0_forward_input.0", "Tensor_mul__0_forward_output", "Tensor_mul__0_forward_stack_info",
+        "Tensor_to_0_forward_input.0", "Tensor_to_0_forward_output", "Tensor_to_0_forward_stack_info",
+        "Functional_gelu_0_forward_input.0", "Functional_gelu_0_forward_output", "Functional_gelu_0_forward_stack_info",
+    ]
+    tensors = {record[0]: record for record in records if not record[0].endswith("_stack_info")}
+    for record in tensors.values():
+        check_npy(record, str(rank_dir / "api_stack_npu_dump"))
+    relu_out = torch.relu(x).double().numpy()
+    assert tensors["Torch_relu_0_forward_output"][5] == pytest.approx(
+        [relu_out.max(), relu_out.min(), relu_out.mean(), np.linalg.norm(relu_out)], rel=2e-6)
+    assert tensors["Torch_add_0_forward_input.0"][5] == tensors["Torch_relu_0_forward_output"][5]
+    assert tensors["Tensor_mul__0_forward_output"][5][:2] == pytest.approx([-relu_out.min(), -relu_out.max()])
+    npy_dir = rank_dir / "api_stack_npu_dump"
+    assert os.stat(npy_dir / "Torch_add_0_forward_input.0.npy").st_ino == os.stat(npy_dir / "Torch_relu_0_forward_output.npy").st_ino
+    assert tensors["Functional_gelu_0_forward_output"][3] == "torch.bfloat16"
+    assert z.shape == half.shape == (300, 300)
