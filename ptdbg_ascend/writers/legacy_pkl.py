@@ -26,7 +26,7 @@ from ptdbg_ascend.writers.background import BackgroundWriter
 # (tensor, record name) -> (statistics, name of an earlier record of the same unchanged tensor or None)
 StatisticsLookup = Callable[[Any, str], Tuple[List[Optional[float]], Optional[str]]]
 
-# Statistics of tensors of these dtypes and at least this many elements are computed on the writer
+# Statistics of CPU tensors of these dtypes and at least this many elements are computed on the writer
 # thread from the npy copy (float32 for bf16): there three passes over a large tensor overlap with
 # training instead of adding to it.
 _DEFERRED_DTYPES = frozenset(("torch.float32", "torch.float64", "torch.bfloat16"))
@@ -149,7 +149,8 @@ class LegacyPklWriter(object):
                 shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
                 if lookup is None:
                     statistics, same_as = tensor_statistics(value), None
-                elif deferring and dtype in _DEFERRED_DTYPES and value.numel() >= _DEFERRED_MIN_ELEMENTS:
+                elif deferring and dtype in _DEFERRED_DTYPES and value.numel() >= _DEFERRED_MIN_ELEMENTS \
+                        and value.device.type == "cpu":  # an accelerator reduces on the device, nearly free
                     statistics, same_as = lookup(value, name, _new_pending)
                 else:
                     # Small tensors on the calling thread: a writer thread would fight training for the GIL.
