@@ -133,17 +133,20 @@ class LegacyPklWriter(object):
         tensor here and writes every npy. Default None.
         """
         # A line is its text, or (name, dtype, shape, statistics) while the statistics are pending:
-        # those of large float tensors are computed by the writer thread from the copy that goes to the
-        # npy file, so the training thread does not spend three passes over the data.
+        # those of large float CPU tensors are computed by the writer thread from the copy that goes to
+        # the npy file, so the training thread does not spend three passes over them.
         lines = []  # type: List[Any]
-        files = []  # type: List[Tuple[str, Any, Optional[str], Optional[List[Optional[float]]]]]
+        files = []  # type: List[Tuple[str, Any, Optional[str]]]  # (path, array or None, link source)
+        reductions = []  # type: List[Tuple[Any, List[Optional[float]]]]  # (array, pending statistics)
         nbytes = 0
         npy_dir = self.npy_dir
         numbers_of = self._numbers.text
         head = self._step_text
-        deferring = npy_dir is not None and lookup is not None
+        # Only with npy files: there the copy exists anyway and the writer thread is busy with it. For
+        # statistics alone a copy and a second busy thread cost more than the passes they save
+        # (measured: 41.8 -> 45.5 ms per step on the reference model).
+        deferring = lookup is not None and npy_dir is not None and self._background is not None
         for name, value in records:
-            pending = None
             if hasattr(value, "_version"):  # a torch tensor
                 dtype = _DTYPE_TEXTS.get(value.dtype) or _dtype_text(value.dtype)
                 shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
@@ -155,43 +158,39 @@ class LegacyPklWriter(object):
                 else:
                     # Small tensors on the calling thread: a writer thread would fight training for the GIL.
                     statistics, same_as = lookup(value, name)
-                if type(statistics) is _PendingStatistics:
-                    pending = statistics  # filled by the job of the record that first saw the tensor
                 if npy_dir is not None:
                     path = os.path.join(npy_dir, name + ".npy")
                     if same_as is not None:
-                        files.append((path, None, os.path.join(npy_dir, same_as + ".npy"), None))
+                        files.append((path, None, os.path.join(npy_dir, same_as + ".npy")))
                     else:
                         array = _host_copy(value)
                         nbytes += array.nbytes
-                        files.append((path, array, None, pending))
+                        files.append((path, array, None))
+                if type(statistics) is _PendingStatistics:
+                    if same_as is None:  # the first record of this tensor: its job fills the list
+                        reductions.append((array, statistics))
+                    lines.append((name, dtype, shape, statistics))
+                    continue
             else:
                 dtype, shape = str(type(value)), "[]"
                 statistics = scalar_statistics(value)
                 if npy_dir is not None:
-                    files.append((os.path.join(npy_dir, name + ".npy"), value, None, None))
-            if pending is None:
-                lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, numbers_of(statistics)))
-            else:
-                lines.append((name, dtype, shape, pending))
+                    files.append((os.path.join(npy_dir, name + ".npy"), value, None))
+            lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, numbers_of(statistics)))
         if stack_line is not None:
             lines.append(stack_line + "\n")
         if not lines:
             return
-        if not files:
-            text = "".join(lines)
-            if self._background is None:  # statistics only: straight to the file
-                if self._closed:
-                    raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
-                self._write_line(text)
-            else:
-                self._submit(lambda: self._write_line(text), 0)
+        if self._closed:
+            raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
+        if not files and self._background is None:  # statistics only: straight to the file
+            self._write_line("".join(lines))
             return
 
         def job() -> None:
-            for path, array, source, pending_statistics in files:
-                if pending_statistics is not None:
-                    pending_statistics[:] = array_statistics(array)
+            for array, pending in reductions:
+                pending[:] = array_statistics(array)
+            for path, array, source in files:
                 if source is not None:
                     _link_npy(source, path)
                 else:
