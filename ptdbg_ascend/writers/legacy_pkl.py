@@ -239,15 +239,15 @@ def _host_copy(tensor: Any) -> Any:
     """A numpy copy of ``tensor`` that later in-place changes cannot alter (bf16 -> float32)."""
     import torch
 
+    data = tensor.detach()  # no autograd history: nothing below records a graph
+    if data.dtype != torch.bfloat16 and data.device.type == "cpu":
+        try:
+            # numpy's copy of the shared memory: one copy, C-ordered (the npy fast path), without
+            # torch's per-operator dispatch of clone().
+            return data.numpy().copy()
+        except (RuntimeError, TypeError):  # a lazily conjugated or negated view: torch resolves it
+            pass
     with torch.no_grad():
-        data = tensor.detach()
-        if data.dtype != torch.bfloat16 and data.device.type == "cpu":
-            try:
-                # numpy's copy of the shared memory: one copy, C-ordered (the npy fast path), without
-                # torch's per-operator dispatch of clone().
-                return data.numpy().copy()
-            except (RuntimeError, TypeError):  # a lazily conjugated or negated view: torch resolves it
-                pass
         if data.dtype == torch.bfloat16:
             data = data.float()  # a new tensor already
         elif data.device.type != "cpu":
