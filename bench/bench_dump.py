@@ -100,6 +100,9 @@ def main() -> int:
                         help="rounds over all rows; each row reports its median round (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: stable numbers)")
     args = parser.parse_args()
+    for option in ("steps", "rounds", "threads"):
+        if getattr(args, option) < 1:
+            parser.error("--{} must be at least 1, got {}".format(option, getattr(args, option)))
     torch.set_num_threads(args.threads)
     from ptdbg_ascend import acc_cmp_dump, register_hook, seed_all, set_dump_path, set_dump_switch
     from ptdbg_ascend.dump.session import get_session

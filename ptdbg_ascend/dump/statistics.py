@@ -68,7 +68,7 @@ def tensor_statistics(tensor: Any) -> Statistics:
     (one device->host copy off the CPU).
     """
     types = _torch_types()
-    if tensor.dtype in types.numpy_reals and (tensor.is_cpu if types.has_is_cpu else tensor.device.type == "cpu"):
+    if tensor.dtype in types.numpy_reals and types.is_cpu(tensor):
         # The common case first, with as few checks as possible: most recorded tensors of a training
         # step are small float CPU tensors (the optimizer's per-parameter ops), and for them the checks
         # below cost as much as the reductions.
@@ -79,10 +79,11 @@ def tensor_statistics(tensor: Any) -> Statistics:
             if small is not None:
                 return small
     # detach(): a tensor without autograd history, so no graph is recorded and no no_grad() is needed.
-    return _general_statistics(tensor.detach(), types.torch)
+    return _general_statistics(tensor.detach(), types)
 
 
-def _general_statistics(data: Any, torch: Any) -> Statistics:
+def _general_statistics(data: Any, types: "_TorchTypes") -> Statistics:
+    torch = types.torch
     if data.numel() == 0:
         return list(EMPTY)
     if data.is_complex():
@@ -96,7 +97,7 @@ def _general_statistics(data: Any, torch: Any) -> Statistics:
     if work.dim() == 0:
         value = float(work.item())
         return [value, value, value, abs(value)]
-    if work.numel() <= _SMALL and _is_cpu(work):
+    if work.numel() <= _SMALL and types.is_cpu(work):
         small = _small_cpu_statistics(work)
         if small is not None:
             return small
@@ -111,7 +112,7 @@ def _general_statistics(data: Any, torch: Any) -> Statistics:
         # a cascade and stays within float32 rounding of numpy's float64 result, at one temporary.
         square_sum = torch.sum(work * work)
     count = work.numel()
-    if _is_cpu(work):
+    if types.is_cpu(work):
         # On the CPU item() is a plain memory read: cheaper than stacking four scalars into one tensor.
         return [high.item(), low.item(), total.item() / count, math.sqrt(square_sum.item())]
     # On an accelerator: one device->host transfer for the four numbers instead of four syncs.
@@ -178,7 +179,11 @@ class _TorchTypes(object):
 
         self.torch = torch
         self.numpy_reals = frozenset((torch.float32, torch.float64))
-        self.has_is_cpu = hasattr(torch.Tensor, "is_cpu")  # torch >= 1.13
+        # Whether a tensor lives on the CPU: Tensor.is_cpu (torch >= 1.13) is cheaper than .device.
+        if hasattr(torch.Tensor, "is_cpu"):
+            self.is_cpu = lambda tensor: tensor.is_cpu  # type: Callable[[Any], bool]
+        else:
+            self.is_cpu = lambda tensor: tensor.device.type == "cpu"
 
 
 _TYPES = []  # type: List[_TorchTypes]
@@ -188,11 +193,6 @@ def _torch_types() -> _TorchTypes:
     if not _TYPES:
         _TYPES.append(_TorchTypes())
     return _TYPES[0]
-
-
-def _is_cpu(tensor: Any) -> bool:
-    """Whether ``tensor`` lives on the CPU (``Tensor.is_cpu`` where torch has it: cheaper than ``device``)."""
-    return tensor.is_cpu if _torch_types().has_is_cpu else tensor.device.type == "cpu"
 
 
 class StatisticsCache(object):

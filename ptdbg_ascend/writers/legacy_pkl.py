@@ -221,8 +221,6 @@ class LegacyPklWriter(object):
 
     # -- internals -----------------------------------------------------------------------------
     def _submit(self, job, nbytes: int) -> None:
-        if self._closed:
-            raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
         if self._background is None:
             job()
         else:
@@ -307,20 +305,18 @@ _SHAPE_TEXTS = {}  # type: Dict[Tuple[int, ...], str]
 
 
 def _dtype_text(dtype: Any) -> str:
-    """``str(dtype)`` ("torch.float32"), remembered: a handful of dtypes recur in every record."""
-    text = _DTYPE_TEXTS.get(dtype)
-    if text is None:
-        text = _DTYPE_TEXTS[dtype] = str(dtype)
+    """``str(dtype)`` ("torch.float32"), remembered in ``_DTYPE_TEXTS`` (look there first): a handful
+    of dtypes recur in every record."""
+    text = _DTYPE_TEXTS[dtype] = str(dtype)
     return text
 
 
 def _shape_text(shape: Tuple[int, ...]) -> str:
-    """The JSON list of a shape ("[16, 3, 32, 32]"), remembered for the shapes a model repeats."""
-    text = _SHAPE_TEXTS.get(shape)
-    if text is None:
-        text = "[" + ", ".join(str(int(size)) for size in shape) + "]"
-        if len(_SHAPE_TEXTS) < 65536:  # a bound for models whose shapes never repeat
-            _SHAPE_TEXTS[shape] = text
+    """The JSON list of a shape ("[16, 3, 32, 32]"), remembered in ``_SHAPE_TEXTS`` (look there first)
+    for the shapes a model repeats."""
+    text = "[" + ", ".join(str(int(size)) for size in shape) + "]"
+    if len(_SHAPE_TEXTS) < 65536:  # a bound for models whose shapes never repeat
+        _SHAPE_TEXTS[shape] = text
     return text
 
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from fake_torch_npu.fixtures import clean_session
+from fake_torch_npu.fixtures import session  # noqa: F401 - the clean dump session fixture
 
 
 class TinyNet(torch.nn.Module):
@@ -34,16 +34,6 @@ class NestedNet(torch.nn.Module):
 
     def forward(self, x):
         return self.head(self.block(x))
-
-
-@pytest.fixture
-def session():
-    from ptdbg_ascend.dump.session import get_session
-
-    current = get_session()
-    clean_session(current)
-    yield current
-    clean_session(current)
 
 
 @pytest.fixture

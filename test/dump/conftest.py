@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from fake_torch_npu.fixtures import clean_session
+from fake_torch_npu.fixtures import session  # noqa: F401 - the clean dump session fixture
 
 
 class TinyNet(torch.nn.Module):
@@ -26,14 +26,9 @@ class TinyNet(torch.nn.Module):
 
 
 @pytest.fixture
-def dump_session():
+def dump_session(session):
     """The process's dump session, reset before and after the test (counters, windows, path)."""
-    from ptdbg_ascend.dump.session import get_session
-
-    session = get_session()
-    clean_session(session)
-    yield session
-    clean_session(session)
+    return session
 
 
 @pytest.fixture
