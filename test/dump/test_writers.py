@@ -39,6 +39,17 @@ def test_statistics_of_a_large_tensor_match_numpy_in_float64():
     np.testing.assert_allclose(tensor_statistics(half), expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("count", [64, 8192, 32768, 262144])
+def test_norm_of_equal_values_stays_within_float32_rounding(count):
+    # Equal values are the hard case for a float32 accumulator (a fresh LayerNorm weight, a constant
+    # mask): every addition rounds the same way. A BLAS dot product is off by 1.5e-6 at 8192 elements.
+    tensor = torch.full((count,), 0.3337)
+    value = float(np.float32(0.3337))
+    expected = [value, value, value, (count * value * value) ** 0.5]
+    np.testing.assert_allclose(tensor_statistics(tensor), expected, rtol=3e-7)
+    np.testing.assert_allclose(tensor_statistics(tensor.view(-1, 64).t()), expected, rtol=3e-7)  # not contiguous
+
+
 def test_writer_lines_and_npy(tmp_path):
     writer = LegacyPklWriter(str(tmp_path / "r" / "x.pkl"), str(tmp_path / "r" / "x"), dump_step=101,
                              background=BackgroundWriter(), own_background=True)
