@@ -142,6 +142,11 @@ class LegacyRecorder(CallObserver):
         """The pkl this window writes (None until the first record)."""
         return self._writer.pkl_path if self._writer is not None else None
 
+    @property
+    def writer_busy_seconds(self) -> float:
+        """Seconds this window's writer thread has spent writing so far (0.0 without npy files)."""
+        return self._writer.background_busy_seconds if self._writer is not None else 0.0
+
     def flush(self) -> None:
         """Wait until everything recorded so far is on disk."""
         with self._lock:

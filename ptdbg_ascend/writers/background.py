@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from typing import Callable, Deque, Optional, Tuple
 
 from ptdbg_ascend.errors import DumpWriteError
@@ -24,6 +25,9 @@ class BackgroundWriter(object):
     Args:
         max_pending_bytes: bytes of queued data above which ``submit`` blocks. Default 512 MiB.
         name: the worker thread's name (shown in stack dumps). Default "ptdbg-writer".
+
+    Attributes:
+        busy_seconds: seconds the thread has spent running jobs so far (read after :meth:`flush`).
     """
 
     def __init__(self, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, name: str = "ptdbg-writer") -> None:
@@ -34,6 +38,9 @@ class BackgroundWriter(object):
         self._error = None  # type: Optional[BaseException]
         self._closed = False
         self._busy = False
+        # Seconds spent running jobs: with the bytes written, the rate the writer sustains while it has
+        # work (the benchmark compares it with np.save), apart from how fast training produces data.
+        self.busy_seconds = 0.0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -90,6 +97,7 @@ class BackgroundWriter(object):
                     return
                 job, nbytes = self._jobs.popleft()
                 self._busy = True
+            started = time.perf_counter()
             try:
                 job()
             except BaseException as error:  # noqa: B902 - kept and re-raised on the training thread
@@ -98,6 +106,7 @@ class BackgroundWriter(object):
                         self._error = error
             finally:
                 with self._condition:
+                    self.busy_seconds += time.perf_counter() - started
                     self._busy = False
                     self._pending_bytes -= nbytes
                     self._condition.notify_all()

@@ -200,6 +200,11 @@ class LegacyPklWriter(object):
 
         self._submit(job, nbytes)
 
+    @property
+    def background_busy_seconds(self) -> float:
+        """Seconds the background writer has spent on jobs (0.0 when writing synchronously)."""
+        return self._background.busy_seconds if self._background is not None else 0.0
+
     def flush(self) -> None:
         """Wait until every record given so far is on disk (raises DumpWriteError on a failed write)."""
         if self._background is not None:

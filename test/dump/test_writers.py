@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -80,6 +81,17 @@ def test_write_errors_surface_on_the_training_thread(tmp_path):
         writer.flush()
     writer.close()
     assert open(tmp_path / "x.pkl").read() == ""  # no line without its npy
+
+
+def test_background_writer_counts_the_seconds_it_runs_jobs():
+    writer = BackgroundWriter()
+    writer.submit(lambda: time.sleep(0.05))
+    writer.flush()
+    assert writer.busy_seconds >= 0.05
+    first = writer.busy_seconds
+    writer.submit(lambda: time.sleep(0.02))
+    writer.close()
+    assert writer.busy_seconds >= first + 0.02
 
 
 def test_background_writer_bounds_memory_and_keeps_order(tmp_path):
