@@ -23,8 +23,10 @@ from ptdbg_ascend.dump.statistics import array_statistics, scalar_statistics, te
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
 
-# (tensor, record name) -> (statistics, name of an earlier record of the same unchanged tensor or None)
-StatisticsLookup = Callable[[Any, str], Tuple[List[Optional[float]], Optional[str]]]
+# lookup(tensor, record name[, compute]) -> (statistics, name of an earlier record of the same unchanged
+# tensor or None); ``compute(tensor)`` makes the statistics of a tensor not seen before (see
+# StatisticsCache.lookup). write_call passes ``compute`` for the tensors whose statistics it defers.
+StatisticsLookup = Callable[..., Tuple[List[Optional[float]], Optional[str]]]
 
 # Statistics of CPU tensors of these dtypes and at least this many elements are computed on the writer
 # thread from the npy copy (float32 for bf16): there three passes over a large tensor overlap with
@@ -116,7 +118,12 @@ class LegacyPklWriter(object):
         else:
             # A copy: the caller may reuse its list, and lines are formatted once per list object.
             given = list(statistics) if statistics is not None else None
-            self.write_call([(name, value)], lookup=lambda tensor, _: (given or tensor_statistics(tensor), same_as))
+
+            def lookup(tensor: Any, _name: str, _compute: Any = None) -> Tuple[List[Optional[float]], Optional[str]]:
+                # Never deferred: a record linked to an earlier npy has no job that would fill them.
+                return (given if given is not None else tensor_statistics(tensor)), same_as
+
+            self.write_call([(name, value)], lookup=lookup)
 
     def write_stack(self, name: str, frames: List[List[Optional[str]]]) -> None:
         """Append the stack line ``[name, frames]``; ``name`` ends with ``_stack_info``."""

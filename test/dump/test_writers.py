@@ -72,6 +72,20 @@ def test_writer_lines_and_npy(tmp_path):
     assert oct(os.stat(tmp_path / "r" / "x.pkl").st_mode & 0o777) == "0o640"
 
 
+def test_given_statistics_of_a_large_tensor_with_npy_files(tmp_path):
+    # Large float CPU tensors normally get their statistics on the writer thread; given ones are kept.
+    writer = LegacyPklWriter(str(tmp_path / "x.pkl"), str(tmp_path / "x"), background=BackgroundWriter(),
+                             own_background=True)
+    tensor = torch.ones(70000)
+    writer.write_record("A_0_forward_output", tensor, statistics=[1.0, 1.0, 1.0, 264.5])
+    writer.write_record("B_0_forward_input.0", tensor, same_as="A_0_forward_output")
+    writer.close()
+    with open(tmp_path / "x.pkl", encoding="utf-8") as handle:
+        lines = [json.loads(line) for line in handle]
+    assert [line[5] for line in lines] == [[1.0, 1.0, 1.0, 264.5], [1.0, 1.0, 1.0, 70000 ** 0.5]]
+    assert os.path.samefile(tmp_path / "x" / "A_0_forward_output.npy", tmp_path / "x" / "B_0_forward_input.0.npy")
+
+
 def test_write_errors_surface_on_the_training_thread(tmp_path):
     writer = LegacyPklWriter(str(tmp_path / "x.pkl"), str(tmp_path / "x"), background=BackgroundWriter(),
                              own_background=True)
