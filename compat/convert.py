@@ -22,7 +22,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import shutil
 import tempfile
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
@@ -81,8 +80,6 @@ class ConvertResult(NamedTuple):
     tensor_files: int
     dropped: Dict[str, int]
     written: Tuple[str, ...] = ()
-
-
 
 
 def _plan(source: str) -> List[Tuple[DumpFiles, str]]:

@@ -160,14 +160,14 @@ def _metrics_in_order(pairs: Sequence[RowPair]) -> Iterator:
                 yield pair, metrics
         return
     if count == 1 or len(pairs) < 8:
-        for pair in pairs:
-            yield pair, _metrics_of_records((pair.npu, pair.bench))
+        for pair, record in zip(pairs, records):
+            yield pair, _metrics_of_records(record)
         return
     window = 2 * count  # pairs in flight: bounds memory to a few tensor pairs
     with concurrent.futures.ThreadPoolExecutor(max_workers=count) as pool:
         pending: collections.deque = collections.deque()
-        for pair in pairs:
-            pending.append((pair, pool.submit(_metrics_of_records, (pair.npu, pair.bench))))
+        for pair, record in zip(pairs, records):
+            pending.append((pair, pool.submit(_metrics_of_records, record)))
             if len(pending) >= window:
                 done_pair, future = pending.popleft()
                 yield done_pair, future.result()
