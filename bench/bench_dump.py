@@ -148,9 +148,10 @@ def main() -> int:
         print("{:<14} {:8.2f} ms/step  {:5.2f}x   rounds: {}".format(
             name, seconds * 1e3, seconds / plain, " ".join("{:.2f}x".format(value / plain) for value in values)))
     print("pkl lines per step (summary+stack): {:.0f}".format(records_per_step))
-    # api_stack writes ~350 new npy files per step: where creating a file is slow (this VM's ext4 took
-    # 0.1-0.9 ms per os.open in a bare loop, slower as files accumulate), that, not the tool, sets the
-    # step time. The floor: np.save of the same files in a tight loop right after the row, per step.
+    # api_stack writes ~350 new npy files per step: where creating a file is slow, that, not the tool,
+    # sets the step time (on the development VM `openat` of a new file took 0.9 ms median under strace
+    # in phases after heavy writing, 25-45 us in quiet ones, whatever the number of files in the
+    # directory). The floor: np.save of the same files in a tight loop right after the row, per step.
     print("api_stack floor: np.save of the same npy files {} ms per step (rounds), plain step {:.2f} ms".format(
         " ".join("{:.1f}".format(value * 1e3) for value in npy_floor), plain * 1e3))
 
