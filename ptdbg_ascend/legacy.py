@@ -167,27 +167,31 @@ def compare(
     auto_analyze: bool = True,
     suffix: str = "",
     fuzzy_match: bool = False,
-) -> None:
-    """Compare two dumps API by API and write ``compare_result_{suffix}_{timestamp}.csv`` (+ xlsx).
+    **options: Any,
+) -> Any:
+    """Compare two dumps API by API and write ``compare_result_{suffix}_{timestamp}.csv`` (+ xlsx, advisor).
 
-    See :func:`ptdbg_ascend.comparison.api.compare` for the accepted ``input_param`` keys.
+    See :func:`ptdbg_ascend.comparison.api.compare` for the accepted ``input_param`` keys and the
+    further keyword options (``xlsx``, ``api_mapping``). Returns its ``CompareOutcome``
+    (``bool(outcome)``: every compared tensor reached the accuracy and enough could be compared).
     """
     from ptdbg_ascend.comparison import api as comparison_api
 
-    comparison_api.compare(
+    return comparison_api.compare(
         input_param, output_path, stack_mode=stack_mode, auto_analyze=auto_analyze, suffix=suffix,
-        fuzzy_match=fuzzy_match,
+        fuzzy_match=fuzzy_match, **options,
     )
 
 
-def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str, **kwargs: Any) -> None:
+def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str, **kwargs: Any) -> Any:
     """Compare every rank of two multi-rank dumps (tag directories such as ``npu/ptdbg_dump_v1.0``).
 
-    Accepts every keyword argument of :func:`compare`.
+    Accepts every keyword argument of :func:`compare` but ``suffix``; returns one ``CompareOutcome``
+    per rank pair.
     """
     from ptdbg_ascend.comparison import api as comparison_api
 
-    comparison_api.compare_distributed(npu_dump_dir, bench_dump_dir, output_path, **kwargs)
+    return comparison_api.compare_distributed(npu_dump_dir, bench_dump_dir, output_path, **kwargs)
 
 
 def parse(pkl_file: str, module_name_prefix: str) -> None:

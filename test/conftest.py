@@ -10,10 +10,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-# Test packages whose conftest imports torch at collection time. Under an interpreter without torch
+# Test packages whose conftest imports torch at collection time (or, for scenarios, whose training
+# subprocesses need it). Under an interpreter without torch
 # (the Python 3.8 torch-free run) they are left out instead of failing collection; the torch-free tests
 # elsewhere are marked `torchfree` and still run.
-TORCH_ONLY_PACKAGES = ["dump", "overflow", "acl", "debugger", "interop"]
+TORCH_ONLY_PACKAGES = ["dump", "overflow", "acl", "debugger", "interop", "scenarios"]
 try:
     import importlib.util as _importlib_util
 

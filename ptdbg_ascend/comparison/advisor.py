@@ -1,72 +1,54 @@
-"""The advisor: name the first API whose accuracy is not reached, tell cause from propagation, and
-give advice (the original tool's rules + FP16 overflow and input inconsistency, from MindStudio)."""
+"""The advisor: name the first failing API after alignment, tell cause from propagation from the
+(pre-call) inputs, give the user's own code line, the first dtype mismatch and the one-sided calls
+before the failure, and advice that fits the finding. Says so plainly when too little was compared."""
 
 from __future__ import annotations
 
 import math
 import os
-from typing import Dict, NamedTuple, Optional, Sequence
+from collections import Counter
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from ptdbg_ascend.comparison import columns as col
-from ptdbg_ascend.comparison.matching import RowPair
-from ptdbg_ascend.comparison.records import TensorRecord
+from ptdbg_ascend.comparison.matching import split_call_name
+from ptdbg_ascend.comparison.outcome import Counts, Finding
+from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, user_line
 from ptdbg_ascend.comparison.reports import open_new
-from ptdbg_ascend.comparison.verdicts import NO, PASS, UNMATCHED, WARNING, YES
+from ptdbg_ascend.comparison.rows import CompareRow
+from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
 from ptdbg_ascend.log import logger
 
 FP16_MAX = 65504.0
 ALL_REACHED = "All data in comparison result meets the accuracy requirements."
-FORWARD_INPUT = ("1. Analyze the model to view the input source.\n2. Check whether an inplace API causes the output "
-                 "result to overwrite the input result. That is, the fault is actually caused by a computation error."
-                 "\n3. The fault may be caused by memory corruption and further analysis is required.")
-FORWARD_OUTPUT = "This is a forward API computation error. Check the computation implementation."
-BACKWARD_INPUT = "Check whether the forward computation result is affected."
-BACKWARD_OUTPUT = "This is a backward API computation error. Check the computation implementation."
-UNCERTAIN_APIS = ("conv2d", "conv3d", "matmul", "nll_loss", "layer_norm", "lstm")
-UNCERTAIN = ("This torch api may be uncertainty in the calculation, can seed_all(mode=True) to enable "
-             "deterministic computing.")
-BATCH_NORM = ("Torch API batch_norm input not fixed, the following suggestions may fix it:\n1. If use "
-              "torch.nn.functional.batch_norm, you can set parameter training=False.\n2. If use "
-              "torch.nn.BatchNormXXX, you can set parameter affine=False.\n3. Use seed_all(mode=True) to enable "
-              "deterministic computing.")
+CAUSE, PROPAGATION, INPUT = "cause", "propagation", "input"
+# APIs whose CPU/GPU/NPU kernels may be non-deterministic (atomics, algorithm choice): only for these,
+# and only for a small error, is seed_all(mode=True) worth suggesting.
+UNCERTAIN_APIS = ("conv1d", "conv2d", "conv3d", "conv_transpose", "matmul", "bmm", "addmm", "linear", "nll_loss",
+                  "layer_norm", "lstm", "embedding", "scatter_add", "index_add", "interpolate")
+# Calls that change a dtype: shown first among the one-sided calls.
+CASTS = ("_to_", "_type_", "_float_", "_half_", "_bfloat16_", "_double_", "_to_copy_", "_npu_format_cast_")
+ONE_SIDED_SHOWN = 8
 
 
 class Advice(NamedTuple):
-    """``line`` is the CSV line (header = line 1), "NA" when every row passed."""
+    """``line`` is the CSV line (header = line 1), "NA" when no row failed. ``body`` holds the lines
+    after the three legacy ones (Line / Suspect Nodes / Expert Advice)."""
 
     line: str
     suspect: str
     advice: str
+    body: Tuple[str, ...] = ()
 
     def text(self) -> str:
-        return "Line: {}\nSuspect Nodes: {}\nExpert Advice: {}\n".format(self.line, self.suspect, self.advice)
+        head = "Line: {}\nSuspect Nodes: {}\nExpert Advice: {}\n".format(self.line, self.suspect, self.advice)
+        return head + "".join(line + "\n" for line in self.body)
 
 
-def legacy_advice(name: str) -> str:
-    """The original tool's advice for a record name (its rule order)."""
-    advice = ""
-    if "forward_input" in name:
-        advice = FORWARD_INPUT
-    elif "forward_output" in name:
-        advice = FORWARD_OUTPUT
-    elif "backward_input" in name:
-        advice = BACKWARD_INPUT
-    elif "backward_output" in name:
-        advice = BACKWARD_OUTPUT
-    if "_output" in name and any(api in name for api in UNCERTAIN_APIS):
-        advice = UNCERTAIN
-    if "Functional_batch_norm" in name and "forward_input.1" in name:
-        advice = BATCH_NORM
-    return advice
+def _precision(records: Sequence[TensorRecord]) -> Optional[str]:
+    return call_precision(record.dtype for record in records)
 
 
-def _fp16_overflow(record: Optional[TensorRecord]) -> bool:
-    if record is None or record.dtype != "torch.float16":
-        return False
-    for value in record.statistics[:2]:
-        if value is not None and (math.isinf(value) or math.isnan(value) or abs(value) >= FP16_MAX):
-            return True
-    return False
+def _lower_precision(npu: Optional[str], bench: Optional[str]) -> bool:
+    return npu is not None and bench is not None and EPSILON[npu] > EPSILON[bench]
 
 
 def _same_tensor(a: TensorRecord, b: TensorRecord) -> bool:
@@ -74,64 +56,258 @@ def _same_tensor(a: TensorRecord, b: TensorRecord) -> bool:
         and all(v is not None for v in a.statistics[:3])
 
 
-def _producer(pairs: Sequence[RowPair], failing: int, side, call) -> Optional[int]:
-    """Index of the latest earlier output row holding the same tensor (by dtype, shape, max/min/mean)
-    as the failing input row, on one side."""
-    target = side(pairs[failing])
-    if target is None:
+class _Report(object):
+    """The rows with the lookups the advisor needs."""
+
+    def __init__(self, rows: Sequence[CompareRow]) -> None:
+        self.rows = rows
+
+    def producer(self, index: int, record: TensorRecord, call: Optional[CallRecord]) -> Optional[int]:
+        """Index of the latest earlier NPU output row holding the same tensor as ``record`` (by dtype,
+        shape, max/min/mean) and belonging to another call."""
+        for earlier in range(index - 1, -1, -1):
+            candidate = self.rows[earlier].npu
+            if candidate is not None and candidate.side == "output" and self.rows[earlier].pair.npu_call is not call \
+                    and _same_tensor(candidate, record):
+                return earlier
         return None
-    for index in range(failing - 1, -1, -1):
-        earlier = side(pairs[index])
-        if earlier is not None and earlier.side == "output" and pairs[index].npu_call is not call \
-                and _same_tensor(earlier, target):
+
+    def first_input_row(self, call: CallRecord) -> Optional[int]:
+        for index, row in enumerate(self.rows):
+            if row.pair.npu_call is call and row.npu is not None and row.npu.side == "input":
+                return index
+        return None
+
+    def trace(self, index: int) -> Tuple[Optional[int], List[CallRecord]]:
+        """From the failing input row ``index``, follow producers back through calls present on the NPU
+        side only (casts, extra calls); returns the first producing row that has a bench side (or None)
+        and the one-sided calls passed on the way, nearest first."""
+        one_sided: List[CallRecord] = []
+        row = self.rows[index]
+        record, call = row.npu, row.pair.npu_call
+        for _ in range(64):  # a cast chain is short; the bound keeps a pathological dump linear
+            producer = self.producer(index, record, call)
+            if producer is None:
+                return None, one_sided
+            found = self.rows[producer]
+            if found.bench is not None:
+                return producer, one_sided
+            one_sided.append(found.pair.npu_call)
+            start = self.first_input_row(found.pair.npu_call)
+            if start is None:
+                return None, one_sided
+            index, record, call = start, self.rows[start].npu, found.pair.npu_call
+        return None, one_sided
+
+
+def first_failure(rows: Sequence[CompareRow]) -> Optional[int]:
+    """Index of the first row whose robust verdict is ``error``."""
+    for index, row in enumerate(rows):
+        if row.failed:
             return index
     return None
 
 
-def diagnose(rows: Sequence[Dict[str, object]], pairs: Sequence[RowPair], failing: Optional[int]) -> Advice:
-    """The advice for the first failing row (None: all reached)."""
+def _first_dtype_mismatch(rows: Sequence[CompareRow], end: int) -> Optional[Tuple[str, str, str]]:
+    """``(call, npu dtype, bench dtype)`` of the first paired row before ``end`` whose dtypes differ,
+    preferring a call that computes in a lower float precision on NPU than on bench."""
+    first = None
+    for row in rows[:end]:
+        if row.npu is None or row.bench is None or row.npu.dtype == row.bench.dtype:
+            continue
+        found = (row.pair.npu_call.name, row.npu.dtype, row.bench.dtype)
+        if _lower_precision(_precision(row.pair.npu_call.records), _precision(row.pair.bench_call.records)):
+            return found
+        first = first or found
+    return first
+
+
+def _one_sided_before(rows: Sequence[CompareRow], end: int) -> List[str]:
+    """One-sided calls before row ``end``, nearest first, casts before other calls."""
+    seen, names = set(), []
+    for row in reversed(rows[:end]):
+        if not row.one_sided or row.call is None or row.call.name in seen:
+            continue
+        seen.add(row.call.name)
+        names.append(row.call.name + (" (NPU only)" if row.bench is None else " (bench only)"))
+    casts = [name for name in names if any(cast in name for cast in CASTS)]
+    return casts + [name for name in names if name not in casts]
+
+
+def _fp16_overflow(records: Sequence[TensorRecord]) -> bool:
+    for record in records:
+        if record.dtype != "torch.float16":
+            continue
+        for value in record.statistics[:2]:
+            if value is not None and (math.isinf(value) or math.isnan(value) or abs(value) >= FP16_MAX):
+                return True
+    return False
+
+
+def _not_compared_reasons(rows: Sequence[CompareRow]) -> List[str]:
+    reasons: Counter = Counter()
     for row in rows:
-        if row.get(col.ACCURACY) == UNMATCHED:
-            logger.warning("The tensor name matches but the shape or dtype does not match: {}".format(row[col.NPU_NAME]))
+        if not row.one_sided and not row.compared:
+            message = row.message or row.result
+            if "not found" in message:
+                message = "a tensor file is missing"
+            elif "cannot be read" in message:
+                message = "a tensor file cannot be read"
+            reasons[message] += 1
+    return ["{} rows: {}".format(count, reason) for reason, count in reasons.most_common(3)]
+
+
+def _tally(counts: Counts) -> str:
+    return ("Compared: {} of {} paired tensors ({} failing, {} warnings, {} not compared, {} unmatched); "
+            "{} NPU-only and {} bench-only rows.".format(counts.compared, counts.paired, counts.failed, counts.warnings,
+                                                         counts.not_compared, counts.unmatched, counts.npu_only,
+                                                         counts.bench_only))
+
+
+def _insufficient(rows: Sequence[CompareRow], counts: Counts) -> Optional[str]:
+    if counts.enough_compared:
+        return None
+    if counts.compared == 0:
+        head = "Nothing could be compared: none of the {} paired tensors was judged".format(counts.paired)
+    else:
+        head = "Too little could be compared: only {} of {} paired tensors were judged".format(
+            counts.compared, counts.paired)
+    reasons = _not_compared_reasons(rows)
+    if counts.paired == 0:
+        reasons.append("no call of one dump pairs with a call of the other (different models or dump modes?)")
+    return head + (" ({})".format("; ".join(reasons)) if reasons else "") + \
+        ". Check the npy directories (npu_dump_data_dir, bench_dump_data_dir) or compare statistics only by " \
+        "leaving both out. This result does not show that the runs agree."
+
+
+def diagnose(rows: Sequence[CompareRow], counts: Counts) -> Tuple[Advice, Optional[Finding]]:
+    """The advice for the report and the finding for the first failing row (None: no row failed)."""
+    insufficient = _insufficient(rows, counts)
+    failing = first_failure(rows)
     if failing is None:
+        if insufficient is not None:
+            logger.warning(insufficient)
+            return Advice("NA", "NA", insufficient, (_tally(counts),)), None
         logger.info("All data from api input/output accuracy reached")
-        return Advice("NA", "NA", ALL_REACHED)
-    name = str(rows[failing][col.NPU_NAME])
-    line = failing + 2
-    logger.warning("Find {} accuracy not reached, the line is {}".format(name, line))
-    parts = [legacy_advice(name)]
-    pair = pairs[failing]
-    call = pair.npu_call
-    if pair.npu is not None and pair.npu.side == "output" and call is not None:
-        inputs = [i for i, p in enumerate(pairs) if p.npu_call is call and p.npu is not None and p.npu.side == "input"]
-        if all(_matches(rows[i]) for i in inputs):
-            parts.append("Cause, not propagation: the inputs of {} still match the bench but its output does not, "
-                         "so {} is the suspect.".format(call.name, call.name))
-        else:
-            parts.append("Some inputs of {} could not be judged, so it cannot be told whether the error starts "
-                         "here.".format(call.name))
-    elif pair.npu is not None and pair.npu.side == "input":
-        producer = _producer(pairs, failing, lambda p: p.npu, call)
-        if producer is None:  # the NPU run changed it in place: the bench side still shows who produced it
-            producer = _producer(pairs, failing, lambda p: p.bench, call)
-        if producer is None:
-            parts.append("Propagation or input inconsistency: this input already differs and no earlier dumped API "
-                         "produced it. Check what feeds the model (data loading order, shuffle, seed_all, loaded "
-                         "weights) or APIs that are not dumped.")
-        else:
-            parts.append("Propagation: this input already differs; it was produced by {} (line {}, {}). {}".format(
-                (pairs[producer].npu_call or pairs[producer].bench_call).name, producer + 2, rows[producer][col.NPU_NAME],
-                "Its output still matched, so the value changed in between (an in-place API or an API that "
-                "is not dumped)." if _matches(rows[producer]) else "Look upstream from there."))
-    if call is not None and any(_fp16_overflow(p.npu) for p in pairs if p.npu_call is call):
-        parts.append("FP16 overflow: a float16 tensor of {} reaches inf/nan or the float16 maximum {}. Check loss "
-                     "scaling, or compute this API in float32.".format(call.name, FP16_MAX))
-    return Advice(str(line), name, "\n".join(p for p in parts if p))
+        body = [_tally(counts)]
+        mismatch = _first_dtype_mismatch(rows, len(rows))
+        if mismatch is not None:
+            body.append("Note: {} runs in {} on NPU and {} on bench; its differences are within that precision's "
+                        "round-off.".format(*mismatch))
+        return Advice("NA", "NA", ALL_REACHED, tuple(body)), None
+    finding, advice = _analyse(rows, failing)
+    logger.warning("Find {} accuracy not reached, the line is {}".format(finding.record, finding.line))
+    body = ["Suspect API: {} ({}: {})".format(finding.call, finding.kind.capitalize(), _KIND_TEXT[finding.kind])]
+    if finding.user_line:
+        body.append("Code: {}".format(finding.user_line))
+    if rows[failing].judgement.message:
+        body.append("First failure: {}".format(rows[failing].judgement.message))
+    if finding.dtype_mismatch:
+        body.append("First dtype mismatch before it: {}".format(finding.dtype_mismatch))
+    if finding.one_sided:
+        body.append("Calls present in one run only before it: {}".format(", ".join(finding.one_sided)))
+    if insufficient is not None:
+        body.append(insufficient)
+    body.append(_tally(counts))
+    return Advice(str(finding.line), finding.record, advice, tuple(body)), finding
 
 
-def _matches(row: Dict[str, object]) -> bool:
-    """Whether a report row says the two sides agree (full mode: Yes; summary mode: pass)."""
-    return row.get(col.ACCURACY, row.get(col.RESULT)) in (YES, PASS)
+_KIND_TEXT = {
+    CAUSE: "its inputs still match, its output does not",
+    PROPAGATION: "the difference comes from an earlier call",
+    INPUT: "an input already differs and no dumped API produced it",
+}
+
+
+def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
+    report = _Report(rows)
+    row = rows[failing]
+    call = row.pair.npu_call
+    mismatch = _first_dtype_mismatch(rows, failing + 1)
+    mismatch_text = "{} (NPU {}, bench {})".format(*mismatch) if mismatch else None
+    one_sided = _one_sided_before(rows, failing)
+    advice: List[str] = []
+    suspect = call
+    if row.side == "output":
+        kind = CAUSE
+        inputs = [r for r in rows if r.pair.npu_call is call and r.npu is not None and r.npu.side == "input"]
+        unjudged = [r.name for r in inputs if not r.passed]
+        own_precision = _lower_precision(_precision(call.records), _precision(row.pair.bench_call.records))
+        if own_precision:
+            advice.append("{} computes in {} on NPU and in {} on bench, and its error is beyond what that "
+                          "precision explains. Compute it in the bench's dtype, or check this API's NPU kernel."
+                          .format(call.name, _precision(call.records), _precision(row.pair.bench_call.records)))
+        elif split_call_name(call.name).direction == "backward":
+            advice.append("The gradients arriving at {} still match but the gradients it computes do not: check "
+                          "the backward implementation of this API (a custom autograd function, a fused kernel)."
+                          .format(call.name))
+        else:
+            advice.append("The inputs of {} still match but its output does not: this API computes differently. "
+                          "Check its implementation on NPU (kernel, fused operator, dtype inside); the npy files of "
+                          "this call let you re-run it alone.".format(call.name))
+        if unjudged:
+            advice.append("Not every input could be judged ({}), so an input difference is not ruled out."
+                          .format(", ".join(unjudged[:3])))
+        api_word = split_call_name(call.name).api.split("_", 1)[-1]
+        needed, allowed = row.judgement.needed_rtol, row.tolerance.rtol if row.tolerance else None
+        if any(api in api_word for api in UNCERTAIN_APIS) and needed is not None and allowed is not None \
+                and needed < 10 * allowed and mismatch is None:
+            advice.append("The error is small and {} may be non-deterministic: if two runs on the same device differ "
+                          "too, enable deterministic computing with seed_all(mode=True).".format(api_word))
+    else:
+        producer, chain = report.trace(failing)
+        if mismatch is not None and _lower_precision(*_mismatch_precisions(rows, mismatch[0])):
+            kind = PROPAGATION
+            suspect = _call_named(rows, mismatch[0]) or call
+            advice.append("This input already differs. The first call computed in a lower precision on NPU is {} "
+                          "(NPU {}, bench {}); its error was within that precision's round-off, and the calls after "
+                          "it carry it on. If this difference matters, compute {} in {}.".format(
+                              mismatch[0], mismatch[1], mismatch[2], mismatch[0], mismatch[2]))
+        elif chain:
+            kind = PROPAGATION
+            suspect = chain[-1]
+            advice.append("This input already differs; it comes from {} which exists on NPU only{}. Check why the "
+                          "NPU run calls it (a cast, an extra call) and whether the bench should too.".format(
+                              chain[-1].name, "" if len(chain) == 1 else " (through {})".format(
+                                  ", ".join(c.name for c in chain[:-1]))))
+        elif producer is not None:
+            kind = PROPAGATION
+            made_by = rows[producer].pair.npu_call
+            if rows[producer].passed:
+                advice.append("This input already differs, but {} produced it and its output still matched (CSV line "
+                              "{}): the value changed in between without a dumped API writing it. Look at the code "
+                              "between {} and this call: in-place writes through .data or numpy, APIs that are not "
+                              "dumped.".format(made_by.name, producer + 2, user_line(made_by.stack) or made_by.name))
+            else:
+                suspect = made_by
+                advice.append("This input already differs; it was produced by {} (CSV line {}). Look upstream from "
+                              "there.".format(made_by.name, producer + 2))
+        else:
+            kind = INPUT
+            advice.append("This input already differs and no dumped API produced it. Check what feeds the model: the "
+                          "data (loading order, shuffle, augmentation), seed_all() on both sides, the loaded weights "
+                          "and initialization, or an API that is not dumped.")
+    if any(_fp16_overflow(r.pair.npu_call.records) for r in (row,) if r.pair.npu_call is not None):
+        advice.append("FP16 overflow: a float16 tensor of {} reaches inf/nan or the float16 maximum {}. Check loss "
+                      "scaling, or compute this API in float32.".format(call.name, FP16_MAX))
+    finding = Finding(record=row.name, line=failing + 2, kind=kind, call=suspect.name,
+                      api=split_call_name(suspect.name).api, user_line=user_line(suspect.stack),
+                      dtype_mismatch=mismatch_text, one_sided=tuple(one_sided[:ONE_SIDED_SHOWN]))
+    return finding, "\n".join(advice)
+
+
+def _call_named(rows: Sequence[CompareRow], name: str) -> Optional[CallRecord]:
+    for row in rows:
+        if row.pair.npu_call is not None and row.pair.npu_call.name == name:
+            return row.pair.npu_call
+    return None
+
+
+def _mismatch_precisions(rows: Sequence[CompareRow], name: str) -> Tuple[Optional[str], Optional[str]]:
+    for row in rows:
+        if row.pair.npu_call is not None and row.pair.npu_call.name == name and row.pair.bench_call is not None:
+            return _precision(row.pair.npu_call.records), _precision(row.pair.bench_call.records)
+    return None, None
 
 
 def write_advice(advice: Advice, output_path: str, stem: str) -> str:
@@ -144,12 +320,3 @@ def write_advice(advice: Advice, output_path: str, stem: str) -> str:
         handle.write(advice.text())
     logger.info("The advisor summary is saved in: {}".format(path))
     return path
-
-
-def first_failure(rows: Sequence[Dict[str, object]], full_mode: bool) -> Optional[int]:
-    """First row whose Accuracy is No (full mode) or whose Result is warning (summary mode)."""
-    column, value = (col.ACCURACY, NO) if full_mode else (col.RESULT, WARNING)
-    for index, row in enumerate(rows):
-        if row.get(column) == value:
-            return index
-    return None

@@ -8,31 +8,24 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, Mapping, Optional, Union
 
 from ptdbg_ascend.comparison import advisor, columns, engine, reports
-from ptdbg_ascend.comparison.inputs import check_bool, check_output_path, parse_input_param
+from ptdbg_ascend.comparison.inputs import check_api_mapping, check_bool, check_output_path, parse_input_param
 from ptdbg_ascend.comparison.matching import pair_rows
+from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts, Finding
 from ptdbg_ascend.comparison.readers import read_dump
 from ptdbg_ascend.errors import CompareError, ParameterError
 from ptdbg_ascend.log import logger
 
 SUFFIX = re.compile(r"^[A-Za-z0-9_.-]*$")
 MSG_FUZZY = "This task uses fuzzy matching, which may affect the accuracy of the comparison."
-
-
-class CompareOutcome(NamedTuple):
-    """What one compare wrote; ``first_failure`` is the NPU name of the first failing row or None."""
-
-    csv_path: str
-    xlsx_path: Optional[str]
-    advisor_path: Optional[str]
-    first_failure: Optional[str]
-    rows: int
+__all__ = ["compare", "compare_distributed", "CompareOutcome", "Counts", "Finding"]
 
 
 def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = False, auto_analyze: bool = True,
-            suffix: str = "", fuzzy_match: bool = False, xlsx: bool = True) -> CompareOutcome:
+            suffix: str = "", fuzzy_match: bool = False, xlsx: bool = True,
+            api_mapping: Optional[Union[Mapping[str, str], str]] = None) -> CompareOutcome:
     """Compare two dumps API by API.
 
     ``input_param`` keys: ``npu_pkl_path``, ``bench_pkl_path`` (required; msprobe's ``npu_path``/``bench_path``
@@ -43,7 +36,13 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     ``output_path``: an existing directory; writes ``compare_result_{suffix}_{timestamp}.csv`` (``suffix``
     default "" drops the part) and the same-named ``.xlsx`` (``xlsx=True``), and with ``auto_analyze``
     (default True) ``advisor[_{suffix}]_{timestamp}.txt``. ``stack_mode`` (default False) adds the
-    ``NPU_Stack_Info`` column; ``fuzzy_match`` (default False) pairs calls ignoring the call counter.
+    ``NPU_Stack_Info`` column. Calls are aligned across counter shifts by default; ``fuzzy_match``
+    (default False) keeps its legacy meaning: rows whose call names differ say so in Err_message.
+    ``api_mapping`` (default None): NPU API -> bench API names without counter and direction
+    (``{"NPU_npu_rms_norm": "Functional_rms_norm"}``), as a dict or the path of a JSON/YAML file.
+
+    Returns a :class:`CompareOutcome`: ``bool(outcome)`` is True when no compared tensor failed the
+    robust verdict and enough tensors could be compared.
     """
     for name, value in (("stack_mode", stack_mode), ("auto_analyze", auto_analyze), ("fuzzy_match", fuzzy_match),
                         ("xlsx", xlsx)):
@@ -51,6 +50,7 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     if not isinstance(suffix, str) or not SUFFIX.match(suffix):
         raise ParameterError("suffix", suffix, "must be a str of letters, digits, '_', '.' or '-'")
     output_path = check_output_path(output_path)
+    mapping = check_api_mapping(api_mapping)
     inputs = parse_input_param(input_param)
     npu_calls = read_dump(inputs.npu_dump, inputs.npu_data_dir, inputs.stack_path)
     bench_calls = read_dump(inputs.bench_dump, inputs.bench_data_dir, None)
@@ -63,31 +63,35 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
                        "report.")
     if fuzzy_match:
         logger.warning(MSG_FUZZY)
-    pairs = pair_rows(npu_calls, bench_calls, fuzzy_match)
+    pairs = pair_rows(npu_calls, bench_calls, mapping)
     if inputs.full_mode:
-        rows = engine.full_rows(pairs, stack_mode, inputs.print_log)
+        rows = engine.full_rows(pairs, inputs.print_log, fuzzy_match)
         column_names = columns.full_columns(stack_mode)
     else:
         logger.info("A dump data directory is missing: comparing statistics only (summary mode).")
-        rows = engine.summary_rows(pairs, stack_mode)
+        rows = engine.summary_rows(pairs, fuzzy_match)
         column_names = columns.summary_columns(stack_mode)
-    failing = advisor.first_failure(rows, inputs.full_mode)
+    counts = Counts.of(rows)
+    failing = advisor.first_failure(rows)
+    advice, finding = advisor.diagnose(rows, counts)
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
     tail = "{}_{}".format(suffix, stamp) if suffix else stamp
     stem = "compare_result_" + tail
     csv_path = os.path.join(output_path, stem + ".csv")
-    reports.write_csv(csv_path, column_names, rows)
+    table = reports.table_of(rows, column_names, stack_mode)
+    reports.write_csv(csv_path, column_names, table)
     logger.info("Compare result is {}".format(csv_path))
     xlsx_path = None
     if xlsx:
         xlsx_path = os.path.join(output_path, stem + ".xlsx")
-        reports.write_xlsx(xlsx_path, column_names, rows, failing)
+        reports.write_xlsx(xlsx_path, column_names, table, rows, failing)
     advisor_path = None
     if auto_analyze:
-        advice = advisor.diagnose(rows, pairs, failing)
         advisor_path = advisor.write_advice(advice, output_path, "advisor_" + tail)
-    first = None if failing is None else str(rows[failing][columns.NPU_NAME])
-    return CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows))
+    first = None if failing is None else rows[failing].name
+    outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts)
+    logger.info("Compare outcome: {}".format(outcome))
+    return outcome
 
 
 def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str, **kwargs: Any):

@@ -4,6 +4,8 @@ Python API)."""
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Sequence
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -13,8 +15,19 @@ def _compare(args: argparse.Namespace) -> int:
              "npu_dump_data_dir": args.npu_dump_data_dir, "bench_dump_data_dir": args.bench_dump_data_dir,
              "stack_path": args.stack_path, "is_print_compare_log": args.is_print_compare_log}
     outcome = compare(param, args.output_path, stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
-                      suffix=args.suffix, fuzzy_match=args.fuzzy_match)
-    return 1 if outcome.first_failure else 0
+                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, api_mapping=args.api_mapping)
+    return exit_status([outcome])
+
+
+def exit_status(outcomes: Sequence) -> int:
+    """0 every compared tensor reached the accuracy; 1 one did not; 2 too little could be compared to
+    tell (said on stderr)."""
+    if any(outcome.first_failure for outcome in outcomes):
+        return 1
+    short = [outcome for outcome in outcomes if not outcome]
+    for outcome in short:
+        print("ptdbg compare: error: {}: {}".format(outcome.csv_path, outcome), file=sys.stderr)
+    return 2 if short else 0
 
 
 def _compare_distributed(args: argparse.Namespace) -> int:
@@ -23,7 +36,7 @@ def _compare_distributed(args: argparse.Namespace) -> int:
     outcomes = compare_distributed(args.npu_dump_dir, args.bench_dump_dir, args.output_path,
                                    stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
                                    fuzzy_match=args.fuzzy_match, is_print_compare_log=args.is_print_compare_log)
-    return 1 if any(o.first_failure for o in outcomes) else 0
+    return exit_status(outcomes)
 
 
 def _parse(args: argparse.Namespace) -> int:
@@ -45,13 +58,15 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_commands(subparsers) -> None:
-    """Register the compare-side sub-commands. Exit status: 0 all reached, 1 a failing API, 2 an error."""
+    """Register the compare-side sub-commands. Exit status: 0 all reached, 1 a failing API, 2 an error or
+    too little compared to tell."""
     compare = subparsers.add_parser(
         "compare", help="compare two dumps API by API (compare())",
         description="compare(input_param, output_path, stack_mode=False, auto_analyze=True, suffix='', "
                     "fuzzy_match=False). Writes compare_result_{suffix}_{timestamp}.csv/.xlsx and advisor_*.txt "
                     "into OUTPUT_PATH. A dump is a legacy .pkl or an msprobe dump.json. Leave out both data "
-                    "dirs for a statistics-only comparison. Exit status 1 when an API's accuracy is not reached.")
+                    "dirs for a statistics-only comparison. Exit status 1 when an API's accuracy is not reached, 2 "
+                    "on an error or when too little could be compared to tell.")
     compare.add_argument("npu_pkl_path", help="NPU dump: api_stack_npu_dump.pkl or dump.json")
     compare.add_argument("bench_pkl_path", help="bench (GPU/CPU) dump: .pkl or dump.json")
     compare.add_argument("output_path", help="existing directory for the results")
@@ -59,6 +74,9 @@ def add_commands(subparsers) -> None:
     compare.add_argument("--bench-dump-data-dir", dest="bench_dump_data_dir", help="bench npy directory")
     compare.add_argument("--stack-path", dest="stack_path", help="NPU stack.json (dump.json input only)")
     compare.add_argument("--suffix", default="", help="inserted in the result file name (default '')")
+    compare.add_argument("--api-mapping", dest="api_mapping", default=None,
+                         help="JSON/YAML file of NPU API -> bench API names, e.g. "
+                              "{\"NPU_npu_rms_norm\": \"Functional_rms_norm\"} (default: none)")
     _options(compare)
     compare.set_defaults(handler=_compare)
 

@@ -13,14 +13,20 @@ ACCURACY, ERR_MESSAGE, STACK = "Accuracy Reached or Not", "Err_message", "NPU_St
 SUMMARY_DIFFS = ["Max diff", "Min diff", "Mean diff", "L2norm diff"]
 RESULT = "Result"
 EXTRA_METRICS = ["Accumulated Relative Err", "Euclidean Relative Distance", "KL Divergence"]
+# The robust verdict's numbers: the rtol this row was allowed, the smallest rtol under which a failing
+# row would have passed, and where its greatest difference is.
+ALLOWED_RTOL, NEEDED_RTOL, WORST_INDEX = "Allowed Rtol", "Rtol To Pass", "Greatest Diff Index"
+VERDICT_DETAILS = [ALLOWED_RTOL, NEEDED_RTOL, WORST_INDEX]
 
 
 def full_columns(stack_mode: bool) -> List[str]:
-    """Tensor comparison: the 4.0 legacy columns [+ NPU_Stack_Info], then Result and the MindStudio metrics."""
+    """Tensor comparison: the 4.0 legacy columns [+ NPU_Stack_Info], then Result, the MindStudio metrics
+    and the robust verdict's numbers."""
     return BASIC + METRICS + STATISTICS + [ACCURACY, ERR_MESSAGE] + ([STACK] if stack_mode else []) \
-        + [RESULT] + EXTRA_METRICS
+        + [RESULT] + EXTRA_METRICS + VERDICT_DETAILS
 
 
 def summary_columns(stack_mode: bool) -> List[str]:
-    """Statistics-only comparison: the 4.0 legacy summary columns [+ NPU_Stack_Info], then Result, Err_message."""
-    return BASIC + SUMMARY_DIFFS + STATISTICS + ([STACK] if stack_mode else []) + [RESULT, ERR_MESSAGE]
+    """Statistics-only comparison: the 4.0 legacy summary columns [+ NPU_Stack_Info], then Result,
+    Err_message and the allowed rtol."""
+    return BASIC + SUMMARY_DIFFS + STATISTICS + ([STACK] if stack_mode else []) + [RESULT, ERR_MESSAGE, ALLOWED_RTOL]

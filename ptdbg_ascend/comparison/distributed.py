@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ptdbg_ascend.errors import CompareError, ParameterError
 
 RANK_DIR = re.compile(r"^rank(\d*)$")  # msprobe writes a plain "rank" without torch.distributed
-ALLOWED_KWARGS = ("stack_mode", "auto_analyze", "fuzzy_match", "is_print_compare_log", "xlsx")
+ALLOWED_KWARGS = ("stack_mode", "auto_analyze", "fuzzy_match", "is_print_compare_log", "xlsx", "api_mapping")
 
 
 def rank_dirs(dump_dir: str, parameter: str) -> List[Tuple[int, str, str]]:

@@ -1,5 +1,6 @@
-"""Turn paired records into report rows (dicts keyed by column name), loading tensor pairs on a small
-thread pool with a bounded number of pairs in flight, so memory stays at a few tensor pairs."""
+"""Turn paired records into :class:`~ptdbg_ascend.comparison.rows.CompareRow` objects, loading tensor pairs
+on worker processes (or threads) with a bounded number of pairs in flight, so memory stays at a few
+tensor pairs."""
 
 from __future__ import annotations
 
@@ -7,21 +8,19 @@ import collections
 import concurrent.futures
 import os
 import sys
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.comparison import metrics as met
 from ptdbg_ascend.comparison import verdicts
 from ptdbg_ascend.comparison.matching import RowPair, dtypes_compatible
-from ptdbg_ascend.comparison.records import TensorRecord, format_stack
+from ptdbg_ascend.comparison.rows import CompareRow
+from ptdbg_ascend.comparison.tolerances import Tolerance, call_precision, magnitude, tolerance
 from ptdbg_ascend.log import logger
 
-MISSING = met.NAN  # the cell of a value that cannot be given (the verdicts test for this word)
 MSG_FUZZY = "Fuzzy matching data, the comparison accuracy may be affected."
 MSG_NO_NPU = "No NPU data matched."
 PROGRESS_MIN_ROWS = 500  # a progress bar only where a comparison takes long enough to want one
 PROCESS_MIN_ROWS = 64  # below this, starting worker processes costs more than it saves
-Row = Dict[str, object]
 
 
 def workers() -> int:
@@ -29,102 +28,88 @@ def workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def _number_cell(value: object) -> object:
-    return "{:.12f}".format(value) if isinstance(value, float) else value
+class _CallScales(object):
+    """Precision and largest magnitude of each paired call (both sides), computed once per call."""
+
+    def __init__(self) -> None:
+        self._cache: Dict[Tuple[int, int], Tuple[Optional[str], float]] = {}
+
+    def tolerance_of(self, pair: RowPair) -> Optional[Tolerance]:
+        if pair.npu is None or pair.bench is None:
+            return None
+        key = (id(pair.npu_call), id(pair.bench_call))
+        found = self._cache.get(key)
+        if found is None:
+            records = list(pair.npu_call.records if pair.npu_call else ()) + \
+                list(pair.bench_call.records if pair.bench_call else ())
+            precision = call_precision(record.dtype for record in records)
+            scale = max([magnitude(r.statistics[0], r.statistics[1]) for r in records] or [0.0])
+            found = self._cache[key] = (precision, scale)
+        return tolerance((pair.npu.dtype, pair.bench.dtype), found[0], found[1])
 
 
-def _stat_cells(names: Sequence[str], record: Optional[TensorRecord]) -> Row:
-    """The four statistics cells named ``names`` (``col.STATISTICS[:4]`` or ``[4:]``)."""
-    if record is None:
-        return {name: MISSING for name in names}
-    return {name: (MISSING if value is None else value) for name, value in zip(names, record.statistics)}
-
-
-def _basic_cells(pair: RowPair, stack_mode: bool) -> Row:
-    npu, bench = pair.npu, pair.bench
-    row: Row = {
-        col.NPU_NAME: npu.name if npu else MISSING, col.BENCH_NAME: bench.name if bench else MISSING,
-        "NPU Tensor Dtype": npu.dtype if npu else MISSING, "Bench Tensor Dtype": bench.dtype if bench else MISSING,
-        "NPU Tensor Shape": str(list(npu.shape)) if npu else MISSING,
-        "Bench Tensor Shape": str(list(bench.shape)) if bench else MISSING,
-    }
-    row.update(_stat_cells(col.STATISTICS[:4], npu))
-    row.update(_stat_cells(col.STATISTICS[4:], bench))
-    if stack_mode:
-        call = pair.npu_call  # the column holds NPU stacks only; a bench-only row leaves it empty
-        row[col.STACK] = format_stack(call.stack) if (pair.first_of_call and call is not None and call.stack) else ""
-    return row
-
-
-def _structure_messages(pair: RowPair) -> List[str]:
-    messages = []
+def _structure_messages(pair: RowPair, fuzzy_match: bool) -> List[str]:
     if pair.npu is None:
         return [MSG_NO_NPU]
     if pair.bench is None:
         return [met.MSG_NO_BENCH]
+    messages = []
     if not dtypes_compatible(pair.npu.dtype, pair.bench.dtype):
         messages.append(met.MSG_DTYPE)
         logger.warning("Dtype of NPU and bench Tensor do not match: {}".format(pair.npu.name))
-    if pair.npu_call is not None and pair.bench_call is not None and pair.npu_call.name != pair.bench_call.name:
+    if fuzzy_match and pair.npu_call is not None and pair.bench_call is not None \
+            and pair.npu_call.name != pair.bench_call.name:
         messages.append(MSG_FUZZY)
     return messages
 
 
-def _full_row(pair: RowPair, metrics: Optional[met.Metrics], stack_mode: bool, print_log: bool) -> Row:
-    row = _basic_cells(pair, stack_mode)
-    compared = metrics  # None exactly when one side is missing (then every metric cell is "Nan")
-    if metrics is None:
-        metrics = met.uniform(MISSING, "")._replace(messages=())
-    values = list(metrics[:8])
-    for name, value in zip(col.METRICS + col.EXTRA_METRICS, values):
-        row[name] = _number_cell(value)
-    accuracy = verdicts.accuracy_reached(metrics.cosine, metrics.max_abs_err)
-    row[col.ACCURACY] = accuracy
-    row[col.RESULT] = verdicts.graded_result(accuracy, compared)
-    row[col.ERR_MESSAGE] = " ".join(_structure_messages(pair) + list(metrics.messages))
-    if print_log and pair.npu is not None:
+def _full_row(pair: RowPair, metrics: Optional[met.Metrics], tolerance_: Optional[Tolerance], print_log: bool,
+              fuzzy_match: bool) -> CompareRow:
+    structure = _structure_messages(pair, fuzzy_match)
+    if metrics is None:  # one side is missing
+        return CompareRow(pair, verdicts.Judgement(verdicts.RESULT_UNMATCHED, None, None, ""), None,
+                          met.Metrics(met.Status.NOT_READ), verdicts.NAN, tuple(structure))
+    accuracy = verdicts.accuracy_reached(metrics)
+    judgement = verdicts.judge_tensors(metrics, tolerance_, accuracy)
+    row = CompareRow(pair, judgement, tolerance_, metrics, accuracy,
+                     tuple(structure) + metrics.messages + ((judgement.message,) if judgement.message else ()))
+    if print_log:
         logger.info("[{}] Compare result: cosine {}, max_abs_err {}, max_relative_err {}, {}, "
                     "one_thousand_err_ratio {}, five_thousand_err_ratio {}".format(
-                        pair.npu.name, *(values[:3] + [row[col.ERR_MESSAGE]] + values[3:5])))
+                        row.name, metrics.cell("cosine"), metrics.cell("max_abs_err"),
+                        metrics.cell("max_relative_err"), row.message, metrics.cell("one_thousandth_ratio"),
+                        metrics.cell("five_thousandths_ratio")))
     return row
 
 
-def _summary_row(pair: RowPair, stack_mode: bool) -> Row:
-    row = _basic_cells(pair, stack_mode)
-    warning = False
-    for index, name in enumerate(col.SUMMARY_DIFFS):
-        npu = pair.npu.statistics[index] if pair.npu else None
-        bench = pair.bench.statistics[index] if pair.bench else None
-        row[name] = (npu - bench) if (npu is not None and bench is not None) else MISSING
-        warning = warning or verdicts.summary_result(npu, bench)
-    messages = _structure_messages(pair)
-    if pair.npu is None or pair.bench is None:
-        row[col.RESULT] = verdicts.RESULT_UNMATCHED
-    elif pair.npu.shape != pair.bench.shape:
-        row[col.RESULT] = verdicts.RESULT_UNMATCHED
-        messages.append(met.MSG_SHAPE)
-    elif warning:
-        row[col.RESULT] = verdicts.WARNING
-        messages.append("Need double check api accuracy.")
-    else:
-        row[col.RESULT] = verdicts.PASS
-    row[col.ERR_MESSAGE] = " ".join(messages)
-    return row
-
-
-def summary_rows(pairs: Sequence[RowPair], stack_mode: bool) -> List[Row]:
+def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[CompareRow]:
     """Rows of a statistics-only comparison (no tensor files read)."""
-    return [_summary_row(pair, stack_mode) for pair in pairs]
+    scales = _CallScales()
+    rows = []
+    for pair in pairs:
+        structure = _structure_messages(pair, fuzzy_match)
+        tolerance_ = scales.tolerance_of(pair)
+        if tolerance_ is None:
+            judgement = verdicts.Judgement(verdicts.RESULT_UNMATCHED, None, None, "")
+        else:
+            judgement = verdicts.judge_statistics(pair.npu, pair.bench, tolerance_)
+            if judgement.grade == verdicts.RESULT_UNMATCHED:
+                structure.append(met.MSG_SHAPE)
+        rows.append(CompareRow(pair, judgement, tolerance_,
+                               messages=tuple(structure) + ((judgement.message,) if judgement.message else ())))
+    return rows
 
 
-def full_rows(pairs: Sequence[RowPair], stack_mode: bool, print_log: bool) -> List[Row]:
-    """Rows of a tensor comparison, in order, computed on ``workers()`` threads."""
+def full_rows(pairs: Sequence[RowPair], print_log: bool, fuzzy_match: bool = False) -> List[CompareRow]:
+    """Rows of a tensor comparison, in order, computed on ``workers()`` processes or threads."""
+    scales = _CallScales()
+    tolerances = [scales.tolerance_of(pair) for pair in pairs]
     rows = []
     progress = _progress(len(pairs))
-    for pair, metrics in _metrics_in_order(pairs):
+    for pair, tolerance_, metrics in _metrics_in_order(pairs, tolerances):
         if print_log and pair.npu is not None:
             logger.info("start compare: {}".format(pair.npu.name))
-        rows.append(_full_row(pair, metrics, stack_mode, print_log))
+        rows.append(_full_row(pair, metrics, tolerance_, print_log and pair.npu is not None, fuzzy_match))
         if progress is not None:
             progress.update(1)
     if progress is not None:
@@ -132,48 +117,50 @@ def full_rows(pairs: Sequence[RowPair], stack_mode: bool, print_log: bool) -> Li
     return rows
 
 
-def _metrics_of_records(records) -> Optional[met.Metrics]:
-    npu, bench = records
+def _metrics_of_records(job) -> Optional[met.Metrics]:
+    npu, bench, tolerance_ = job
     if npu is None or bench is None:
         return None
     if npu.shape != bench.shape:
-        return met.uniform(met.SHAPE_UNMATCHED, met.MSG_SHAPE)  # no need to read the files
+        return met.not_compared(met.Status.SHAPE, met.MSG_SHAPE)  # no need to read the files
     try:
-        return met.compare_files(npu.data_path, bench.data_path)
+        return met.compare_files(npu.data_path, bench.data_path, tolerance_)
     except Exception as error:  # noqa: BLE001 -- one bad pair must never lose the rest of the report
-        return met.uniform(met.NAN, "Cannot compare {}: {}: {}".format(npu.name, type(error).__name__, error))
+        return met.not_compared(met.Status.NOT_READ, "Cannot compare {}: {}: {}".format(
+            npu.name, type(error).__name__, error))
 
 
-def _metrics_in_order(pairs: Sequence[RowPair]) -> Iterator:
-    """``(pair, metrics)`` in order. Worker processes (fork) where available: most tensors are small, so
-    the work is Python-bound and threads would serialize on the GIL. Each worker holds one pair at a
-    time and results are small, so memory stays bounded by ``workers()`` tensor pairs."""
+def _metrics_in_order(pairs: Sequence[RowPair], tolerances: Sequence[Optional[Tolerance]]) -> Iterator:
+    """``(pair, tolerance, metrics)`` in order. Worker processes (fork) where available: most tensors are
+    small, so the work is Python-bound and threads would serialize on the GIL. Each worker holds one
+    pair at a time and results are small, so memory stays bounded by ``workers()`` tensor pairs."""
     count = workers()
-    records = [(pair.npu, pair.bench) for pair in pairs]
+    jobs = [(pair.npu, pair.bench, tolerance_) for pair, tolerance_ in zip(pairs, tolerances)]
     # Not in a process that has torch loaded (a training script calling compare at its end): forking
     # a process with torch's thread pools running is unsafe, so threads are used there.
     context = _fork_context() if count > 1 and len(pairs) >= PROCESS_MIN_ROWS and "torch" not in sys.modules else None
     if context is not None:
         with context.Pool(count) as pool:
-            chunk = max(1, min(32, len(records) // (4 * count)))
-            for pair, metrics in zip(pairs, pool.imap(_metrics_of_records, records, chunksize=chunk)):
-                yield pair, metrics
+            chunk = max(1, min(32, len(jobs) // (4 * count)))
+            for pair, tolerance_, metrics in zip(pairs, tolerances,
+                                                 pool.imap(_metrics_of_records, jobs, chunksize=chunk)):
+                yield pair, tolerance_, metrics
         return
     if count == 1 or len(pairs) < 8:
-        for pair, record in zip(pairs, records):
-            yield pair, _metrics_of_records(record)
+        for pair, tolerance_, job in zip(pairs, tolerances, jobs):
+            yield pair, tolerance_, _metrics_of_records(job)
         return
     window = 2 * count  # pairs in flight: bounds memory to a few tensor pairs
     with concurrent.futures.ThreadPoolExecutor(max_workers=count) as pool:
         pending: collections.deque = collections.deque()
-        for pair, record in zip(pairs, records):
-            pending.append((pair, pool.submit(_metrics_of_records, record)))
+        for pair, tolerance_, job in zip(pairs, tolerances, jobs):
+            pending.append((pair, tolerance_, pool.submit(_metrics_of_records, job)))
             if len(pending) >= window:
-                done_pair, future = pending.popleft()
-                yield done_pair, future.result()
+                done_pair, done_tolerance, future = pending.popleft()
+                yield done_pair, done_tolerance, future.result()
         while pending:
-            done_pair, future = pending.popleft()
-            yield done_pair, future.result()
+            done_pair, done_tolerance, future = pending.popleft()
+            yield done_pair, done_tolerance, future.result()
 
 
 def _fork_context():

@@ -4,6 +4,7 @@ msprobe's ``npu_path``/``npu_json_path`` keys alike)."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Dict, NamedTuple, Optional
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
@@ -91,3 +92,50 @@ def parse_input_param(input_param: Any) -> CompareInputs:
     if stack is not None and not os.path.isfile(stack):
         raise FileFormatError("Stack file {} does not exist.".format(stack))
     return CompareInputs(dumps["npu"], dumps["bench"], data_dirs["npu"], data_dirs["bench"], stack, print_log)
+
+
+def check_api_mapping(api_mapping: Any) -> Dict[str, str]:
+    """``api_mapping``: None, a dict of NPU API -> bench API (``"NPU_npu_rms_norm": "Functional_rms_norm"``,
+    names without counter and direction), or the path of a JSON or YAML file holding such a dict (YAML
+    needs PyYAML). Returns the dict (empty for None)."""
+    if api_mapping is None:
+        return {}
+    source = "api_mapping"
+    if isinstance(api_mapping, (str, os.PathLike)):
+        path = os.fspath(api_mapping)
+        source = "api_mapping file {}".format(path)
+        api_mapping = _load_mapping_file(path)
+    if not isinstance(api_mapping, dict):
+        raise ParameterError("api_mapping", api_mapping, "must be a dict of NPU API name -> bench API name, or "
+                             "the path of a JSON/YAML file holding one")
+    checked = {}
+    for npu_api, bench_api in api_mapping.items():
+        for value in (npu_api, bench_api):
+            if not isinstance(value, str) or not API_NAME.match(value):
+                raise ParameterError("api_mapping[{!r}]".format(npu_api), bench_api,
+                                     "names must look like 'Functional_rms_norm' (prefix and API, without the call "
+                                     "counter and direction; in {})".format(source))
+        checked[npu_api] = bench_api
+    return checked
+
+
+API_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_.]+$")
+
+
+def _load_mapping_file(path: str) -> Any:
+    if not os.path.isfile(path):
+        raise FileFormatError("api_mapping file {} does not exist.".format(path))
+    if path.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            raise FileFormatError("api_mapping file {} is YAML, which needs PyYAML (pip install pyyaml); or "
+                                  "write it as JSON.".format(path)) from None
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return yaml.safe_load(handle)
+        except (OSError, yaml.YAMLError) as error:
+            raise FileFormatError("api_mapping file {} cannot be read: {}".format(path, error)) from None
+    from ptdbg_ascend.jsonfile import load_json
+
+    return load_json(path, "api_mapping file")

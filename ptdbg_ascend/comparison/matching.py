@@ -1,24 +1,41 @@
 """Pair the calls of two dumps, then their tensor records.
 
-Calls are aligned as sequences (difflib's longest-matching-blocks, an LCS-style diff) over a key made of
-the name (without the call counter when ``fuzzy_match``) and the structure (side, shape and dtype family
-of every record). So an API that only one run calls (e.g. a cast only on NPU) leaves one unmatched call
-and every later call still pairs. Inside a block that differs, calls with the same name still pair, so
-a shape change shows as ``Unmatched`` rows instead of two unrelated calls. Unmatched calls on **both**
-sides become rows.
+Counters shift between runs (one extra early ``x + 0`` renumbers every later ``Tensor___add__``), so calls
+are never paired by their exact names. Instead the two runs are aligned as sequences, forward calls and
+backward calls each in their own order:
+
+1. **Forward calls** are aligned (difflib's longest matching blocks, an LCS-style diff) on a key made of
+   the API name *without* its counter and the structure of the call (record suffixes, shapes, dtype
+   family). An API that only one run calls (a cast on NPU only, a checkpoint re-computation) becomes
+   unmatched rows, and every call after it still pairs. Inside a block that differs, calls of the same
+   API still pair in order (a changed shape then shows as ``Unmatched`` rows). Within a run of calls
+   with equal keys the earliest ones pair first, which is the equal-counter choice when nothing is
+   missing before them: counters only ever break such ties.
+2. **Backward calls** pair through their forward calls: ``X_7_backward`` pairs with ``Y_5_backward`` when
+   ``X_7_forward`` paired with ``Y_5_forward``, so gradients that autograd computed in another order (or
+   a re-computed forward under gradient checkpointing) still meet their true counterparts. Backward
+   calls whose forward is not in the dump are aligned as a sequence like the forward calls.
+3. Rows come in NPU execution order; a bench-only call is placed after the NPU call that paired with the
+   bench call before it.
+
+A user **API mapping** (``{"NPU_npu_rms_norm": "Functional_rms_norm"}``, NPU API -> bench API, names
+without counter and direction) lets a fused NPU API pair with the bench API it replaces; the records of
+a mapped pair pair by suffix, and what one side has alone becomes its own row.
 """
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import re
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
 
-COUNTER = re.compile(r"_\d+_(forward|backward)$")
+CALL = re.compile(r"^(?P<api>.+)_(?P<index>\d+)_(?P<direction>forward|backward)$")
 # Dtypes that compare as one: reduced-precision runs against fp32 (and fp16 against bf16).
 FLOAT_FAMILY = frozenset(("torch.float16", "torch.bfloat16", "torch.float32"))
+CallPair = Tuple[Optional[CallRecord], Optional[CallRecord]]
 
 
 class RowPair(NamedTuple):
@@ -31,9 +48,28 @@ class RowPair(NamedTuple):
     first_of_call: bool
 
 
-def match_name(call_name: str, fuzzy_match: bool) -> str:
-    """The call name used for pairing: ``Torch_add_3_forward`` -> ``Torch_add_forward`` when fuzzy."""
-    return COUNTER.sub(r"_\1", call_name) if fuzzy_match else call_name
+class CallName(NamedTuple):
+    api: str  # e.g. "Functional_linear" (the API without counter and direction)
+    index: int
+    direction: str
+
+
+def split_call_name(name: str) -> CallName:
+    """``Functional_linear_3_forward`` -> ("Functional_linear", 3, "forward"); a name outside the
+    grammar is its own API with index -1 and direction "forward"."""
+    match = CALL.match(name)
+    if match is None:
+        return CallName(name, -1, "forward")
+    return CallName(match.group("api"), int(match.group("index")), match.group("direction"))
+
+
+def match_name(call_name: str, fuzzy_match: bool = True) -> str:
+    """The call name without its counter (``Torch_add_3_forward`` -> ``Torch_add_forward``); kept for
+    callers of the legacy meaning: with ``fuzzy_match=False`` the exact name."""
+    if not fuzzy_match:
+        return call_name
+    parts = split_call_name(call_name)
+    return "{}_{}".format(parts.api, parts.direction) if parts.index >= 0 else call_name
 
 
 def dtypes_compatible(npu_dtype: str, bench_dtype: str) -> bool:
@@ -45,46 +81,113 @@ def _family(dtype: str) -> str:
     return "float" if dtype in FLOAT_FAMILY else dtype
 
 
-def _key(call: CallRecord, fuzzy_match: bool) -> Tuple:
-    return (match_name(call.name, fuzzy_match),
-            tuple((r.name[len(call.name):], r.shape, _family(r.dtype)) for r in call.records))
+class _Side(object):
+    """One run's calls split by direction, with the keys the alignment uses."""
+
+    def __init__(self, calls: Sequence[CallRecord], mapping: Mapping[str, str]) -> None:
+        self.order = {id(call): position for position, call in enumerate(calls)}
+        self.forward: List[CallRecord] = []
+        self.backward: List[CallRecord] = []
+        self.parts: Dict[int, CallName] = {}
+        self.keys: Dict[int, Tuple] = {}
+        self.by_name: Dict[str, CallRecord] = {}
+        for call in calls:
+            parts = split_call_name(call.name)
+            api = mapping.get(parts.api, parts.api)
+            self.parts[id(call)] = parts
+            self.by_name[call.name] = call
+            structure = None if parts.api in mapping else tuple(
+                (r.name[len(call.name):], r.shape, _family(r.dtype)) for r in call.records)
+            self.keys[id(call)] = (api, parts.direction, structure)
+            (self.backward if parts.direction == "backward" else self.forward).append(call)
+
+    def api_key(self, call: CallRecord) -> Tuple[str, str]:
+        return self.keys[id(call)][:2]
+
+
+def _align(npu: Sequence[CallRecord], bench: Sequence[CallRecord], npu_side: _Side, bench_side: _Side) -> List[CallPair]:
+    """Sequence alignment on (API, direction, structure), then on (API, direction) inside differing blocks."""
+    pairs: List[CallPair] = []
+    matcher = difflib.SequenceMatcher(None, [npu_side.keys[id(c)] for c in npu],
+                                      [bench_side.keys[id(c)] for c in bench], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            pairs.extend(zip(npu[i1:i2], bench[j1:j2]))
+        else:
+            pairs.extend(_align_by_api(npu[i1:i2], bench[j1:j2], npu_side, bench_side))
+    return pairs
+
+
+def _align_by_api(npu: Sequence[CallRecord], bench: Sequence[CallRecord], npu_side: _Side, bench_side: _Side):
+    pairs: List[CallPair] = []
+    matcher = difflib.SequenceMatcher(None, [npu_side.api_key(c) for c in npu], [bench_side.api_key(c) for c in bench],
+                                      autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            pairs.extend(zip(npu[i1:i2], bench[j1:j2]))
+        else:
+            pairs.extend((call, None) for call in npu[i1:i2])
+            pairs.extend((None, call) for call in bench[j1:j2])
+    return pairs
 
 
 def align_calls(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord],
-                fuzzy_match: bool = False) -> List[Tuple[Optional[CallRecord], Optional[CallRecord]]]:
-    """``(npu_call, bench_call)`` in execution order; None on the side that has no counterpart."""
-    npu_keys = [_key(c, fuzzy_match) for c in npu_calls]
-    bench_keys = [_key(c, fuzzy_match) for c in bench_calls]
-    pairs: List[Tuple[Optional[CallRecord], Optional[CallRecord]]] = []
-    matcher = difflib.SequenceMatcher(None, npu_keys, bench_keys, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            pairs.extend(zip(npu_calls[i1:i2], bench_calls[j1:j2]))
+                api_mapping: Optional[Mapping[str, str]] = None) -> List[CallPair]:
+    """``(npu_call, bench_call)`` in NPU execution order; None on the side that has no counterpart.
+    ``api_mapping``: NPU API -> bench API (names without counter and direction), default none."""
+    mapping = dict(api_mapping or {})
+    npu_side, bench_side = _Side(npu_calls, mapping), _Side(bench_calls, {})
+    forward = _align(npu_side.forward, bench_side.forward, npu_side, bench_side)
+    partner = {}  # NPU forward call name -> bench forward call name
+    for npu, bench in forward:
+        if npu is not None and bench is not None:
+            partner[npu.name] = bench.name
+    backward: List[CallPair] = []
+    npu_rest: List[CallRecord] = []
+    bench_taken = set()
+    for call in npu_side.backward:
+        bench_forward = partner.get(call.name[: -len("backward")] + "forward")
+        bench = bench_side.by_name.get(bench_forward[: -len("forward")] + "backward") if bench_forward else None
+        if bench is not None and bench.name not in bench_taken and \
+                npu_side.api_key(call) == bench_side.api_key(bench):
+            backward.append((call, bench))
+            bench_taken.add(bench.name)
         else:
-            pairs.extend(_align_by_name(npu_calls[i1:i2], bench_calls[j1:j2], fuzzy_match))
-    return pairs
+            npu_rest.append(call)
+    bench_rest = [call for call in bench_side.backward if call.name not in bench_taken]
+    backward.extend(_align(npu_rest, bench_rest, npu_side, bench_side))
+    return _in_execution_order(forward + backward, npu_side, bench_side)
 
 
-def _align_by_name(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord], fuzzy_match: bool):
-    npu_names = [match_name(c.name, fuzzy_match) for c in npu_calls]
-    bench_names = [match_name(c.name, fuzzy_match) for c in bench_calls]
-    pairs = []
-    matcher = difflib.SequenceMatcher(None, npu_names, bench_names, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            pairs.extend(zip(npu_calls[i1:i2], bench_calls[j1:j2]))
-        else:
-            pairs.extend((call, None) for call in npu_calls[i1:i2])
-            pairs.extend((None, call) for call in bench_calls[j1:j2])
-    return pairs
+def _in_execution_order(pairs: Sequence[CallPair], npu_side: _Side, bench_side: _Side) -> List[CallPair]:
+    """Sort by NPU position; a bench-only call goes right after the NPU partner of the latest paired bench
+    call before it (or first, when none precedes it)."""
+    bench_anchor = {}  # bench position -> NPU position of its partner
+    for npu, bench in pairs:
+        if npu is not None and bench is not None:
+            bench_anchor[bench_side.order[id(bench)]] = npu_side.order[id(npu)]
+    anchors = sorted(bench_anchor)
+    keyed = []
+    for npu, bench in pairs:
+        if npu is not None:
+            keyed.append(((npu_side.order[id(npu)], 0, 0), (npu, bench)))
+            continue
+        position = bench_side.order[id(bench)]
+        anchor = -1
+        at = bisect.bisect_left(anchors, position)
+        if at > 0:
+            anchor = bench_anchor[anchors[at - 1]]
+        keyed.append(((anchor, 1, position), (npu, bench)))
+    keyed.sort(key=lambda item: item[0])
+    return [pair for _, pair in keyed]
 
 
 def pair_rows(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord],
-              fuzzy_match: bool = False) -> List[RowPair]:
+              api_mapping: Optional[Mapping[str, str]] = None) -> List[RowPair]:
     """Every CSV row in order. Records of a paired call pair by their suffix (``_input.0`` with
     ``_input.0``); a record present on one side only is a row of its own."""
     rows: List[RowPair] = []
-    for npu_call, bench_call in align_calls(npu_calls, bench_calls, fuzzy_match):
+    for npu_call, bench_call in align_calls(npu_calls, bench_calls, api_mapping):
         first = True
         if npu_call is None:
             for record in bench_call.records:

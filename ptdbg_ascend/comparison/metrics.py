@@ -1,18 +1,23 @@
 """Metrics on one NPU/bench tensor pair, vectorized numpy in float64 (never torch unless a ``.pt`` is read).
 
-Special cases and messages follow the original tool (reference §9.4), with its bugs fixed: every message
-is kept (they were overwritten), a missing file is a row message (it aborted the compare), a dtype
-mismatch reaches the CSV. Cell values are floats or the legacy words below.
+Values are numbers or None, with a :class:`Status` that says why a number is missing; the legacy words
+of the CSV ("unsupported", "Nan", "N/A", "shape unmatched") are made only when a report is written
+(:meth:`Metrics.cell`). Special cases and messages follow the original tool (reference §9.4), with its
+bugs fixed: every message is kept, a missing file is a row message, a dtype mismatch reaches the CSV.
+
+Besides the legacy metrics, each pair carries what the robust verdict (``tolerances.py``) needs: the
+error norm, the bench norm, the worst element and where it is, and how many elements miss the tolerance.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import numpy as np
 
-Cell = Union[float, str]
+from ptdbg_ascend.comparison.tolerances import Tolerance
+
 UNSUPPORTED = "unsupported"
 NAN = "Nan"
 NOT_AVAILABLE = "N/A"
@@ -33,23 +38,74 @@ MSG_REL_NAN = "Cannot compare by MaxRelativeError, the data contains nan in dump
 EPS64 = float(np.finfo(np.float64).eps)
 # KL divergence: probabilities below this are clamped so log() stays finite.
 KL_FLOOR = 1e-12
+LEGACY_FIELDS = ("cosine", "max_abs_err", "max_relative_err", "one_thousandth_ratio", "five_thousandths_ratio")
+EXTRA_FIELDS = ("accumulated_relative_err", "euclidean_relative_distance", "kl_divergence")
 
 
-class Metrics(NamedTuple):
-    """One row's metrics; the first five are the legacy columns."""
+class Status(object):
+    """Why a pair has (or lacks) numbers."""
 
-    cosine: Cell
-    max_abs_err: Cell
-    max_relative_err: Cell
-    one_thousandth_ratio: Cell
-    five_thousandths_ratio: Cell
-    accumulated_relative_err: Cell = NAN
-    euclidean_relative_distance: Cell = NAN
-    kl_divergence: Cell = NAN
-    messages: Tuple[str, ...] = ()
+    COMPARED = "compared"  # numbers computed (some metrics may still be None: one element, all zero)
+    EMPTY = "empty"  # both tensors have no element
+    SCALAR = "scalar"  # 0-d tensors: errors, no cosine or ratios
+    SHAPE = "shape unmatched"
+    INF_NAN = "inf/nan at different positions"
+    NOT_READ = "not read"  # a file is missing or unreadable
+
+
+class Metrics(object):
+    """One pair's metrics (None where a number cannot be given; ``status`` says why)."""
+
+    __slots__ = ("status", "cosine", "max_abs_err", "max_relative_err", "one_thousandth_ratio",
+                 "five_thousandths_ratio", "accumulated_relative_err", "euclidean_relative_distance",
+                 "kl_divergence", "messages", "error_norm", "bench_norm", "scale", "size", "worst_index",
+                 "mismatched")
+
+    def __init__(self, status: str, messages: Tuple[str, ...] = (), **values: object) -> None:
+        self.status = status
+        self.messages = tuple(messages)
+        for name in self.__slots__:
+            if name not in ("status", "messages"):
+                setattr(self, name, values.pop(name, None))
+        if values:
+            raise TypeError("unknown metrics: {}".format(", ".join(values)))
+
+    def __getstate__(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, state) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+    def __repr__(self) -> str:
+        return "Metrics({})".format(", ".join("{}={!r}".format(n, getattr(self, n)) for n in self.__slots__))
+
+    @property
+    def compared(self) -> bool:
+        """Whether the two tensors were actually compared (numbers exist for the robust verdict)."""
+        return self.status in (Status.COMPARED, Status.SCALAR, Status.EMPTY, Status.INF_NAN)
 
     def with_message(self, message: str) -> "Metrics":
-        return self._replace(messages=self.messages + (message,))
+        self.messages = self.messages + (message,)
+        return self
+
+    def cell(self, field: str) -> object:
+        """The legacy CSV cell of one metric: the number, or the word the original wrote instead."""
+        value = getattr(self, field)
+        if value is not None:
+            return value
+        if self.status == Status.SHAPE:
+            return SHAPE_UNMATCHED
+        if self.status == Status.INF_NAN:
+            return NOT_AVAILABLE
+        if field == "cosine" and (self.status in (Status.EMPTY, Status.SCALAR) or self.size == 1):
+            return UNSUPPORTED
+        return NAN
+
+
+def not_compared(status: str, message: str) -> Metrics:
+    """A pair without numbers (missing bench, missing file, shape mismatch...)."""
+    return Metrics(status, (message,))
 
 
 def _dot(x: np.ndarray, y: np.ndarray) -> float:
@@ -58,20 +114,21 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.einsum("i,i->", x, y))
 
 
-def uniform(value: Cell, message: str) -> Metrics:
-    """Every metric ``value`` with one message (missing bench, missing file, shape mismatch...)."""
-    return Metrics(value, value, value, value, value, value, value, value, (message,))
-
-
 def load_tensor(path: str) -> np.ndarray:
-    """Load a dumped tensor: ``.npy`` with allow_pickle=False, ``.pt`` with torch (lazily, weights_only)."""
+    """Load a dumped tensor: ``.npy`` with allow_pickle=False, ``.pt`` with torch (lazily) and
+    ``weights_only=True`` only: a torch too old to load without unpickling code is refused, never
+    worked around."""
     if path.endswith(".pt"):
         import torch  # only msprobe tensor dumps need it
 
         try:
             tensor = torch.load(path, map_location="cpu", weights_only=True)
-        except TypeError:  # torch < 1.13 has no weights_only
-            tensor = torch.load(path, map_location="cpu")
+        except TypeError as error:
+            if "weights_only" in str(error):
+                raise ValueError("{} is a .pt file and this torch ({}) cannot load it safely (weights_only needs "
+                                 "torch >= 1.13); convert the dump with `ptdbg convert` on a newer torch"
+                                 .format(path, torch.__version__)) from None
+            raise
         if not isinstance(tensor, torch.Tensor):
             raise ValueError("{} does not hold a tensor".format(path))
         if tensor.dtype == torch.bfloat16:
@@ -80,97 +137,119 @@ def load_tensor(path: str) -> np.ndarray:
     return np.load(path, allow_pickle=False)
 
 
-def compare_arrays(npu: np.ndarray, bench: np.ndarray) -> Metrics:
-    """All metrics of one pair of arrays (any dtype, any shape)."""
+def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Tolerance] = None) -> Metrics:
+    """All metrics of one pair of arrays (any dtype, any shape). ``tolerance`` (default None: not
+    counted) gives ``mismatched``, the number of elements outside ``atol + rtol·|b|``."""
     if npu.size == 0 and bench.size == 0:
-        return Metrics(UNSUPPORTED, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (MSG_EMPTY,))
+        return Metrics(Status.EMPTY, (MSG_EMPTY,), max_abs_err=0.0, max_relative_err=0.0, one_thousandth_ratio=0.0,
+                       five_thousandths_ratio=0.0, accumulated_relative_err=0.0, euclidean_relative_distance=0.0,
+                       kl_divergence=0.0, error_norm=0.0, bench_norm=0.0, scale=0.0, size=0, mismatched=0)
     if npu.shape != bench.shape:
-        return uniform(SHAPE_UNMATCHED, MSG_SHAPE)
+        return not_compared(Status.SHAPE, MSG_SHAPE)
+    shape = npu.shape
     bench_eps = float(np.finfo(bench.dtype).eps) if np.issubdtype(bench.dtype, np.floating) else EPS64
     n = npu.astype(np.float64, copy=False).reshape(-1)
     b = bench.astype(np.float64, copy=False).reshape(-1)
     with np.errstate(invalid="ignore", over="ignore"):
         all_finite = bool(np.isfinite(n.sum()) and np.isfinite(b.sum()))
+    if not all_finite:
+        all_finite = bool(np.isfinite(n).all() and np.isfinite(b).all())  # a sum can overflow on finite data
     if not all_finite:  # one cheap reduction per side; the masks only when needed
         n_bad = ~np.isfinite(n)
         b_bad = ~np.isfinite(b)
         same = np.array_equal(np.isnan(n), np.isnan(b)) and np.array_equal(np.isposinf(n), np.isposinf(b)) \
             and np.array_equal(np.isneginf(n), np.isneginf(b))
         if not same:
-            return uniform(NOT_AVAILABLE, MSG_INF_NAN)
+            return Metrics(Status.INF_NAN, (MSG_INF_NAN,), size=int(n.size),
+                           worst_index=_index_of(int(np.argmax(n_bad != b_bad)), shape))
         # Same positions and kinds: those elements agree, so zero them and compare the rest.
         n = np.where(n_bad, 0.0, n)
         b = np.where(b_bad, 0.0, b)
     abs_err = np.abs(n - b)
     b_abs = np.abs(b)
+    worst_flat = int(np.argmax(abs_err))
+    max_abs = float(abs_err[worst_flat])
+    # Norms of data scaled to its largest magnitude: squares of 1e-30 or 1e200 would under/overflow.
+    scale = max(float(b_abs.max()), float(np.abs(n).max()))
+    unit = scale if scale > 0 else 1.0
+    bench_norm = math.sqrt(_dot(b / unit, b / unit)) * unit
+    npu_norm = math.sqrt(_dot(n / unit, n / unit)) * unit
+    error_norm = math.sqrt(_dot(abs_err / unit, abs_err / unit)) * unit
+    mismatched = None
+    if tolerance is not None:
+        mismatched = int(np.count_nonzero(abs_err > tolerance.atol + tolerance.rtol * b_abs))
     # Legacy rule: where the bench value is 0, eps is added to both sides before dividing, so the
     # difference is unchanged and the divisor becomes eps.
     relative = abs_err / (np.where(b_abs == 0, bench_eps, b_abs) if b_abs.min() == 0 else b_abs)
-    max_abs = float(abs_err.max())
     max_rel = float(relative.max())
+    common = dict(max_abs_err=max_abs, error_norm=error_norm, bench_norm=bench_norm, scale=scale, size=int(n.size),
+                  worst_index=_index_of(worst_flat, shape), mismatched=mismatched)
     if npu.ndim == 0:
-        return Metrics(UNSUPPORTED, max_abs, max_rel, NAN, NAN, NAN, NAN, NAN, (MSG_SCALAR,))
+        return Metrics(Status.SCALAR, (MSG_SCALAR,), max_relative_err=max_rel, **common)
     messages = []
-    n_norm = math.sqrt(_dot(n, n))
-    b_norm = math.sqrt(_dot(b, b))
-    cosine = _cosine(n, b, n_norm, b_norm, messages)
+    cosine = _cosine(n / unit, b / unit, npu_norm / unit, bench_norm / unit, messages)
     if math.isnan(max_rel):
-        max_rel_cell = NAN  # type: Cell
+        max_rel_value = None  # type: Optional[float]
         messages.append(MSG_REL_NAN)
     else:
-        max_rel_cell = max_rel
+        max_rel_value = max_rel
     count = float(n.size)
     bench_abs_sum = float(b_abs.sum())
-    accumulated = float(abs_err.sum()) / bench_abs_sum if bench_abs_sum > EPS64 else NAN
-    euclidean = math.sqrt(_dot(abs_err, abs_err)) / b_norm if b_norm > EPS64 else NAN
     return Metrics(
-        cosine, max_abs, max_rel_cell,
-        float(np.count_nonzero(relative < 0.001)) / count,
-        float(np.count_nonzero(relative < 0.005)) / count,
-        accumulated, euclidean, _kl_divergence(np.abs(n), b_abs, bench_abs_sum), tuple(messages),
-    )
+        Status.COMPARED, tuple(messages), cosine=cosine, max_relative_err=max_rel_value,
+        one_thousandth_ratio=float(np.count_nonzero(relative < 0.001)) / count,
+        five_thousandths_ratio=float(np.count_nonzero(relative < 0.005)) / count,
+        accumulated_relative_err=float(abs_err.sum()) / bench_abs_sum if bench_abs_sum > 0 else None,
+        euclidean_relative_distance=error_norm / bench_norm if bench_norm > 0 else None,
+        kl_divergence=_kl_divergence(np.abs(n), b_abs, bench_abs_sum), **common)
 
 
-def _cosine(n: np.ndarray, b: np.ndarray, n_norm: float, b_norm: float, messages: list) -> Cell:
+def _index_of(flat: int, shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
+
+
+def _cosine(n: np.ndarray, b: np.ndarray, n_norm: float, b_norm: float, messages: list) -> Optional[float]:
+    """The true cosine of data already scaled to magnitude ~1 (so tiny and huge tensors are exact)."""
     if n.size == 1:
         messages.append(MSG_ONE_ELEMENT)
-        return UNSUPPORTED
-    if n_norm <= EPS64 and b_norm <= EPS64:
+        return None
+    if n_norm == 0 and b_norm == 0:
         return 1.0
-    if n_norm <= EPS64:
+    if n_norm == 0:
         messages.append(MSG_NPU_ZERO)
-        return NAN
-    if b_norm <= EPS64:
+        return None
+    if b_norm == 0:
         messages.append(MSG_BENCH_ZERO)
-        return NAN
+        return None
     cosine = _dot(n, b) / (n_norm * b_norm)
     if math.isnan(cosine):
         messages.append(MSG_COS_NAN)
-        return NAN
+        return None
     return 1.0 if cosine > 0.99999 else cosine
 
 
-def _kl_divergence(n_abs: np.ndarray, b_abs: np.ndarray, b_sum: float) -> Cell:
+def _kl_divergence(n_abs: np.ndarray, b_abs: np.ndarray, b_sum: float) -> Optional[float]:
     """KL(bench || npu) of the magnitude distributions |b|/sum|b| and |n|/sum|n| (MindStudio's KLD idea
     for tensors that are not probability vectors). 0 means the same shape of distribution."""
     n_sum = float(n_abs.sum())
-    if n_sum <= EPS64 or b_sum <= EPS64:
-        return NAN
+    if n_sum <= 0 or b_sum <= 0:
+        return None
     p = np.maximum(b_abs / b_sum, KL_FLOOR)
     q = np.maximum(n_abs / n_sum, KL_FLOOR)
     return max(0.0, _dot(p, np.log(p / q)))
 
 
-def compare_files(npu_path: Optional[str], bench_path: Optional[str]) -> Metrics:
+def compare_files(npu_path: Optional[str], bench_path: Optional[str],
+                  tolerance: Optional[Tolerance] = None) -> Metrics:
     """Load and compare; a file that cannot be loaded is a row message naming it, never an exception."""
     arrays = []
     for path in (npu_path, bench_path):
         if path is None:
-            return uniform(NAN, "Dump file: {} not found.".format(path))
+            return not_compared(Status.NOT_READ, "Dump file: {} not found.".format(path))
         try:
             arrays.append(load_tensor(path))
         except FileNotFoundError:
-            return uniform(NAN, "Dump file: {} not found.".format(path))
+            return not_compared(Status.NOT_READ, "Dump file: {} not found.".format(path))
         except (OSError, ValueError, RuntimeError) as error:
-            return uniform(NAN, "Dump file: {} cannot be read ({}).".format(path, error))
-    return compare_arrays(arrays[0], arrays[1])
+            return not_compared(Status.NOT_READ, "Dump file: {} cannot be read ({}).".format(path, error))
+    return compare_arrays(arrays[0], arrays[1], tolerance)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Optional, Tuple
 
 # (file, line, function, code), innermost frame first, as the dump wrote it.
@@ -37,6 +38,36 @@ def format_stack(frames: Tuple[Frame, ...]) -> str:
         if code:
             lines.append("    " + str(code))
     return "\n".join(lines)
+
+
+# Frames of torch itself (and of this tool, msprobe, torch_npu) are not the user's code: any file under a
+# package directory of that name, or Python's frozen bootstrap modules.
+_LIBRARY_FRAME = re.compile(r"(^|[/\\])(torch|torch_npu|ptdbg_ascend|msprobe|functorch)[/\\]|^<frozen ")
+
+
+def user_frames(frames: Tuple[Frame, ...]) -> Tuple[Frame, ...]:
+    """The frames outside torch and this tool, innermost first (all frames if none is outside)."""
+    kept = tuple(frame for frame in frames if not _LIBRARY_FRAME.search(frame[0]))
+    return kept or frames
+
+
+def user_stack_text(frames: Tuple[Frame, ...]) -> str:
+    """The report's stack cell: the user's frames, innermost (the line that called the API) first."""
+    lines = []
+    for file, line, func, code in user_frames(frames):
+        lines.append('File "{}", line {}, in {}'.format(file, line, func))
+        if code:
+            lines.append("    " + str(code))
+    return "\n".join(lines)
+
+
+def user_line(frames: Tuple[Frame, ...]) -> Optional[str]:
+    """``file:line  code`` of the innermost user frame (None without a stack)."""
+    kept = user_frames(frames)
+    if not kept:
+        return None
+    file, line, _func, code = kept[0]
+    return "{}:{}  {}".format(file, line, code or "").rstrip()
 
 
 def as_number(value: object) -> Optional[float]:

@@ -1,18 +1,25 @@
-"""Write the result rows: ``.csv`` (the legacy file) and an ``.xlsx`` beside it (openpyxl, imported only
-here) with failing rows highlighted and a chart of Cosine/MaxAbsErr along execution order."""
+"""Write the result rows: the ``.csv`` (the legacy file) and an ``.xlsx`` beside it (``xlsx_report.py``).
+
+This is the one place where typed rows become cells: numbers stay numbers for the xlsx, the CSV writes
+metric values as ``'{:.12f}'`` (as the original did) and the legacy words where a number cannot be given.
+"""
 
 from __future__ import annotations
 
 import csv
 import os
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ptdbg_ascend.comparison import columns as col
+from ptdbg_ascend.comparison.metrics import EXTRA_FIELDS, LEGACY_FIELDS, NAN
+from ptdbg_ascend.comparison.records import TensorRecord, user_stack_text
+from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.errors import DumpWriteError
 
 FILE_MODE = 0o640
-RED, YELLOW = "FFC7CE", "FFEB9C"
-HIGHLIGHTED = (col.NPU_NAME, col.BENCH_NAME, col.ACCURACY, col.RESULT, col.ERR_MESSAGE)
+METRIC_FIELDS = dict(zip(col.METRICS + col.EXTRA_METRICS, LEGACY_FIELDS + EXTRA_FIELDS))
+# Metric cells the CSV writes with 12 decimals (the original's format).
+FIXED_DECIMALS = frozenset(col.METRICS + col.EXTRA_METRICS)
 
 
 def open_new(path: str):
@@ -23,87 +30,76 @@ def open_new(path: str):
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "w", newline="", encoding="utf-8")
 
 
-def write_csv(path: str, columns: Sequence[str], rows: Sequence[Dict[str, object]]) -> None:
-    """Columns in the given order; a missing cell is written empty."""
+def _statistics_cells(prefix_columns: Sequence[str], record: Optional[TensorRecord]) -> Dict[str, object]:
+    if record is None:
+        return {name: NAN for name in prefix_columns}
+    return {name: (NAN if value is None else value) for name, value in zip(prefix_columns, record.statistics)}
+
+
+def row_cells(row: CompareRow, stack_mode: bool) -> Dict[str, object]:
+    """The typed cells of one row by column name: numbers as float/int, legacy words as str."""
+    npu, bench = row.npu, row.bench
+    cells: Dict[str, object] = {
+        col.NPU_NAME: npu.name if npu else NAN, col.BENCH_NAME: bench.name if bench else NAN,
+        "NPU Tensor Dtype": npu.dtype if npu else NAN, "Bench Tensor Dtype": bench.dtype if bench else NAN,
+        "NPU Tensor Shape": str(list(npu.shape)) if npu else NAN,
+        "Bench Tensor Shape": str(list(bench.shape)) if bench else NAN,
+    }
+    cells.update(_statistics_cells(col.STATISTICS[:4], npu))
+    cells.update(_statistics_cells(col.STATISTICS[4:], bench))
+    if row.metrics is not None:
+        for name, field in METRIC_FIELDS.items():
+            cells[name] = row.metrics.cell(field)
+        cells[col.ACCURACY] = row.accuracy
+        worst = row.metrics.worst_index
+        cells[col.WORST_INDEX] = str(tuple(worst)) if (worst is not None and row.failed) else ""
+    else:
+        for index, name in enumerate(col.SUMMARY_DIFFS):
+            n_value = npu.statistics[index] if npu else None
+            b_value = bench.statistics[index] if bench else None
+            cells[name] = (n_value - b_value) if (n_value is not None and b_value is not None) else NAN
+    cells[col.RESULT] = row.result
+    cells[col.ERR_MESSAGE] = row.message
+    cells[col.ALLOWED_RTOL] = row.tolerance.rtol if (row.tolerance is not None and not row.tolerance.exact) else ""
+    needed = row.judgement.needed_rtol
+    cells[col.NEEDED_RTOL] = needed if needed is not None else ""
+    if stack_mode:
+        call = row.pair.npu_call  # the column holds NPU stacks only; a bench-only row leaves it empty
+        cells[col.STACK] = user_stack_text(call.stack) if (row.pair.first_of_call and call is not None
+                                                           and call.stack) else ""
+    return cells
+
+
+def table_of(rows: Sequence[CompareRow], columns: Sequence[str], stack_mode: bool) -> List[List[object]]:
+    """The rows as lists of typed cells in ``columns`` order."""
+    table = []
+    for row in rows:
+        cells = row_cells(row, stack_mode)
+        table.append([cells.get(name, "") for name in columns])
+    return table
+
+
+def _csv_cell(name: str, value: object) -> object:
+    if isinstance(value, float) and name in FIXED_DECIMALS:
+        return "{:.12f}".format(value)
+    return value
+
+
+def write_csv(path: str, columns: Sequence[str], table: Sequence[Sequence[object]]) -> None:
+    """Columns in the given order; metric numbers with 12 decimals."""
     try:
         with open_new(path) as handle:
             writer = csv.writer(handle)
             writer.writerow(columns)
-            for row in rows:
-                writer.writerow([row.get(name, "") for name in columns])
+            for cells in table:
+                writer.writerow([_csv_cell(name, value) for name, value in zip(columns, cells)])
     except OSError as error:
         raise DumpWriteError("Cannot write the compare result {}: {}".format(path, error)) from None
 
 
-def _float(value: object) -> Optional[float]:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
-def write_xlsx(path: str, columns: Sequence[str], rows: Sequence[Dict[str, object]],
+def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[object]], rows: Sequence[CompareRow],
                first_failure: Optional[int]) -> None:
-    """The same table; rows whose Result is error red, warning yellow (name and verdict cells); sheet "chart" plots Cosine and
-    MaxAbsErr by row with the first failing row marked (full mode only)."""
-    from openpyxl import Workbook
-    from openpyxl.cell import WriteOnlyCell
-    from openpyxl.chart import LineChart, Reference
-    from openpyxl.styles import PatternFill
+    """The same table as an ``.xlsx`` (see :func:`ptdbg_ascend.comparison.xlsx_report.write_xlsx`)."""
+    from ptdbg_ascend.comparison import xlsx_report
 
-    # write-only mode streams rows: several times faster than the normal mode on thousands of rows
-    book = Workbook(write_only=True)
-    sheet = book.create_sheet("compare_result")
-    sheet.freeze_panes = "C2"
-    sheet.append(list(columns))
-    fills = {"error": PatternFill("solid", fgColor=RED), "warning": PatternFill("solid", fgColor=YELLOW)}
-    highlighted = [i for i, name in enumerate(columns) if name in HIGHLIGHTED]
-    for row in rows:
-        fill = fills.get(str(row.get(col.RESULT, "")))
-        values = [_xlsx_cell(row.get(name, "")) for name in columns]
-        if fill is not None:
-            # Style only the cells a reader scans (name, verdicts): styling all ~30 cells of every
-            # failing row doubles the time openpyxl takes.
-            for index in highlighted:
-                cell = WriteOnlyCell(sheet, value=values[index])
-                cell.fill = fill
-                values[index] = cell
-        sheet.append(values)
-    if col.COSINE in columns and rows:
-        _add_chart(book, rows, first_failure, LineChart, Reference)
-    try:
-        if os.path.lexists(path):
-            os.remove(path)
-        book.save(path)
-        os.chmod(path, FILE_MODE)
-    except OSError as error:
-        raise DumpWriteError("Cannot write the compare result {}: {}".format(path, error)) from None
-
-
-def _xlsx_cell(value: object) -> object:
-    number = _float(value) if isinstance(value, str) and value[:1] in "-0123456789" else None
-    return number if number is not None else value
-
-
-def _add_chart(book, rows, first_failure, LineChart, Reference) -> None:
-    data = book.create_sheet("chart")
-    data.append(["Row", col.COSINE, col.MAX_ABS, "First failure"])
-    for index, row in enumerate(rows):
-        cosine = _float(row.get(col.COSINE))
-        data.append([index + 2, cosine, _float(row.get(col.MAX_ABS)),
-                     cosine if index == first_failure else None])
-    chart = LineChart()
-    title = "Cosine and MaxAbsErr along execution order"
-    if first_failure is not None:
-        title += " (first failure: CSV line {})".format(first_failure + 2)
-    chart.title = title
-    chart.x_axis.title = "CSV line"
-    chart.y_axis.title = "value"
-    chart.add_data(Reference(data, min_col=2, max_col=4, min_row=1, max_row=len(rows) + 1), titles_from_data=True)
-    chart.set_categories(Reference(data, min_col=1, min_row=2, max_row=len(rows) + 1))
-    marker = chart.series[2]
-    marker.marker.symbol = "diamond"
-    marker.marker.size = 10
-    marker.graphicalProperties.line.noFill = True
-    chart.width, chart.height = 28, 12
-    data.add_chart(chart, "F2")
+    xlsx_report.write_xlsx(path, columns, table, [row.result for row in rows], first_failure)

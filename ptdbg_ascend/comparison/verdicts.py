@@ -1,59 +1,144 @@
-"""Verdicts: the legacy ``Accuracy Reached or Not`` and the graded ``Result`` column.
+"""Verdicts: the legacy ``Accuracy Reached or Not`` and the robust verdict behind ``Result``, the advisor
+and the exit code.
 
-``Accuracy Reached or Not`` follows the user guide: ``No`` iff Cosine < 0.99 and MaxAbsErr > 0.001 (plus
-the original's safety net: Cosine < 0.9 or MaxAbsErr > 1), ``Unmatched`` for a shape mismatch, ``Nan``
-where it cannot be judged.
+``Accuracy Reached or Not`` follows the user guide exactly (legacy scripts read it): ``No`` iff Cosine <
+0.99 and MaxAbsErr > 0.001 (plus the original's safety net: Cosine < 0.9 or MaxAbsErr > 1), ``Unmatched``
+for a shape mismatch, ``Nan`` where it cannot be judged.
+
+The robust verdict judges each tensor against its own scale and the call's precision
+(:mod:`~ptdbg_ascend.comparison.tolerances`) and grades it ``pass`` / ``warning`` / ``error`` /
+``unmatched`` / ``not compared``.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import NamedTuple, Optional, Sequence
 
-from ptdbg_ascend.comparison.metrics import NAN, NOT_AVAILABLE, SHAPE_UNMATCHED, Cell, Metrics
+from ptdbg_ascend.comparison.metrics import Metrics, Status
+from ptdbg_ascend.comparison.records import TensorRecord
+from ptdbg_ascend.comparison.tolerances import WARNING_SHARE, Tolerance
 
 YES, NO, UNMATCHED = "Yes", "No", "Unmatched"
-# Result grades, best to worst; "warning" = reached, but not by a wide margin (worth a look when
-# hunting a small drift): cosine below 0.9999, or fewer than 90% of the elements within 0.5% relative error
-# (MaxRelativeErr alone is useless here: any value near 0 makes it large).
-PASS, WARNING, ERROR, UNKNOWN = "pass", "warning", "error", "unknown"
-RESULT_UNMATCHED = "unmatched"
+NAN = "Nan"
+# Result grades: "warning" = passes, but the legacy column says No or the error is above a quarter of
+# what is allowed (worth a look when hunting a small drift).
+PASS, WARNING, ERROR = "pass", "warning", "error"
+RESULT_UNMATCHED, NOT_COMPARED = "unmatched", "not compared"
+PASSING = (PASS, WARNING)
 
 
-def accuracy_reached(cosine: Cell, max_abs_err: Cell) -> str:
+def accuracy_reached(metrics: Metrics) -> str:
     """``Yes`` / ``No`` / ``Unmatched`` / ``Nan`` from Cosine and MaxAbsErr (checked in this order)."""
-    if cosine == SHAPE_UNMATCHED:
+    if metrics.status == Status.SHAPE:
         return UNMATCHED
-    if cosine == NAN or max_abs_err == NAN:
-        return NAN
-    if cosine == NOT_AVAILABLE or max_abs_err == NOT_AVAILABLE:
+    if metrics.status == Status.INF_NAN:
         return NO  # inf/nan at different positions: the values are certainly different
-    if not isinstance(cosine, float) or not isinstance(max_abs_err, float):
+    cosine, max_abs = metrics.cosine, metrics.max_abs_err
+    if cosine is None or max_abs is None:
         return NAN
-    if cosine < 0.99 and max_abs_err > 0.001:
+    if cosine < 0.99 and max_abs > 0.001:
         return NO
-    if cosine < 0.9 or max_abs_err > 1:
+    if cosine < 0.9 or max_abs > 1:
         return NO
     return YES
 
 
-def graded_result(accuracy: str, metrics: Optional[Metrics]) -> str:
-    """``pass`` / ``warning`` / ``error`` / ``unmatched`` / ``unknown`` for the Result column."""
-    if accuracy == NO:
-        return ERROR
-    if accuracy == UNMATCHED or metrics is None:
-        return RESULT_UNMATCHED
-    if accuracy != YES:
-        return UNKNOWN
-    cosine, ratio = metrics.cosine, metrics.five_thousandths_ratio
-    if isinstance(cosine, float) and cosine < 0.9999:
-        return WARNING
-    if isinstance(ratio, float) and ratio < 0.9:
-        return WARNING
-    return PASS
+class Judgement(NamedTuple):
+    """The robust verdict of one row: its grade, the relative error it showed (error norm / bench
+    norm, None when not judged), the rtol that would have made it pass, and a message for Err_message."""
+
+    grade: str
+    relative_error: Optional[float]
+    needed_rtol: Optional[float]
+    message: str
 
 
-def summary_result(npu: Optional[float], bench: Optional[float]) -> bool:
-    """Summary mode: True when one statistic differs by more than half of its magnitude (msprobe rule)."""
-    if npu is None or bench is None:
-        return False
-    return abs(npu - bench) / (max(abs(npu), abs(bench)) + 1e-10) > 0.5
+def _format_index(index: Sequence[int]) -> str:
+    return "({})".format(", ".join(str(i) for i in index)) if len(index) != 1 else "({},)".format(index[0])
+
+
+def judge_tensors(metrics: Metrics, tolerance: Tolerance, legacy: str) -> Judgement:
+    """Full mode: the robust verdict of a compared pair."""
+    if metrics.status == Status.SHAPE:
+        return Judgement(RESULT_UNMATCHED, None, None, "")
+    if metrics.status == Status.NOT_READ:
+        return Judgement(NOT_COMPARED, None, None, "")
+    if metrics.status == Status.INF_NAN:
+        where = _format_index(metrics.worst_index or ())
+        return Judgement(ERROR, None, math.inf, "inf/nan differ first at index {}.".format(where))
+    if metrics.status == Status.EMPTY:
+        return Judgement(PASS, 0.0, None, "")
+    size = metrics.size or 1
+    error_norm, bench_norm, worst, scale = metrics.error_norm, metrics.bench_norm, metrics.max_abs_err, metrics.scale
+    relative = error_norm / bench_norm if bench_norm > 0 else (0.0 if error_norm == 0 else math.inf)
+    if tolerance.allows(error_norm, bench_norm, size, worst, scale):
+        allowed = tolerance.rtol * bench_norm + tolerance.atol * math.sqrt(size)
+        if legacy == NO:
+            return Judgement(WARNING, relative, None, "Within round-off for this API: error {:.3g} <= {:.3g} allowed "
+                             "({}: rtol {:.1e}, atol {:.2e}).".format(error_norm, allowed, _short(tolerance.precision),
+                                                                     tolerance.rtol, tolerance.atol))
+        if not tolerance.exact and error_norm > WARNING_SHARE * allowed:
+            return Judgement(WARNING, relative, None, "Passes, but the error is {:.0%} of what {} allows.".format(
+                error_norm / allowed, _short(tolerance.precision)))
+        return Judgement(PASS, relative, None, "")
+    needed = tolerance.needed_rtol(error_norm, bench_norm, size, worst, scale)
+    where = _format_index(metrics.worst_index or ())
+    if tolerance.exact:
+        message = "Values differ (exact comparison for {} data): greatest difference {:.6g} at index {}.".format(
+            "integer/bool", worst, where)
+        return Judgement(ERROR, relative, None, message)
+    mismatched = "" if metrics.mismatched is None else "; mismatched elements {} / {} ({:.1%})".format(
+        metrics.mismatched, size, metrics.mismatched / size)
+    message = ("Relative error {:.2e} > {:.1e} allowed for {}{}; greatest difference {:.6g} at index {}; "
+               "would pass with rtol >= {:.2e}.".format(relative, tolerance.rtol, _short(tolerance.precision),
+                                                        mismatched, worst, where, needed))
+    return Judgement(ERROR, relative, needed, message)
+
+
+def judge_statistics(npu: TensorRecord, bench: TensorRecord, tolerance: Tolerance) -> Judgement:
+    """Summary mode: the robust verdict from the four statistics. max and min within ``rtol`` of the
+    tensor's magnitude, the norm within ``rtol`` of the bench norm, the mean within ``rtol`` of the bench
+    *root mean square* (a mean of centred values is ~0: judging it against itself is what made two means
+    of 1.9e-9 and 0.0 "differ by more than half")."""
+    if npu.shape != bench.shape:
+        return Judgement(RESULT_UNMATCHED, None, None, "")
+    n_max, n_min, n_mean, n_norm = npu.statistics
+    b_max, b_min, b_mean, b_norm = bench.statistics
+    size = 1
+    for extent in bench.shape:
+        size *= extent
+    size = max(size, 1)
+    scale = max(abs(v) for v in (n_max, n_min, b_max, b_min, 0.0) if v is not None and math.isfinite(v))
+    rms = b_norm / math.sqrt(size) if b_norm is not None and math.isfinite(b_norm) else scale
+    checks = (("max", n_max, b_max, scale, tolerance.atol), ("min", n_min, b_min, scale, tolerance.atol),
+              ("mean", n_mean, b_mean, rms, tolerance.atol),
+              ("l2norm", n_norm, b_norm, abs(b_norm or 0.0), tolerance.atol * math.sqrt(size)))
+    worst_share, worst_name, judged = 0.0, "", 0
+    for name, n_value, b_value, reference, atol in checks:
+        if n_value is None or b_value is None:
+            continue
+        judged += 1
+        if not (math.isfinite(n_value) and math.isfinite(b_value)):
+            if not (n_value == b_value or (math.isnan(n_value) and math.isnan(b_value))):
+                return Judgement(ERROR, None, math.inf, "{}: {} against {}.".format(name, n_value, b_value))
+            continue
+        difference = abs(n_value - b_value)
+        if tolerance.exact:
+            allowed = 0.0
+        else:
+            allowed = tolerance.rtol * reference + atol
+        if difference > allowed:
+            share = difference / allowed if allowed > 0 else math.inf
+            if share > worst_share:
+                worst_share, worst_name = share, "{} differs by {:.3g} (> {:.3g} allowed for {})".format(
+                    name, difference, allowed, _short(tolerance.precision))
+    if not judged:
+        return Judgement(NOT_COMPARED, None, None, "")
+    if worst_name:
+        return Judgement(ERROR, None, None, worst_name[0].upper() + worst_name[1:] + ".")
+    return Judgement(PASS, None, None, "")
+
+
+def _short(dtype: str) -> str:
+    return dtype.replace("torch.", "")

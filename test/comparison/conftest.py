@@ -45,7 +45,8 @@ class LegacyDump:
                 if save:
                     np.save(os.path.join(self.data_dir, name + ".npy"), array)
             if self.stack:
-                handle.write(json.dumps([call + "_stack_info", STACK]) + "\n")
+                frames = self.stack if isinstance(self.stack, list) else STACK  # a list: these frames
+                handle.write(json.dumps([call + "_stack_info", frames]) + "\n")
         return self
 
     def param(self, bench: "LegacyDump", data: bool = True) -> Dict[str, object]:

@@ -1,4 +1,5 @@
-"""The advisor: cause vs propagation, input inconsistency, FP16 overflow, the original's advice rules."""
+"""The advisor: cause vs propagation, input inconsistency, the first dtype mismatch, one-sided calls,
+the user's code line, FP16 overflow, and "too little compared" (hand-written dumps, torch-free)."""
 
 from __future__ import annotations
 
@@ -7,40 +8,109 @@ import csv
 import numpy as np
 import pytest
 
-from ptdbg_ascend.comparison.advisor import legacy_advice
 from ptdbg_ascend.comparison.api import compare
 
 pytestmark = pytest.mark.torchfree
 
 Y = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], np.float32)
+USER_STACK = [["/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", "125", "forward",
+               "return F.linear(input, self.weight, self.bias)"],
+              ["/home/me/model.py", "31", "forward", "h = self.proj(x)"],
+              ["/home/me/train.py", "90", "<module>", "loss = model(x).sum()"]]
 
 
 def advice_of(npu, bench, output_dir):
     outcome = compare(npu.param(bench), output_dir, stack_mode=True)
     with open(outcome.advisor_path) as handle:
-        return handle.read()
+        return outcome, handle.read()
 
 
-def test_input_changed_in_place_names_the_producer(legacy_dump, output_dir):
+def test_cause_names_the_api_and_the_users_line_not_torchs(legacy_dump, output_dir):
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    npu.stack = bench.stack = USER_STACK
+    npu.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y * 1.02)])
+    bench.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y)])
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert text.startswith("Line: 3\nSuspect Nodes: Functional_linear_0_forward_output\nExpert Advice: The inputs of "
+                           "Functional_linear_0_forward still match but its output does not")
+    assert "Suspect API: Functional_linear_0_forward (Cause: its inputs still match, its output does not)" in text
+    assert "Code: /home/me/model.py:31  h = self.proj(x)" in text
+    assert "seed_all(mode=True)" not in text  # a 2 % error is no non-determinism
+    finding = outcome.finding
+    assert (finding.kind, finding.call, finding.api, finding.line) == (
+        "cause", "Functional_linear_0_forward", "Functional_linear", 3)
+    assert finding.user_line == "/home/me/model.py:31  h = self.proj(x)"
+    assert not outcome and outcome.first_failure == "Functional_linear_0_forward_output"
+
+
+def test_input_changed_between_calls_names_the_producer(legacy_dump, output_dir):
     npu, bench = legacy_dump("npu"), legacy_dump("bench")
     npu.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y)])
     npu.add_call("Torch_relu_0_forward", [("input.0", Y + 3), ("output", np.maximum(Y + 3, 0))])
     bench.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y)])
     bench.add_call("Torch_relu_0_forward", [("input.0", Y), ("output", np.maximum(Y, 0))])
-    text = advice_of(npu, bench, output_dir)
-    assert text.startswith("Line: 4\nSuspect Nodes: Torch_relu_0_forward_input.0\nExpert Advice: 1. Analyze the "
-                           "model to view the input source.")
-    assert ("Propagation: this input already differs; it was produced by Functional_linear_0_forward (line 3, "
-            "Functional_linear_0_forward_output). Its output still matched, so the value changed in between") in text
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert text.startswith("Line: 4\nSuspect Nodes: Torch_relu_0_forward_input.0\n")
+    assert outcome.finding.kind == "input"  # Y + 3 is no earlier output: nothing dumped produced it
+    assert "no dumped API produced it" in text and "loading order" in text
 
 
-def test_first_input_differs_is_input_inconsistency(legacy_dump, output_dir):
+def test_input_that_an_earlier_call_produced_and_then_changed_is_propagation(legacy_dump, output_dir):
     npu, bench = legacy_dump("npu"), legacy_dump("bench")
-    npu.add_call("Functional_linear_0_forward", [("input.0", -Y), ("output", -Y)])
-    bench.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y)])
-    text = advice_of(npu, bench, output_dir)
-    assert "Suspect Nodes: Functional_linear_0_forward_input.0" in text
-    assert "no earlier dumped API produced it" in text and "data loading order" in text
+    z = Y + 3
+    npu.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", z)])
+    npu.add_call("Torch_relu_0_forward", [("input.0", z * 1.5), ("output", z * 1.5)])
+    npu.add_call("Torch_exp_0_forward", [("input.0", z * 1.5), ("output", np.exp(z * 1.5))])
+    bench.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", z)])
+    bench.add_call("Torch_relu_0_forward", [("input.0", z), ("output", z)])
+    bench.add_call("Torch_exp_0_forward", [("input.0", z), ("output", np.exp(z))])
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert outcome.first_failure == "Torch_relu_0_forward_input.0"
+    assert outcome.finding.kind == "input"
+    # The exp input is the relu output: traced to relu, which is the failing call before it.
+
+
+def test_one_sided_cast_is_traced_and_named(legacy_dump, output_dir):
+    """NPU casts to half before an API and back after it (both casts NPU-only): the consumer's input
+    fails; the advisor traces it through the casts to the first lower-precision call."""
+    x = np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8)
+    half = x.astype(np.float16)
+    y32 = x @ x
+    y16 = (y32 * (1 + 1.5e-3)).astype(np.float16)  # within float16's allowance, beyond float32's
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    npu.add_call("Tensor_half_0_forward", [("input.0", x), ("output", half)])
+    npu.add_call("Torch_matmul_0_forward", [("input.0", half), ("input.1", half), ("output", y16)])
+    npu.add_call("Tensor_float_0_forward", [("input.0", y16), ("output", y16.astype(np.float32))])
+    npu.add_call("Torch_tanh_0_forward", [("input.0", y16.astype(np.float32)), ("output", np.tanh(y16.astype(np.float32)))])
+    bench.add_call("Torch_matmul_0_forward", [("input.0", x), ("input.1", x), ("output", y32)])
+    bench.add_call("Torch_tanh_0_forward", [("input.0", y32), ("output", np.tanh(y32))])
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert outcome.first_failure == "Torch_tanh_0_forward_input.0"
+    finding = outcome.finding
+    assert (finding.kind, finding.call) == ("propagation", "Torch_matmul_0_forward")
+    assert finding.dtype_mismatch == "Torch_matmul_0_forward (NPU torch.float16, bench torch.float32)"
+    assert finding.one_sided[0] == "Tensor_float_0_forward (NPU only)"
+    assert "Tensor_half_0_forward (NPU only)" in finding.one_sided
+    assert "First dtype mismatch before it: Torch_matmul_0_forward (NPU torch.float16, bench torch.float32)" in text
+
+
+def test_backward_cause_says_backward(legacy_dump, output_dir):
+    g = np.full((2, 3), 0.5, np.float32)
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    npu.add_call("Torch_tanh_0_backward", [("input.0", g), ("output.0", g * 0.8)])
+    bench.add_call("Torch_tanh_0_backward", [("input.0", g), ("output.0", g * 0.7)])
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert outcome.finding.kind == "cause"
+    assert "check the backward implementation" in text
+
+
+def test_small_error_of_a_nondeterministic_api_suggests_deterministic_mode(legacy_dump, output_dir):
+    x = np.linspace(1, 2, 100, dtype=np.float64)
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    npu.add_call("Functional_conv2d_0_forward", [("input.0", x), ("output", x * (1 + 3e-3))])
+    bench.add_call("Functional_conv2d_0_forward", [("input.0", x), ("output", x)])
+    _, text = advice_of(npu, bench, output_dir)
+    assert "seed_all(mode=True)" in text
 
 
 def test_fp16_overflow(legacy_dump, output_dir):
@@ -50,13 +120,12 @@ def test_fp16_overflow(legacy_dump, output_dir):
                                                ("output", np.array([65504.0, 300.0, -600.0], np.float16))])
     bench.add_call("Tensor___mul___0_forward", [("input.0", x), ("output", np.array([90000.0, 300.0, -600.0],
                                                                                      np.float32))])
-    outcome = compare(npu.param(bench), output_dir, stack_mode=True)
+    outcome, text = advice_of(npu, bench, output_dir)
     with open(outcome.csv_path) as handle:
         rows = list(csv.DictReader(handle))
     assert [r["Accuracy Reached or Not"] for r in rows] == ["Yes", "No"]  # MaxAbsErr 24496 > 1
-    with open(outcome.advisor_path) as handle:
-        text = handle.read()
-    assert "Cause, not propagation" in text
+    assert [r["Result"] for r in rows] == ["pass", "error"]
+    assert outcome.finding.kind == "cause"
     assert "FP16 overflow: a float16 tensor of Tensor___mul___0_forward reaches inf/nan or the float16 maximum" in text
 
 
@@ -69,13 +138,28 @@ def test_dtype_mismatch_reaches_the_csv(legacy_dump, output_dir):
         rows = list(csv.DictReader(handle))
     assert rows[1]["Bench Name"] == "Torch_argmax_0_forward_output"
     assert rows[1]["Err_message"] == "Dtype of NPU and bench Tensor do not match."
+    assert rows[1]["Result"] == "pass" and outcome
 
 
-def test_legacy_advice_rules():
-    assert legacy_advice("Functional_relu_0_forward_output") == (
-        "This is a forward API computation error. Check the computation implementation.")
-    assert legacy_advice("Functional_relu_0_backward_input.0") == "Check whether the forward computation result is affected."
-    assert legacy_advice("Functional_relu_0_backward_output.0") == (
-        "This is a backward API computation error. Check the computation implementation.")
-    assert legacy_advice("Functional_conv2d_0_forward_output").startswith("This torch api may be uncertainty")
-    assert legacy_advice("Functional_batch_norm_0_forward_input.1").startswith("Torch API batch_norm input not fixed")
+def test_nothing_comparable_says_so(legacy_dump, output_dir, tmp_path):
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    npu.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y)], save=False)
+    bench.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y)], save=False)
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert not outcome and outcome.first_failure is None and outcome.finding is None
+    assert (outcome.counts.paired, outcome.counts.compared, outcome.counts.not_compared) == (2, 0, 2)
+    assert text.startswith("Line: NA\nSuspect Nodes: NA\nExpert Advice: Nothing could be compared: none of the 2 "
+                           "paired tensors was judged (2 rows: a tensor file is missing)")
+    assert "does not show that the runs agree" in text
+    assert "All data" not in text and str(outcome).startswith("not enough could be compared")
+
+
+def test_fewer_than_half_compared_is_not_a_pass(legacy_dump, output_dir):
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    for side in (npu, bench):
+        side.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y)])
+        side.add_call("Functional_linear_1_forward", [("input.0", Y), ("output", Y)], save=False)
+        side.add_call("Functional_linear_2_forward", [("input.0", Y), ("output", Y)], save=False)
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert outcome.counts.compared == 2 and outcome.counts.paired == 6 and not outcome
+    assert "Too little could be compared: only 2 of 6 paired tensors were judged" in text

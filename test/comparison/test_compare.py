@@ -17,7 +17,8 @@ LEGACY_FULL = ["NPU Name", "Bench Name", "NPU Tensor Dtype", "Bench Tensor Dtype
                "Bench Tensor Shape", "Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
                "Five Thousandths Err Ratio", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max",
                "Bench min", "Bench mean", "Bench l2norm", "Accuracy Reached or Not", "Err_message"]
-NEW = ["Result", "Accumulated Relative Err", "Euclidean Relative Distance", "KL Divergence"]
+NEW = ["Result", "Accumulated Relative Err", "Euclidean Relative Distance", "KL Divergence", "Allowed Rtol",
+       "Rtol To Pass", "Greatest Diff Index"]
 
 
 def read_csv(path):
@@ -39,13 +40,17 @@ def test_identical_dumps_all_yes_and_columns_in_legacy_order(two_dumps, output_d
     assert {r["Accuracy Reached or Not"] for r in rows} == {"Yes"}
     assert {r["Cosine"] for r in rows} == {"1.000000000000"}
     assert {r["MaxAbsErr"] for r in rows} == {"0.000000000000"}
-    # stack only on the first row of each call, outermost frame first
-    assert rows[0]["NPU_Stack_Info"].splitlines()[0] == 'File "/work/train.py", line 90, in <module>'
+    # stack only on the first row of each call, the user's innermost frame (the line calling the API) first
+    assert rows[0]["NPU_Stack_Info"].splitlines()[:2] == ['File "/work/train.py", line 42, in forward',
+                                                          "    x = self.conv(x)"]
     assert rows[1]["NPU_Stack_Info"] == ""
     assert outcome.first_failure is None
     with open(outcome.advisor_path) as handle:
         assert handle.read() == ("Line: NA\nSuspect Nodes: NA\nExpert Advice: All data in comparison result meets "
-                                 "the accuracy requirements.\n")
+                                 "the accuracy requirements.\nCompared: 7 of 7 paired tensors (0 failing, 0 warnings, "
+                                 "0 not compared, 0 unmatched); 0 NPU-only and 0 bench-only rows.\n")
+    assert outcome and str(outcome) == "all compared tensors reached the accuracy (7 of 7 paired tensors compared, " \
+        "0 failing)"
 
 
 def test_planted_difference_is_first_no_and_advisor_suspect(two_dumps, output_dir):
@@ -59,9 +64,9 @@ def test_planted_difference_is_first_no_and_advisor_suspect(two_dumps, output_di
     assert outcome.first_failure == "Functional_linear_0_forward_output"
     with open(outcome.advisor_path) as handle:
         text = handle.read()
-    assert text.startswith("Line: 4\nSuspect Nodes: Functional_linear_0_forward_output\nExpert Advice: This is "
-                           "a forward API computation error.")
-    assert "Cause, not propagation" in text and "Functional_linear_0_forward is the suspect" in text
+    assert text.startswith("Line: 4\nSuspect Nodes: Functional_linear_0_forward_output\nExpert Advice: The inputs "
+                           "of Functional_linear_0_forward still match but its output does not")
+    assert "Suspect API: Functional_linear_0_forward (Cause: its inputs still match, its output does not)" in text
     assert os.path.basename(outcome.advisor_path).startswith("advisor_run1_")
 
 
@@ -73,10 +78,11 @@ def test_xlsx_columns_highlight_and_chart(two_dumps, output_dir):
     sheet = book["compare_result"]
     assert [c.value for c in sheet[1]] == LEGACY_FULL + ["NPU_Stack_Info"] + NEW
     assert sheet["A4"].value == "Functional_linear_0_forward_output"
-    assert sheet["A4"].fill.fgColor.rgb.endswith("FFC7CE")  # failing row in red
+    assert sheet["A4"].fill.fgColor.rgb.endswith("FF7C80")  # the first failure: darker red
+    assert sheet["A5"].fill.fgColor.rgb.endswith("FFC7CE")  # the failing rows after it: red
     assert sheet["A2"].fill.fgColor.rgb in (None, "00000000")
     chart_sheet = book["chart"]
-    assert [c.value for c in chart_sheet[1]] == ["Row", "Cosine", "MaxAbsErr", "First failure"]
+    assert [c.value for c in chart_sheet[1]][:3] == ["CSV line", "Cosine", "MaxAbsErr (> 0)"]
     assert chart_sheet["D4"].value is not None and chart_sheet["D3"].value is None
     import zipfile
     with zipfile.ZipFile(outcome.xlsx_path) as archive:
@@ -116,7 +122,7 @@ def test_summary_mode_without_data_dirs(two_dumps, output_dir):
     assert header == ["NPU Name", "Bench Name", "NPU Tensor Dtype", "Bench Tensor Dtype", "NPU Tensor Shape",
                       "Bench Tensor Shape", "Max diff", "Min diff", "Mean diff", "L2norm diff", "NPU max", "NPU min",
                       "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm",
-                      "NPU_Stack_Info", "Result", "Err_message"]
+                      "NPU_Stack_Info", "Result", "Err_message", "Allowed Rtol"]
     assert rows[0]["Max diff"] == "0.0" and rows[0]["Result"] == "pass"
     assert outcome.first_failure == "Functional_linear_0_forward_output"
 
@@ -133,14 +139,15 @@ def test_missing_npy_is_a_row_message_not_a_lost_report(two_dumps, output_dir):
     assert len(rows) == 7
 
 
-def test_fuzzy_match_pairs_shifted_counters(legacy_dump, output_dir):
+def test_shifted_counters_pair_by_default_and_fuzzy_match_keeps_its_message(legacy_dump, output_dir):
     import numpy as np
     a = np.arange(6, dtype=np.float32).reshape(2, 3) + 1
     npu, bench = legacy_dump("npu"), legacy_dump("bench")
     npu.add_call("Torch_add_3_forward", [("input.0", a), ("output", a)])
     bench.add_call("Torch_add_0_forward", [("input.0", a), ("output", a)])
-    _, exact = read_csv(compare(npu.param(bench), output_dir, stack_mode=True, suffix="exact").csv_path)
-    assert [r["Bench Name"] for r in exact] == ["Nan", "Nan", "Torch_add_0_forward_input.0", "Torch_add_0_forward_output"]
+    _, aligned = read_csv(compare(npu.param(bench), output_dir, stack_mode=True, suffix="exact").csv_path)
+    assert [r["Bench Name"] for r in aligned] == ["Torch_add_0_forward_input.0", "Torch_add_0_forward_output"]
+    assert aligned[0]["Err_message"] == ""
     _, fuzzy = read_csv(compare(npu.param(bench), output_dir, stack_mode=True, fuzzy_match=True, suffix="f").csv_path)
     assert [r["Bench Name"] for r in fuzzy] == ["Torch_add_0_forward_input.0", "Torch_add_0_forward_output"]
     assert fuzzy[0]["Err_message"] == "Fuzzy matching data, the comparison accuracy may be affected."

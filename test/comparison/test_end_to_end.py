@@ -87,7 +87,7 @@ def test_planted_api_is_first_no_and_the_suspect(runs, tmp_path):
     with open(outcome.advisor_path) as handle:
         advice = handle.read()
     assert advice.startswith("Line: 7\nSuspect Nodes: Functional_leaky_relu_0_forward_output\n")
-    assert "so Functional_leaky_relu_0_forward is the suspect" in advice
+    assert "Suspect API: Functional_leaky_relu_0_forward (Cause:" in advice
 
 
 def test_extra_api_does_not_break_pairing(runs, tmp_path):

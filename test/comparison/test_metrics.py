@@ -8,9 +8,19 @@ import numpy as np
 import pytest
 
 from ptdbg_ascend.comparison import metrics as met
-from ptdbg_ascend.comparison.verdicts import accuracy_reached, graded_result
+from ptdbg_ascend.comparison.verdicts import accuracy_reached
 
 pytestmark = pytest.mark.torchfree
+
+
+def cells(m):
+    """The five legacy CSV cells of a pair (numbers, or the legacy words)."""
+    return tuple(m.cell(field) for field in met.LEGACY_FIELDS)
+
+
+def verdict(cosine, max_abs):
+    """The legacy column for given Cosine / MaxAbsErr numbers."""
+    return accuracy_reached(met.Metrics(met.Status.COMPARED, cosine=cosine, max_abs_err=max_abs))
 
 
 def test_normal_case_all_metrics():
@@ -25,19 +35,19 @@ def test_normal_case_all_metrics():
     p, q = np.array([1, 2, 4]) / 7, np.array([1, 2, 3]) / 6
     assert m.kl_divergence == pytest.approx(float((p * np.log(p / q)).sum()))
     assert m.messages == ()
-    assert accuracy_reached(m.cosine, m.max_abs_err) == "Yes"  # cosine >= 0.99
+    assert accuracy_reached(m) == "Yes"  # cosine >= 0.99
 
 
 def test_verdict_rule_no_iff_cosine_below_099_and_maxabs_above_0001():
-    assert accuracy_reached(0.98, 0.002) == "No"
-    assert accuracy_reached(0.98, 0.0009) == "Yes"
-    assert accuracy_reached(0.995, 0.5) == "Yes"
-    assert accuracy_reached(0.89, 0.0001) == "No"  # the original's safety net: cosine < 0.9
-    assert accuracy_reached(0.999, 1.5) == "No"  # ... or MaxAbsErr > 1
-    assert accuracy_reached("shape unmatched", "shape unmatched") == "Unmatched"
-    assert accuracy_reached("Nan", 0.1) == "Nan"
-    assert accuracy_reached("N/A", "N/A") == "No"
-    assert accuracy_reached("unsupported", 0.0) == "Nan"
+    assert verdict(0.98, 0.002) == "No"
+    assert verdict(0.98, 0.0009) == "Yes"
+    assert verdict(0.995, 0.5) == "Yes"
+    assert verdict(0.89, 0.0001) == "No"  # the original's safety net: cosine < 0.9
+    assert verdict(0.999, 1.5) == "No"  # ... or MaxAbsErr > 1
+    assert accuracy_reached(met.Metrics(met.Status.SHAPE)) == "Unmatched"
+    assert verdict(None, 0.1) == "Nan"
+    assert accuracy_reached(met.Metrics(met.Status.INF_NAN)) == "No"
+    assert accuracy_reached(met.Metrics(met.Status.SCALAR, max_abs_err=0.0)) == "Nan"
 
 
 def test_cosine_near_one_rounds_and_bench_zero_uses_eps():
@@ -50,20 +60,20 @@ def test_cosine_near_one_rounds_and_bench_zero_uses_eps():
 
 def test_zero_d_scalar():
     m = met.compare_arrays(np.array(2.0), np.array(4.0))
-    assert (m.cosine, m.max_abs_err, m.max_relative_err, m.one_thousandth_ratio) == ("unsupported", 2.0, 0.5, "Nan")
+    assert cells(m)[:4] == ("unsupported", 2.0, 0.5, "Nan")
     assert m.messages == ("This is type of scalar data, can not compare.",)
-    assert accuracy_reached(m.cosine, m.max_abs_err) == "Nan"
+    assert accuracy_reached(m) == "Nan"
 
 
 def test_empty():
     m = met.compare_arrays(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32))
-    assert m[:5] == ("unsupported", 0.0, 0.0, 0.0, 0.0)
+    assert cells(m) == ("unsupported", 0.0, 0.0, 0.0, 0.0)
     assert m.messages == ("This is empty data, can not compare.",)
 
 
 def test_one_element_cosine_unsupported():
     m = met.compare_arrays(np.array([3.0]), np.array([3.0]))
-    assert m.cosine == "unsupported" and m.max_abs_err == 0.0
+    assert m.cell("cosine") == "unsupported" and m.max_abs_err == 0.0
     assert m.messages == ("This tensor is scalar.",)
 
 
@@ -79,10 +89,10 @@ def test_all_zero():
     both = met.compare_arrays(np.zeros(4), np.zeros(4))
     assert both.cosine == 1.0 and both.max_abs_err == 0.0
     npu_zero = met.compare_arrays(np.zeros(4), np.ones(4))
-    assert npu_zero.cosine == "Nan"
+    assert npu_zero.cell("cosine") == "Nan"
     assert "Cannot compare by Cosine Similarity, All the data is Zero in npu dump data." in npu_zero.messages
     bench_zero = met.compare_arrays(np.ones(4), np.zeros(4))
-    assert bench_zero.cosine == "Nan"
+    assert bench_zero.cell("cosine") == "Nan"
     assert "Cannot compare by Cosine Similarity, All the data is Zero in Bench dump data." in bench_zero.messages
 
 
@@ -97,19 +107,18 @@ def test_nan_inf_same_positions_are_zeroed():
 
 def test_nan_inf_different_positions():
     m = met.compare_arrays(np.array([np.nan, 1.0]), np.array([1.0, np.nan]))
-    assert m[:5] == ("N/A",) * 5
+    assert cells(m) == ("N/A",) * 5
     assert m.messages == ("The position of inf or nan in NPU and bench Tensor do not match.",)
-    assert accuracy_reached(m.cosine, m.max_abs_err) == "No"
+    assert accuracy_reached(m) == "No"
     m = met.compare_arrays(np.array([np.inf, 1.0]), np.array([-np.inf, 1.0]))
-    assert m.cosine == "N/A"
+    assert m.cell("cosine") == "N/A" and m.worst_index == (0,)
 
 
 def test_shape_mismatch():
     m = met.compare_arrays(np.ones((2, 3)), np.ones((3, 2)))
-    assert m[:5] == ("shape unmatched",) * 5
+    assert cells(m) == ("shape unmatched",) * 5
     assert m.messages == ("Shape of NPU and bench Tensor do not match. Skipped.",)
-    assert accuracy_reached(m.cosine, m.max_abs_err) == "Unmatched"
-    assert graded_result("Unmatched", m) == "unmatched"
+    assert accuracy_reached(m) == "Unmatched"
 
 
 def test_missing_and_pickled_npy(tmp_path):
@@ -117,17 +126,10 @@ def test_missing_and_pickled_npy(tmp_path):
     np.save(good, np.ones(3))
     missing = str(tmp_path / "missing.npy")
     m = met.compare_files(str(good), missing)
-    assert m.cosine == "Nan" and m.messages == ("Dump file: {} not found.".format(missing),)
+    assert m.cell("cosine") == "Nan" and m.messages == ("Dump file: {} not found.".format(missing),)
     pickled = tmp_path / "obj.npy"
     np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     m = met.compare_files(str(good), str(pickled))
-    assert m.cosine == "Nan" and m.messages[0].startswith("Dump file: {} cannot be read".format(pickled))
+    assert m.cell("cosine") == "Nan" and m.messages[0].startswith("Dump file: {} cannot be read".format(pickled))
 
 
-def test_graded_result():
-    good = met.compare_arrays(np.array([1.0, 2.0]), np.array([1.0, 2.0]))
-    assert graded_result("Yes", good) == "pass"
-    drift = met.compare_arrays(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.1]))
-    assert graded_result(accuracy_reached(drift.cosine, drift.max_abs_err), drift) == "warning"
-    assert graded_result("No", drift) == "error"
-    assert graded_result("Nan", None) == "unmatched"

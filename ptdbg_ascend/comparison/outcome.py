@@ -1,0 +1,98 @@
+"""What ``compare`` returns: a :class:`CompareOutcome` that answers ``bool()`` (did every compared tensor
+reach the accuracy, and could enough be compared?), prints a one-line summary, and carries the advisor's
+:class:`Finding` and the row :class:`Counts`."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+from ptdbg_ascend.comparison.rows import CompareRow
+from ptdbg_ascend.comparison.verdicts import NOT_COMPARED, WARNING
+
+# Below this share of the paired tensors actually compared, a comparison proves nothing.
+MIN_COMPARED_SHARE = 0.5
+
+
+class Counts(NamedTuple):
+    """How many rows of each kind. ``paired``: both sides present; ``compared``: paired and judged;
+    ``not_compared``: paired but not judged (a missing or unreadable file); ``npu_only``/``bench_only``:
+    one-sided rows (and shape mismatches are ``unmatched``)."""
+
+    rows: int
+    paired: int
+    compared: int
+    passed: int
+    warnings: int
+    failed: int
+    not_compared: int
+    unmatched: int
+    npu_only: int
+    bench_only: int
+
+    @classmethod
+    def of(cls, rows: Sequence[CompareRow]) -> "Counts":
+        paired = [row for row in rows if not row.one_sided]
+        return cls(
+            rows=len(rows), paired=len(paired), compared=sum(1 for row in paired if row.compared),
+            passed=sum(1 for row in rows if row.passed), warnings=sum(1 for row in rows if row.result == WARNING),
+            failed=sum(1 for row in rows if row.failed),
+            not_compared=sum(1 for row in paired if row.result == NOT_COMPARED),
+            unmatched=sum(1 for row in paired if not row.compared and row.result != NOT_COMPARED),
+            npu_only=sum(1 for row in rows if row.bench is None), bench_only=sum(1 for row in rows if row.npu is None))
+
+    @property
+    def enough_compared(self) -> bool:
+        """At least one tensor compared, and at least half of the paired ones."""
+        return self.compared > 0 and self.compared >= MIN_COMPARED_SHARE * self.paired
+
+
+class Finding(NamedTuple):
+    """The advisor's answer for the first failing row.
+
+    ``record``/``line``: the first failing row (NPU record name, CSV line). ``kind``: "cause" (the call's
+    inputs still match, its output does not), "propagation" (the failing tensor is an input that already
+    differs, or it is the consequence of an earlier lower-precision call), or "input" (an input that
+    differs and that no dumped API produced: data, weights, an API that is not dumped). ``call``/``api``:
+    the suspect call (for a propagation, where the difference was traced to) and its API without counter
+    and direction. ``user_line``: ``file:line  code`` of the user's own code that called it.
+    ``dtype_mismatch``: the first call before the failure whose float precision differs between the runs.
+    ``one_sided``: calls before the failure present in one run only (casts, extra calls)."""
+
+    record: str
+    line: int
+    kind: str
+    call: str
+    api: str
+    user_line: Optional[str]
+    dtype_mismatch: Optional[str]
+    one_sided: Tuple[str, ...]
+
+
+class CompareOutcome(NamedTuple):
+    """What one compare wrote and found. ``first_failure``: NPU record name of the first failing row or
+    None. ``rows``: the number of report rows. ``bool(outcome)``: True when nothing failed and enough
+    tensors were compared (see :class:`Counts`)."""
+
+    csv_path: str
+    xlsx_path: Optional[str]
+    advisor_path: Optional[str]
+    first_failure: Optional[str]
+    rows: int
+    finding: Optional[Finding] = None
+    counts: Optional[Counts] = None
+
+    def __bool__(self) -> bool:
+        if self.counts is None:
+            return self.first_failure is None
+        return self.first_failure is None and self.counts.enough_compared
+
+    def __str__(self) -> str:
+        counts = self.counts
+        tally = "" if counts is None else " ({} of {} paired tensors compared, {} failing)".format(
+            counts.compared, counts.paired, counts.failed)
+        if self.finding is not None:
+            return "first failure {} (line {}): {} at {}{}".format(
+                self.finding.record, self.finding.line, self.finding.kind, self.finding.call, tally)
+        if counts is not None and not counts.enough_compared:
+            return "not enough could be compared{}".format(tally)
+        return "all compared tensors reached the accuracy{}".format(tally)

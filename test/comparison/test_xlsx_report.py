@@ -1,0 +1,172 @@
+"""The .xlsx report, read back with openpyxl: colours, the first failure selected, the chart, cell types."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from ptdbg_ascend.comparison import columns as col
+from ptdbg_ascend.comparison.xlsx_report import write_xlsx
+from ptdbg_ascend.errors import DumpWriteError
+
+openpyxl = pytest.importorskip("openpyxl")
+
+pytestmark = pytest.mark.torchfree
+
+COLUMNS = [col.NPU_NAME, col.BENCH_NAME, "NPU Tensor Dtype", col.COSINE, col.MAX_ABS, col.ACCURACY,
+           col.ERR_MESSAGE, col.STACK, col.RESULT]
+STACK_TEXT = ('File "/work/train.py", line 90, in <module>\n    model(x)\n'
+              'File "/work/model.py", line 42, in forward\n    x = self.norm(x)')
+CHECK = "Need double check api accuracy."
+
+
+def row(index, cosine, max_abs, result, stack=""):
+    name = "Torch_layer_norm_{}_forward_output".format(index)
+    failed = result in ("error", "warning")
+    return [name, name, "torch.float32", cosine, max_abs, "No" if failed else "Yes", CHECK if failed else "",
+            stack, result]
+
+
+def golden_table():
+    """12 rows (CSV lines 2-13): passes, then the first error at row 8 (line 10), a warning, one more error."""
+    table = [row(i, 1.0 - i * 1e-6, 1e-5 * (i + 1), "pass", STACK_TEXT if i == 0 else "") for i in range(8)]
+    table += [row(8, 0.41, 2.5, "error", STACK_TEXT), row(9, 0.999, 0.0, "pass"), row(10, 0.995, 0.03, "warning"),
+              row(11, "Nan", "N/A", "error")]
+    return table, [line[-1] for line in table]
+
+
+def written(tmp_path, columns, table, results, first_failure, name="compare_result.xlsx"):
+    path = str(tmp_path / name)
+    write_xlsx(path, columns, table, results, first_failure)
+    return path, openpyxl.load_workbook(path)
+
+
+def fill_of(cell):
+    return cell.fill.fgColor.rgb[-6:] if cell.fill.fill_type == "solid" else None
+
+
+def test_failing_rows_are_coloured_whole(tmp_path):
+    table, results = golden_table()
+    _, book = written(tmp_path, COLUMNS, table, results, first_failure=8)
+    sheet = book["compare_result"]
+    assert [fill_of(cell) for cell in sheet[12]] == ["FFEB9C"] * len(COLUMNS)  # CSV line 12: a warning
+    assert [fill_of(cell) for cell in sheet[13]] == ["FFC7CE"] * len(COLUMNS)  # CSV line 13: an error
+    assert {fill_of(cell) for cell in sheet[9]} == {fill_of(cell) for cell in sheet[11]} == {None}  # passes
+    assert not sheet["A13"].font.b
+
+
+def test_first_failure_is_bold_dark_red_selected_and_scrolled_to(tmp_path):
+    table, results = golden_table()
+    _, book = written(tmp_path, COLUMNS, table, results, first_failure=8)
+    sheet = book["compare_result"]
+    assert book.active.title == "compare_result"
+    assert [fill_of(cell) for cell in sheet[10]] == ["FF7C80"] * len(COLUMNS)
+    assert all(cell.font.b for cell in sheet[10])
+    pane = sheet.sheet_view.pane
+    # still frozen at C2 (two columns, one row); scrolled so that line 10 shows with 5 lines above it
+    assert (pane.xSplit, pane.ySplit, pane.state, pane.activePane) == (2, 1, "frozen", "bottomRight")
+    assert pane.topLeftCell == "C5"
+    active = [selection for selection in sheet.sheet_view.selection if selection.pane == pane.activePane]
+    assert [(selection.activeCell, selection.sqref) for selection in active] == [("A10", "A10:I10")]
+
+
+def test_layout_header_filter_and_widths(tmp_path):
+    table, results = golden_table()
+    _, book = written(tmp_path, COLUMNS, table, results, first_failure=8)
+    sheet = book["compare_result"]
+    assert [cell.value for cell in sheet[1]] == COLUMNS
+    assert all(cell.font.b for cell in sheet[1])
+    assert sheet.auto_filter.ref == "A1:I13"
+    widths = {letter: sheet.column_dimensions[letter].width for letter in "ABCDEFGHI"}
+    assert widths == {"A": 48, "B": 48, "C": 18, "D": 14, "E": 14, "F": 12, "G": 50, "H": 90, "I": 12}
+    # the stack cell wraps, bottom-aligned, and its row is as tall as its 4 lines
+    assert sheet["H2"].alignment.wrap_text and sheet["H2"].alignment.vertical == "bottom"
+    assert sheet["H2"].value == STACK_TEXT
+    assert sheet.row_dimensions[2].height == 60
+    assert sheet.row_dimensions[3].height is None
+
+
+def test_chart_cosine_and_log_max_abs_with_the_first_failure_marked(tmp_path):
+    table, results = golden_table()
+    _, book = written(tmp_path, COLUMNS, table, results, first_failure=8)
+    data = book["chart"]
+    assert [cell.value for cell in data[1]] == ["CSV line", "Cosine", "MaxAbsErr (> 0)",
+                                                "First failure (CSV line 10)"]
+    rows = [[cell.value for cell in line] for line in data.iter_rows(min_row=2)]
+    assert [line[0] for line in rows] == list(range(2, 14))
+    assert rows[8] == [10, 0.41, 2.5, 0.41]
+    assert rows[9] == [11, 0.999, None, None]  # MaxAbsErr 0: no point on a log axis
+    assert rows[11] == [13, None, None, None]  # "Nan", "N/A": no point
+    assert [line[3] for line in rows].count(None) == 11  # the marker has one point only
+
+    (chart,) = data._charts
+    assert chart.title.tx.rich.p[0].r[0].t == ("Cosine and MaxAbsErr along execution order - first failure: CSV "
+                                               "line 10, Torch_layer_norm_8_forward_output")
+    cosine_chart, max_abs_chart = chart._charts
+    cosine, marker = cosine_chart.series
+    (max_abs,) = max_abs_chart.series
+    assert [series.smooth for series in (cosine, marker, max_abs)] == [False, False, False]
+    assert (cosine.val.numRef.f, marker.val.numRef.f, max_abs.val.numRef.f) == (
+        "'chart'!$B$2:$B$13", "'chart'!$D$2:$D$13", "'chart'!$C$2:$C$13")
+    assert (marker.marker.symbol, marker.marker.size, marker.graphicalProperties.line.noFill) == ("diamond", 14, True)
+    assert marker.dLbls.showSerName
+    secondary = max_abs_chart.y_axis
+    assert (secondary.axId, secondary.scaling.logBase, secondary.crosses, secondary.delete) == (200, 10, "max", False)
+    assert cosine_chart.y_axis.scaling.logBase is None
+
+
+def test_no_failure_no_marker_and_nothing_selected(tmp_path):
+    table = [row(i, 1.0, 1e-6 * (i + 1), "pass") for i in range(5)] + [row(5, 1.0, 0.0, "unmatched")]
+    _, book = written(tmp_path, COLUMNS, table, [line[-1] for line in table], first_failure=None)
+    sheet = book["compare_result"]
+    assert sheet.sheet_view.pane.topLeftCell == "C2"
+    assert {fill_of(cell) for line in sheet.iter_rows(min_row=2) for cell in line} == {None}
+    (chart,) = book["chart"]._charts
+    assert chart.title.tx.rich.p[0].r[0].t == "Cosine and MaxAbsErr along execution order: no failure"
+    assert [len(part.series) for part in chart._charts] == [1, 1]
+
+
+def test_cells_keep_their_types(tmp_path):
+    cells = [0.5, "Nan", None, "0.5", float("nan"), float("-inf"), 3, "=SUM(A1)", "bad\x01char"]
+    columns = ["c{}".format(i) for i in range(len(cells))]
+    _, book = written(tmp_path, columns, [cells], ["pass"], first_failure=None)
+    sheet = book["compare_result"]
+    assert [cell.value for cell in sheet[2]] == [0.5, "Nan", None, "0.5", "nan", "-inf", 3, "=SUM(A1)", "bad?char"]
+    assert [cell.data_type for cell in sheet[2]] == ["n", "s", "n", "s", "s", "s", "n", "s", "s"]
+    assert "chart" not in book.sheetnames  # no Cosine column, no chart
+
+
+def test_summary_columns_without_rows(tmp_path):
+    columns = col.summary_columns(stack_mode=False)
+    _, book = written(tmp_path, columns, [], [], first_failure=None)
+    assert book.sheetnames == ["compare_result"]
+    assert [cell.value for cell in book["compare_result"][1]] == columns
+
+
+def test_replaces_a_same_named_file_with_mode_0640(tmp_path):
+    path = tmp_path / "compare_result.xlsx"
+    path.write_text("old report")
+    os.chmod(str(path), 0o666)
+    table, results = golden_table()
+    written(tmp_path, COLUMNS, table, results, first_failure=8)
+    assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o640
+    assert openpyxl.load_workbook(str(path)).sheetnames == ["compare_result", "chart"]
+
+
+@pytest.mark.parametrize("where", ["missing_dir/compare_result.xlsx", "a_directory"])
+def test_unwritable_path_is_a_dump_write_error_naming_it(tmp_path, where):
+    (tmp_path / "a_directory").mkdir()
+    path = str(tmp_path / where)
+    table, results = golden_table()
+    with pytest.raises(DumpWriteError, match="Cannot write the compare result {}".format(path)):
+        write_xlsx(path, COLUMNS, table, results, 8)
+
+
+def test_mismatched_arguments_are_refused(tmp_path):
+    table, results = golden_table()
+    with pytest.raises(ValueError, match="11 results for 12 rows"):
+        write_xlsx(str(tmp_path / "r.xlsx"), COLUMNS, table, results[:-1], None)
+    with pytest.raises(ValueError, match="first_failure=12 is not a row index of a 12-row table"):
+        write_xlsx(str(tmp_path / "r.xlsx"), COLUMNS, table, results, 12)
