@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def write_dump(root: str, calls: int, elements: int, seed: int, noise: float) ->
     return total
 
 
-def timed_compare(npu: str, bench: str, output: str) -> tuple:
+def timed_compare(npu: str, bench: str, output: str, code_dir: Optional[str] = None) -> tuple:
     code = (
         "from ptdbg_ascend import *\n"
         "compare({{'npu_pkl_path': {n!r} + '/api_stack_dump.pkl', 'bench_pkl_path': {b!r} + '/api_stack_dump.pkl',"
@@ -62,38 +63,49 @@ def timed_compare(npu: str, bench: str, output: str) -> tuple:
     ).format(n=npu, b=bench, o=output)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL)
+    env = dict(os.environ)
+    if code_dir is not None:  # the baseline: another checkout of the package, first on the path
+        env["PYTHONPATH"] = code_dir + os.pathsep + env.get("PYTHONPATH", "")
+    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL, env=env)
     wall = time.perf_counter() - start
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return wall, (peak_kib if peak_kib > before else before) / 1024.0
 
 
-def case(label: str, calls: int, elements: int, repeat: int) -> None:
+def case(label: str, calls: int, elements: int, repeat: int, baseline: Optional[str] = None) -> None:
     root = os.path.join(OUT, label)
     shutil.rmtree(root, ignore_errors=True)
     npu, bench, output = (os.path.join(root, p) for p in ("npu", "bench", "output"))
     os.makedirs(output)
     nbytes = write_dump(npu, calls, elements, 1, 1e-3) + write_dump(bench, calls, elements, 2, 0.0)
-    walls = []
-    for _ in range(repeat):
+    walls, baseline_walls = [], []
+    for _ in range(repeat):  # alternating with the baseline, so both see the same load on the machine
         wall, peak = timed_compare(npu, bench, output)
         walls.append(wall)
+        if baseline is not None:
+            baseline_walls.append(timed_compare(npu, bench, output, baseline)[0])
     best = min(walls)
     print("{}: {} npy a side, {:.1f} MB a side; compare wall (process start included) best {:.2f} s of {}; "
           "{:.2f} GB/s (both sides read); peak RSS {:.0f} MB".format(
               label, calls * 4, nbytes / 2 / 1e6, best, ["{:.2f}".format(w) for w in walls],
               nbytes / 1e9 / best, peak))
+    if baseline_walls:
+        print("{}: baseline {} best {:.2f} s of {}; new / baseline = {:.2f}".format(
+            label, baseline, min(baseline_walls), ["{:.2f}".format(w) for w in baseline_walls],
+            best / min(baseline_walls)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", action="store_true", help="also run the >= 1 GB a side case")
     parser.add_argument("--keep", action="store_true", help="keep the dumps under bench/out/")
+    parser.add_argument("--baseline", metavar="DIR", help="another checkout of the repository (e.g. `git worktree "
+                        "add /tmp/base <commit>`): its compare is timed alternately with this one")
     args = parser.parse_args()
     try:
-        case("reference_model", calls=190, elements=16500, repeat=3)
+        case("reference_model", calls=190, elements=16500, repeat=5 if args.baseline else 3, baseline=args.baseline)
         if args.large:
-            case("large", calls=84, elements=1_200_000, repeat=1)
+            case("large", calls=84, elements=1_200_000, repeat=1, baseline=args.baseline)
     finally:
         if not args.keep:
             for label in ("reference_model", "large"):

@@ -36,6 +36,8 @@ MSG_COS_NAN = "Cannot compare by Cosine Similarity, the dump data has NaN."
 MSG_REL_NAN = "Cannot compare by MaxRelativeError, the data contains nan in dump data."
 
 EPS64 = float(np.finfo(np.float64).eps)
+# Magnitudes whose squares (and sums of up to ~1e12 of them) stay normal float64 numbers.
+_SAFE_SQUARES = (1e-140, 1e140)
 # KL divergence: probabilities below this are clamped so log() stays finite.
 KL_FLOOR = 1e-12
 LEGACY_FIELDS = ("cosine", "max_abs_err", "max_relative_err", "one_thousandth_ratio", "five_thousandths_ratio")
@@ -169,14 +171,17 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     b_abs = np.abs(b)
     worst_flat = int(np.argmax(abs_err))
     max_abs = float(abs_err[worst_flat])
-    # Norms of data scaled to its largest magnitude: squares of 1e-30 or 1e200 would under/overflow.
     scale = max(float(b_abs.max()), float(np.abs(n).max()))
-    unit = scale if scale > 0 else 1.0
-    bench_norm = math.sqrt(_dot(b / unit, b / unit)) * unit
-    npu_norm = math.sqrt(_dot(n / unit, n / unit)) * unit
-    error_norm = math.sqrt(_dot(abs_err / unit, abs_err / unit)) * unit
+    # Norms by sums of squares; for data near the ends of float64's range (1e-30 vectors, 1e200 values)
+    # the squares would under/overflow, so such data is scaled to magnitude ~1 first.
+    unit = scale if (scale > 0 and not _SAFE_SQUARES[0] < scale < _SAFE_SQUARES[1]) else 1.0
+    n_unit, b_unit, err_unit = (n, b, abs_err) if unit == 1.0 else (n / unit, b / unit, abs_err / unit)
+    bench_norm = math.sqrt(_dot(b_unit, b_unit)) * unit
+    npu_norm = math.sqrt(_dot(n_unit, n_unit)) * unit
+    error_norm = math.sqrt(_dot(err_unit, err_unit)) * unit
     mismatched = None
-    if tolerance is not None:
+    if tolerance is not None and not tolerance.allows(error_norm, bench_norm, int(n.size), max_abs, scale):
+        # Only for a failing pair (it is in its message): one more pass over the data.
         mismatched = int(np.count_nonzero(abs_err > tolerance.atol + tolerance.rtol * b_abs))
     # Legacy rule: where the bench value is 0, eps is added to both sides before dividing, so the
     # difference is unchanged and the divisor becomes eps.
@@ -187,7 +192,7 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     if npu.ndim == 0:
         return Metrics(Status.SCALAR, (MSG_SCALAR,), max_relative_err=max_rel, **common)
     messages = []
-    cosine = _cosine(n / unit, b / unit, npu_norm / unit, bench_norm / unit, messages)
+    cosine = _cosine(n_unit, b_unit, npu_norm / unit, bench_norm / unit, messages)
     if math.isnan(max_rel):
         max_rel_value = None  # type: Optional[float]
         messages.append(MSG_REL_NAN)
@@ -225,7 +230,7 @@ def _cosine(n: np.ndarray, b: np.ndarray, n_norm: float, b_norm: float, messages
     if math.isnan(cosine):
         messages.append(MSG_COS_NAN)
         return None
-    return 1.0 if cosine > 0.99999 else cosine
+    return 1.0 if cosine > 0.99999 else max(-1.0, cosine)  # rounding can take it just past -1
 
 
 def _kl_divergence(n_abs: np.ndarray, b_abs: np.ndarray, b_sum: float) -> Optional[float]:

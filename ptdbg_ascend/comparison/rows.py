@@ -3,6 +3,7 @@ text is made only where the csv/xlsx are written (``reports.py``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from ptdbg_ascend.comparison.matching import RowPair
@@ -12,24 +13,21 @@ from ptdbg_ascend.comparison.tolerances import Tolerance
 from ptdbg_ascend.comparison.verdicts import ERROR, NOT_COMPARED, PASSING, RESULT_UNMATCHED, Judgement
 
 
-class CompareRow(object):
+@dataclass(frozen=True)
+class CompareRow:
     """One compared tensor (or a tensor present on one side only).
 
     ``metrics`` and ``accuracy`` (the legacy column) exist in full mode only; ``judgement`` is the robust
-    verdict (``judgement.grade`` is the Result column); ``messages`` the Err_message parts.
+    verdict (``judgement.grade`` is the Result column); ``tolerance`` what the row was allowed (None for
+    a one-sided row); ``messages`` the Err_message parts.
     """
 
-    __slots__ = ("pair", "metrics", "accuracy", "judgement", "tolerance", "messages")
-
-    def __init__(self, pair: RowPair, judgement: Judgement, tolerance: Optional[Tolerance] = None,
-                 metrics: Optional[Metrics] = None, accuracy: Optional[str] = None,
-                 messages: Tuple[str, ...] = ()) -> None:
-        self.pair = pair
-        self.metrics = metrics
-        self.accuracy = accuracy
-        self.judgement = judgement
-        self.tolerance = tolerance
-        self.messages = messages
+    pair: RowPair
+    judgement: Judgement
+    tolerance: Optional[Tolerance] = None
+    metrics: Optional[Metrics] = None
+    accuracy: Optional[str] = None
+    messages: Tuple[str, ...] = ()
 
     @property
     def npu(self) -> Optional[TensorRecord]:
