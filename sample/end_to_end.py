@@ -3,7 +3,8 @@
 1. dump a "bench" run (float32 everywhere) and a "device" run in which one layer computes in bfloat16
    (standing in for an NPU kernel with lower precision), each in its own process, with the legacy API;
 2. compare the two dumps with ``compare(...)``;
-3. print the first API whose accuracy is not reached, as the advisor found it.
+3. print the advisor's answer: the first failing tensor, the suspect API (here the planted bfloat16
+   ``F.linear``, traced back from the float32 call after it) and the user's code line.
 
 Run: ``python sample/end_to_end.py --out sample/out`` (or ``bash sample/run_sample.sh``).
 """
@@ -49,7 +50,7 @@ def main() -> int:
 
     report_dir = os.path.join(out_dir, "compare")
     os.makedirs(report_dir)
-    compare(
+    outcome = compare(
         {
             "npu_pkl_path": npu_pkl,
             "bench_pkl_path": bench_pkl,
@@ -62,10 +63,9 @@ def main() -> int:
     )
     reports = sorted(os.listdir(report_dir))
     print("\nReports in {}:\n  {}".format(report_dir, "\n  ".join(reports)))
-    advisor = [name for name in reports if name.startswith("advisor_")]
-    if advisor:
-        with open(os.path.join(report_dir, advisor[0]), encoding="utf-8") as handle:
-            print("\nAdvisor:\n" + handle.read())
+    with open(outcome.advisor_path, encoding="utf-8") as handle:
+        print("\nAdvisor:\n" + handle.read())
+    print("Outcome: {}".format(outcome))
     return 0
 
 

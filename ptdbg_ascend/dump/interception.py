@@ -7,7 +7,8 @@ Each wrapper, on every call:
 2. takes the API's next counter value (every top-level call counts, switch on or off, so names stay
    stable between runs);
 3. with no active observer, runs the original: the off fast path, one dict update and two checks;
-4. otherwise hands the call to :meth:`DumpSession.dispatch`.
+4. otherwise hands the call to :meth:`DumpSession.dispatch`, with the API's in-place rule
+   (``dump/inplace.py``, decided once when the wrapper is made).
 """
 
 from __future__ import annotations
@@ -80,9 +81,12 @@ def namespaces() -> List[Tuple[str, List[Any]]]:
 
 def make_wrapper(session: Any, prefix: str, api: str, original: Callable[..., Any]) -> Callable[..., Any]:
     """The wrapper installed in place of ``original``."""
+    from ptdbg_ascend.dump.inplace import inplace_rule
+
     counters = session.counters
     key = prefix + "_" + api
     thread = THREAD_STATE
+    rule = inplace_rule(prefix, api, original)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if getattr(thread, "inside", False) or session.in_forked_child:
@@ -95,7 +99,7 @@ def make_wrapper(session: Any, prefix: str, api: str, original: Callable[..., An
                 return original(*args, **kwargs)
             finally:
                 thread.inside = False
-        return session.dispatch(prefix, api, index, original, args, kwargs)
+        return session.dispatch(prefix, api, index, original, args, kwargs, rule)
 
     try:
         functools.update_wrapper(wrapper, original)

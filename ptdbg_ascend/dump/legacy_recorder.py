@@ -82,17 +82,29 @@ class LegacyRecorder(CallObserver):
 
     # -- recording -----------------------------------------------------------------------------
     def before_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
-        # Collective ops change their arguments in place: record the arguments as they go in, and
-        # (in on_forward) the same arguments after the call as the outputs, as the original tool did.
-        if call.prefix == "Distributed" and self._inputs:
-            self._write(call.forward_name, input_records(call.forward_name, args, kwargs, self._filter),
-                        (args, kwargs), completes_call=False)
+        # An in-place call (add_, out=, a collective...): its inputs as they go in. Their statistics and
+        # npy copies are taken now and written with the outputs after the call, in the same lines.
+        if self._inputs:
+            records = input_records(call.forward_name, args, kwargs, self._filter)
+            if records:
+                with self._lock:
+                    writer = self._writer or self._open((args, kwargs))
+                    call.keep(self, writer.prepare(records, self._statistics.lookup))
+
+    def forward_failed(self, call: ApiCall) -> None:
+        # The cache names the inputs taken in before_forward, whose records are never written: a later
+        # record must not link its npy to them.
+        with self._lock:
+            self._statistics.clear()
 
     def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
         name = call.forward_name
-        if call.prefix == "Distributed":
-            records = output_records(name, collective_outputs(args, kwargs), self._filter) if self._outputs else []
-            self._write(name, records, (args, kwargs, output))
+        if call.inplace:  # the inputs were taken in before_forward
+            if call.prefix == "Distributed":
+                # A collective's outputs are the arguments it wrote into, recorded as the original tool did.
+                output = collective_outputs(args, kwargs)
+            records = output_records(name, output, self._filter) if self._outputs else []
+            self._write(name, records, (args, kwargs, output), call.kept(self))
             return
         records = input_records(name, args, kwargs, self._filter) if self._inputs else []
         if self._outputs:
@@ -110,18 +122,17 @@ class LegacyRecorder(CallObserver):
             records.extend(gradient_records(name, "output", backward_output, self._filter))
         self._write(name, records, (backward_input, backward_output))
 
-    def _write(self, call_name: str, records: List[Tuple[str, Any]], sample: Any, completes_call: bool = True) -> None:
-        """Write one call's records (+ its stack line when ``completes_call``; a collective's inputs are
-        written before the call, its outputs and stack after)."""
-        stack_line = user_stack_json(call_name + STACK_SUFFIX, 2) if completes_call and self._stack else None
+    def _write(self, call_name: str, records: List[Tuple[str, Any]], sample: Any, before: Any = None) -> None:
+        """Write one call's records and its stack line (after ``before``, the records an in-place call's
+        before_forward prepared)."""
+        stack_line = user_stack_json(call_name + STACK_SUFFIX, 2) if self._stack else None
         with self._lock:
             writer = self._writer or self._open(sample)
-            if completes_call:
-                self.matched += 1
+            self.matched += 1
             if call_name.startswith("Distributed_"):
                 self._statistics.clear()  # collectives write in place without bumping version counters
             # The cache reduces (and saves) a tensor once while it is seen unchanged.
-            writer.write_call(records, stack_line, self._statistics.lookup)
+            writer.write_call(records, stack_line, self._statistics.lookup, before)
 
     def _open(self, sample: Any) -> LegacyPklWriter:
         rank = self.session.resolve_rank(self.rank, tensors_in(sample)[:1])

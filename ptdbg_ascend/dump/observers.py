@@ -10,6 +10,11 @@ Life of a top-level call to a wrapped API (nested calls inside it are invisible 
 1. interception takes the API's next counter value and builds an :class:`ApiCall`;
 2. if any observer ``wants_forward(call)``, the original runs and ``on_forward`` is called for each
    observer that wanted it, with the real args/kwargs/output objects (do not mutate them);
+   for a call that changes its arguments in place (``call.inplace``, decided by ``dump/inplace.py``:
+   ``add_``, ``__setitem__``, ``out=``, ``inplace=True``, collectives), ``before_forward`` is called
+   first, before the original runs: a recorder records the inputs there, as they go in, and only the
+   outputs in ``on_forward``. If the original raises, ``forward_failed`` is called instead of
+   ``on_forward``;
 3. if autograd is recording (grad enabled) and the call is not a collective, observers are asked
    ``wants_backward(call)``; if any wants it and the output requires grad, backward capture is armed;
    when autograd computes the gradients, ``on_backward`` is called with ``backward_input`` (the
@@ -35,7 +40,7 @@ class ApiCall(object):
     is the unwrapped function, so an observer can re-execute the call (ACL dump).
     """
 
-    __slots__ = ("prefix", "api", "index", "original", "forward_name", "_backward_name")
+    __slots__ = ("prefix", "api", "index", "original", "forward_name", "_backward_name", "inplace", "_kept")
 
     def __init__(self, prefix: str, api: str, index: int, original: Callable[..., Any]) -> None:
         self.prefix = prefix
@@ -44,6 +49,19 @@ class ApiCall(object):
         self.original = original
         self.forward_name = call_name(prefix, api, index, FORWARD)
         self._backward_name = None  # type: Optional[str]
+        # Whether the call changes its arguments in place (set by the session before before_forward).
+        self.inplace = False
+        self._kept = None  # type: Optional[Dict[Any, Any]]
+
+    def keep(self, observer: "CallObserver", value: Any) -> None:
+        """Keep what ``observer`` took in ``before_forward`` (its inputs) until its ``on_forward``."""
+        if self._kept is None:
+            self._kept = {}
+        self._kept[observer] = value
+
+    def kept(self, observer: "CallObserver") -> Any:
+        """What ``observer`` kept for this call, or None."""
+        return self._kept.get(observer) if self._kept is not None else None
 
     @property
     def backward_name(self) -> str:
@@ -70,8 +88,13 @@ class CallObserver(object):
         return False
 
     def before_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
-        """Before the original runs, for calls this observer ``wants_forward`` (added by the dump engine:
-        lets a recorder see the arguments of in-place APIs, e.g. all_reduce, before they change)."""
+        """Before the original runs, for in-place calls (``call.inplace``) this observer
+        ``wants_forward``: the arguments as they go in, before the call changes them. What a recorder
+        takes here (statistics, copies) it keeps with ``call.keep(self, ...)`` for ``on_forward``."""
+
+    def forward_failed(self, call: ApiCall) -> None:
+        """The original of an in-place call raised after ``before_forward``: ``on_forward`` will not
+        come (the exception propagates to the script). Drop what ``before_forward`` prepared."""
 
     def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
         """After the original returned ``output``."""

@@ -16,6 +16,7 @@ import torch
 
 from ptdbg_ascend.dump import backward as backward_capture
 from ptdbg_ascend.dump.capture import tensors_in
+from ptdbg_ascend.dump.inplace import ALWAYS, KEYWORDS, inplace_call
 from ptdbg_ascend.dump.interception import THREAD_STATE, install
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.errors import ParameterError
@@ -122,9 +123,10 @@ class DumpSession(object):
 
     # -- the slow path of a wrapper -------------------------------------------------------------
     def dispatch(self, prefix: str, api: str, index: int, original: Callable[..., Any],
-                 args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+                 args: Tuple[Any, ...], kwargs: Dict[str, Any], rule: int = KEYWORDS) -> Any:
         """Run one top-level call with observers (called by the wrappers, which already checked that
-        the thread is not inside another wrapped API)."""
+        the thread is not inside another wrapped API). ``rule`` is the API's in-place rule
+        (:func:`~ptdbg_ascend.dump.inplace.inplace_rule`)."""
         call = ApiCall(prefix, api, index, original)
         thread = THREAD_STATE
         thread.inside = True  # what Inside() does, without an object per call on this hot path
@@ -140,9 +142,20 @@ class DumpSession(object):
                     inputs = tensors_in((args, kwargs))
                     if any(tensor.requires_grad for tensor in inputs):
                         edges = backward_capture.input_edges(inputs)
-            for observer in forward:
-                observer.before_forward(call, args, kwargs)
-            output = original(*args, **kwargs)
+            # In place (dump/inplace.py): the observers take the inputs now, before the call changes them.
+            # Most calls are not: their rule is KEYWORDS and they have no keyword arguments.
+            if forward and (rule == ALWAYS or ((kwargs or rule >= 0) and inplace_call(rule, args, kwargs))):
+                call.inplace = True
+                for observer in forward:
+                    observer.before_forward(call, args, kwargs)
+                try:
+                    output = original(*args, **kwargs)
+                except BaseException:
+                    for observer in forward:
+                        observer.forward_failed(call)
+                    raise
+            else:
+                output = original(*args, **kwargs)
             for observer in forward:
                 observer.on_forward(call, args, kwargs, output)
             if edges is not None:

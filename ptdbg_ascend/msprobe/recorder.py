@@ -56,7 +56,6 @@ class MsprobeRecorder(CallObserver):
         # construct.json needs the module enclosing each call: the module hooks push and pop here.
         self.module_stack = []  # type: List[str]
         self._forward_parent = {}  # type: Dict[str, Optional[str]]
-        self._pending_inputs = {}  # type: Dict[str, Dict[str, Any]]  # in-place collectives
         self._lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -106,21 +105,35 @@ class MsprobeRecorder(CallObserver):
         return self.selector.api_event(dotted(call, BACKWARD))  # a list alone: known now, skip the hooks
 
     def before_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
-        if call.prefix == "Distributed":
-            # In-place collectives: the inputs as they go in; the outputs are the same objects after.
-            name = dotted(call, FORWARD)
-            self._pending_inputs[name] = self._inputs_block(name, args, kwargs)
+        # An in-place call (add_, out=, a collective...): the inputs block as they go in (statistics now,
+        # .pt copies queued now); the outputs are added after the call. overflow_check decides after the
+        # call whether a call is written at all: there only collectives take their inputs here.
+        if self.overflow_task and call.prefix != "Distributed":
+            return
+        call.keep(self, self._inputs_block(dotted(call, FORWARD), args, kwargs))
 
     def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
         name = dotted(call, FORWARD)
-        if call.prefix == "Distributed":
-            entry = self._pending_inputs.pop(name, {})
-            if block_wanted(self.config.data_mode, FORWARD, "output"):
-                entry["output"] = self._leaves(list(args) + list(kwargs.values()), name + ".output")
-            self.add_entry(name, lambda: entry, stack=True, values=(args, kwargs))
-        else:
+        if not call.inplace:
             self.add_entry(name, lambda: self.forward_entry(name, args, kwargs, output), stack=True,
                            values=(args, kwargs, output))
+            return
+        inputs = call.kept(self)  # None: overflow_check, the inputs are taken now
+        if call.prefix == "Distributed":
+            # A collective writes its result into its arguments: those are its outputs.
+            outputs = list(args) + list(kwargs.values())
+            values = (args, kwargs)  # type: Any
+        else:
+            outputs = _as_list(output)
+            values = (args, kwargs, output)
+
+        def build() -> Dict[str, Any]:
+            entry = inputs if inputs is not None else self._inputs_block(name, args, kwargs)
+            if block_wanted(self.config.data_mode, FORWARD, "output"):
+                entry["output"] = self._leaves(outputs, name + ".output")
+            return entry
+
+        self.add_entry(name, build, stack=True, values=values)
 
     def on_backward(self, call: ApiCall, backward_input: Sequence[Optional[Any]],
                     backward_output: Sequence[Optional[Any]]) -> None:

@@ -51,6 +51,20 @@ def _line_text(line: Tuple[str, str, str, List[Optional[float]]], head: str) -> 
     return '["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, _numbers_text(statistics))
 
 
+class PreparedRecords(object):
+    """Records taken by :meth:`LegacyPklWriter.prepare`, not written yet (lines, npy copies, pending
+    statistics); one ``write_call(..., before=)`` of the same writer writes them."""
+
+    __slots__ = ("writer", "lines", "files", "reductions", "nbytes")
+
+    def __init__(self, writer: "LegacyPklWriter") -> None:
+        self.writer = writer  # type: Optional[LegacyPklWriter]
+        self.lines = []  # type: List[Any]
+        self.files = []  # type: List[Tuple[str, Any, Optional[str]]]
+        self.reductions = []  # type: List[Tuple[Any, List[Optional[float]]]]
+        self.nbytes = 0
+
+
 DIR_MODE = 0o750
 FILE_MODE = 0o640
 
@@ -129,22 +143,63 @@ class LegacyPklWriter(object):
         """Append the stack line ``[name, frames]``; ``name`` ends with ``_stack_info``."""
         self.write_call([], stack_line=json.dumps([name, frames]))
 
+    def prepare(self, records: Sequence[Tuple[str, Any]],
+                lookup: Optional[StatisticsLookup] = None) -> "PreparedRecords":
+        """The statistics and npy copies of ``records`` taken now, written later by
+        ``write_call(..., before=)``: the inputs of an in-place call are taken before the call changes
+        them and written with its outputs, in one go (a call whose original raises is never written)."""
+        prepared = PreparedRecords(self)
+        prepared.nbytes = self._take(records, lookup, prepared.lines, prepared.files, prepared.reductions)
+        return prepared
+
     def write_call(self, records: Sequence[Tuple[str, Any]], stack_line: Optional[str] = None,
-                   lookup: Optional[StatisticsLookup] = None) -> None:
+                   lookup: Optional[StatisticsLookup] = None, before: Optional["PreparedRecords"] = None) -> None:
         """The ``(name, value)`` records of one API call, then an optional pre-encoded stack line: npy
         files first, then every line in one write, so a killed process leaves the call whole or absent
         from the pkl.
 
         ``lookup(tensor, name)`` gives ``(statistics, same_as)`` for each tensor (see
         :meth:`write_record`; e.g. ``StatisticsCache.lookup``); None computes the statistics of every
-        tensor here and writes every npy. Default None.
+        tensor here and writes every npy. Default None. ``before``: records of the same call taken
+        earlier by :meth:`prepare` (an in-place call's inputs), written first. Default None.
         """
+        if before is not None and before.writer is self:
+            lines, files, reductions, nbytes = before.lines, before.files, before.reductions, before.nbytes
+            before.writer = None  # used once
+        else:
+            lines, files, reductions, nbytes = [], [], [], 0
+        nbytes += self._take(records, lookup, lines, files, reductions)
+        if stack_line is not None:
+            lines.append(stack_line + "\n")
+        if not lines:
+            return
+        if self._closed:
+            raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
+        if not files and self._background is None:  # statistics only: straight to the file
+            self._write_line("".join(lines))
+            return
+        head = self._step_text
+
+        def job() -> None:
+            for array, pending in reductions:
+                pending[:] = array_statistics(array)
+            for path, array, source in files:
+                if source is not None:
+                    _link_npy(source, path)
+                else:
+                    _save_npy(path, array)
+            # Jobs run in order: a pending list named here was filled by this job or an earlier one.
+            self._write_line("".join(line if isinstance(line, str) else _line_text(line, head) for line in lines))
+
+        self._submit(job, nbytes)
+
+    def _take(self, records: Sequence[Tuple[str, Any]], lookup: Optional[StatisticsLookup], lines: List[Any],
+              files: List[Tuple[str, Any, Optional[str]]], reductions: List[Tuple[Any, List[Optional[float]]]]) -> int:
+        """Append the lines, npy files and pending reductions of ``records`` (statistics computed and
+        tensors copied now); returns the bytes of the copies."""
         # A line is its text, or (name, dtype, shape, statistics) while the statistics are pending:
         # those of large float CPU tensors are computed by the writer thread from the copy that goes to
         # the npy file, so the training thread does not spend three passes over them.
-        lines = []  # type: List[Any]
-        files = []  # type: List[Tuple[str, Any, Optional[str]]]  # (path, array or None, link source)
-        reductions = []  # type: List[Tuple[Any, List[Optional[float]]]]  # (array, pending statistics)
         nbytes = 0
         npy_dir = self.npy_dir
         numbers_of = self._numbers.text
@@ -184,28 +239,7 @@ class LegacyPklWriter(object):
                 if npy_dir is not None:
                     files.append((os.path.join(npy_dir, name + ".npy"), value, None))
             lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, numbers_of(statistics)))
-        if stack_line is not None:
-            lines.append(stack_line + "\n")
-        if not lines:
-            return
-        if self._closed:
-            raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
-        if not files and self._background is None:  # statistics only: straight to the file
-            self._write_line("".join(lines))
-            return
-
-        def job() -> None:
-            for array, pending in reductions:
-                pending[:] = array_statistics(array)
-            for path, array, source in files:
-                if source is not None:
-                    _link_npy(source, path)
-                else:
-                    _save_npy(path, array)
-            # Jobs run in order: a pending list named here was filled by this job or an earlier one.
-            self._write_line("".join(line if isinstance(line, str) else _line_text(line, head) for line in lines))
-
-        self._submit(job, nbytes)
+        return nbytes
 
     @property
     def background_busy_seconds(self) -> float:
