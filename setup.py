@@ -28,7 +28,10 @@ setup(
     packages=core_packages + compat_packages,
     package_dir={"ptdbg_ascend.compat": "compat"},
     package_data={"ptdbg_ascend": ["dump/*.txt", "dump/*.yaml"]},
-    install_requires=["numpy>=1.19", "pandas>=1.1", "openpyxl>=3.0", "tqdm>=4.40"],
-    extras_require={"test": ["pytest>=7"], "migrate": ["libcst>=0.4"]},
+    # No pandas: the compare side reads npy with numpy and writes its tables with csv/openpyxl, and must
+    # stay light to import (a compare script never imports torch or pandas). The tests read reports with
+    # pandas, as users do.
+    install_requires=["numpy>=1.19", "openpyxl>=3.0", "tqdm>=4.40"],
+    extras_require={"test": ["pytest>=7", "pandas>=1.1"], "migrate": ["libcst>=0.4"]},
     entry_points={"console_scripts": ["ptdbg=ptdbg_ascend.cli:main"]},
 )
