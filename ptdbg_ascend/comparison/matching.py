@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import difflib
 import re
-from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
 
@@ -89,7 +89,9 @@ class _Side(object):
         self.forward: List[CallRecord] = []
         self.backward: List[CallRecord] = []
         self.parts: Dict[int, CallName] = {}
-        self.keys: Dict[int, Tuple] = {}
+        self.keys: Dict[int, Tuple] = {}  # (API, direction, structure)
+        self.exact: Dict[int, Tuple] = {}  # (API, counter, direction, structure)
+        self.api_keys: Dict[int, Tuple] = {}  # (API, direction)
         self.by_name: Dict[str, CallRecord] = {}
         for call in calls:
             parts = split_call_name(call.name)
@@ -99,36 +101,77 @@ class _Side(object):
             structure = None if parts.api in mapping else tuple(
                 (r.name[len(call.name):], r.shape, _family(r.dtype)) for r in call.records)
             self.keys[id(call)] = (api, parts.direction, structure)
+            self.exact[id(call)] = (api, parts.index, parts.direction, structure)
+            self.api_keys[id(call)] = (api, parts.direction)
             (self.backward if parts.direction == "backward" else self.forward).append(call)
 
-    def api_key(self, call: CallRecord) -> Tuple[str, str]:
-        return self.keys[id(call)][:2]
+    def api_key(self, call: CallRecord) -> Tuple:
+        return self.api_keys[id(call)]
+
+    def structures_by_api(self) -> Dict[Tuple, List[Tuple]]:
+        """(API, direction) -> the structures of its calls in order."""
+        found: Dict[Tuple, List[Tuple]] = {}
+        for call_id, key in self.keys.items():
+            found.setdefault(key[:2], []).append((self.order[call_id], key[2]))
+        return {api: [structure for _, structure in sorted(items)] for api, items in found.items()}
+
+    def distrust(self, apis: Set[Tuple]) -> None:
+        """Counters of these APIs shifted (one run calls them more often, or differently): their exact keys
+        become unique to this side, so they never anchor the alignment."""
+        for call_id, key in self.api_keys.items():
+            if key in apis:
+                self.exact[call_id] = ("shifted", id(self), call_id)
+
+
+def _distrust_shifted_counters(npu_side: "_Side", bench_side: "_Side") -> None:
+    """An API whose calls differ between the runs in number or structure has counters that do not line up:
+    ``Functional_relu_1`` on NPU may be bench's ``Functional_relu_0``. Only APIs with the same sequence of
+    calls on both sides keep their counters as anchors."""
+    npu_apis, bench_apis = npu_side.structures_by_api(), bench_side.structures_by_api()
+    shifted = {api for api in set(npu_apis) | set(bench_apis) if npu_apis.get(api) != bench_apis.get(api)}
+    npu_side.distrust(shifted)
+    bench_side.distrust(shifted)
 
 
 def _align(npu: Sequence[CallRecord], bench: Sequence[CallRecord], npu_side: _Side, bench_side: _Side) -> List[CallPair]:
-    """Sequence alignment on (API, direction, structure), then on (API, direction) inside differing blocks."""
+    """Three passes, each inside the gaps the previous one left:
+
+    1. exact keys (API, counter, direction, structure) of the APIs whose counters did not shift (see
+       :func:`_distrust_shifted_counters`): unique, so the diff has no ambiguity; they anchor the rest;
+    2. keys without the counter (API, direction, structure): pairs the calls whose counters shifted;
+    3. the API alone: calls of the same API whose shapes changed still pair (as ``Unmatched`` rows).
+
+    Training repeats itself (layers, steps), so counter-free keys alone are periodic and a greedy diff
+    can pair a call with the same call of another layer or step; the anchors of pass 1 prevent that."""
     pairs: List[CallPair] = []
-    matcher = difflib.SequenceMatcher(None, [npu_side.keys[id(c)] for c in npu],
-                                      [bench_side.keys[id(c)] for c in bench], autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            pairs.extend(zip(npu[i1:i2], bench[j1:j2]))
-        else:
-            pairs.extend(_align_by_api(npu[i1:i2], bench[j1:j2], npu_side, bench_side))
+    for npu_gap, bench_gap, equal in _diff(npu, bench, npu_side.exact, bench_side.exact):
+        if equal:
+            pairs.extend(zip(npu_gap, bench_gap))
+            continue
+        for npu_part, bench_part, same in _diff(npu_gap, bench_gap, npu_side.keys, bench_side.keys):
+            if same:
+                pairs.extend(zip(npu_part, bench_part))
+                continue
+            for npu_rest, bench_rest, same_api in _diff(npu_part, bench_part, npu_side.api_keys, bench_side.api_keys):
+                if same_api:
+                    pairs.extend(zip(npu_rest, bench_rest))
+                else:
+                    pairs.extend((call, None) for call in npu_rest)
+                    pairs.extend((None, call) for call in bench_rest)
     return pairs
 
 
-def _align_by_api(npu: Sequence[CallRecord], bench: Sequence[CallRecord], npu_side: _Side, bench_side: _Side):
-    pairs: List[CallPair] = []
-    matcher = difflib.SequenceMatcher(None, [npu_side.api_key(c) for c in npu], [bench_side.api_key(c) for c in bench],
+def _diff(npu: Sequence[CallRecord], bench: Sequence[CallRecord], npu_keys: Dict[int, Tuple],
+          bench_keys: Dict[int, Tuple]):
+    """``(npu block, bench block, equal)`` in order, from difflib's opcodes over the given keys."""
+    if not npu or not bench:
+        if npu or bench:
+            yield npu, bench, False
+        return
+    matcher = difflib.SequenceMatcher(None, [npu_keys[id(c)] for c in npu], [bench_keys[id(c)] for c in bench],
                                       autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            pairs.extend(zip(npu[i1:i2], bench[j1:j2]))
-        else:
-            pairs.extend((call, None) for call in npu[i1:i2])
-            pairs.extend((None, call) for call in bench[j1:j2])
-    return pairs
+        yield npu[i1:i2], bench[j1:j2], tag == "equal"
 
 
 def align_calls(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord],
@@ -137,6 +180,7 @@ def align_calls(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecor
     ``api_mapping``: NPU API -> bench API (names without counter and direction), default none."""
     mapping = dict(api_mapping or {})
     npu_side, bench_side = _Side(npu_calls, mapping), _Side(bench_calls, {})
+    _distrust_shifted_counters(npu_side, bench_side)
     forward = _align(npu_side.forward, bench_side.forward, npu_side, bench_side)
     partner = {}  # NPU forward call name -> bench forward call name
     for npu, bench in forward:
