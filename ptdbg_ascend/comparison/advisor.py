@@ -228,6 +228,7 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
     one_sided = _one_sided_before(rows, failing)
     advice: List[str] = []
     suspect = call
+    precision_drop = mismatch is not None and _lower_precision(*_mismatch_precisions(rows, mismatch[0]))
     if row.side == "output":
         kind = CAUSE
         inputs = [r for r in rows if r.pair.npu_call is call and r.npu is not None and r.npu.side == "input"]
@@ -237,6 +238,15 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
             advice.append("{} computes in {} on NPU and in {} on bench, and its error is beyond what that "
                           "precision explains. Compute it in the bench's dtype, or check this API's NPU kernel."
                           .format(call.name, _precision(call.records), _precision(row.pair.bench_call.records)))
+        elif precision_drop and not all(_identical(r) for r in inputs):
+            # The inputs pass but are not identical, and they descend from a lower-precision call: this
+            # API amplified a difference it was given (softmax, division, normalization), it did not make it.
+            kind = PROPAGATION
+            suspect = _call_named(rows, mismatch[0]) or call
+            advice.append("The inputs of {} pass but already carry small differences, and {} computes in a lower "
+                          "precision on NPU earlier (NPU {}, bench {}): {} amplifies that difference beyond the "
+                          "tolerance. If it matters, compute {} in {}.".format(
+                              call.name, mismatch[0], mismatch[1], mismatch[2], call.name, mismatch[0], mismatch[2]))
         elif split_call_name(call.name).direction == "backward":
             advice.append("The gradients arriving at {} still match but the gradients it computes do not: check "
                           "the backward implementation of this API (a custom autograd function, a fused kernel)."
@@ -256,7 +266,7 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                           "too, enable deterministic computing with seed_all(mode=True).".format(api_word))
     else:
         producer, chain = report.trace(failing)
-        if mismatch is not None and _lower_precision(*_mismatch_precisions(rows, mismatch[0])):
+        if precision_drop:
             kind = PROPAGATION
             suspect = _call_named(rows, mismatch[0]) or call
             advice.append("This input already differs. The first call computed in a lower precision on NPU is {} "
@@ -294,6 +304,16 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                       api=split_call_name(suspect.name).api, user_line=user_line(suspect.stack),
                       dtype_mismatch=mismatch_text, one_sided=tuple(one_sided[:ONE_SIDED_SHOWN]))
     return finding, "\n".join(advice)
+
+
+def _identical(row: CompareRow) -> bool:
+    """Whether an input row holds the same values on both sides: a zero error (full mode) or equal
+    statistics (summary mode)."""
+    if row.npu is None or row.bench is None:
+        return False
+    if row.metrics is not None:
+        return row.metrics.max_abs_err == 0.0
+    return row.npu.statistics == row.bench.statistics and row.npu.dtype == row.bench.dtype
 
 
 def _call_named(rows: Sequence[CompareRow], name: str) -> Optional[CallRecord]:

@@ -231,3 +231,36 @@ def test_nothing_comparable(scenario, run_compare, tmp_path):
     result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                             cwd=REPO, timeout=120)
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+
+
+def _statistics_only(dumps):
+    param = dumps.param()
+    param.pop("npu_dump_data_dir")
+    param.pop("bench_dump_data_dir")
+    return param
+
+
+@uses("conv_bn")
+def test_summary_mode_traces_the_bf16_linear_too(scenario, run_compare):
+    """Statistics only (no npy): the same planted linear is the suspect; no backward row whose mean is ~0 on
+    both sides (cross_entropy's, the conv bias gradient's) is named."""
+    dumps = scenario("conv_bn")
+    outcome = run_compare(_statistics_only(dumps))
+    print("conv_bn summary: {}".format(describe(outcome)))
+    assert outcome.finding is not None and outcome.finding.call == planted_call(dumps), describe(outcome)
+    assert outcome.finding.kind == "propagation"
+    assert "backward" not in outcome.first_failure and "cross_entropy" not in outcome.first_failure
+
+
+@uses("equal_runs")
+def test_summary_mode_equal_runs(scenario, run_compare):
+    check_no_failure("equal_runs summary", run_compare(_statistics_only(scenario("equal_runs"))))
+
+
+@uses("scale")
+def test_summary_mode_scale(scenario, run_compare):
+    """A 2 % uniform error shows in max/min/l2norm: statistics alone name the planted API too."""
+    dumps = scenario("scale")
+    outcome = run_compare(_statistics_only(dumps))
+    assert outcome.finding is not None and outcome.finding.call == planted_call(dumps), describe(outcome)
+    assert outcome.finding.kind == "cause"
