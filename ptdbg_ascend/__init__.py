@@ -40,4 +40,8 @@ def __getattr__(name):  # PEP 562: load the msprobe-style front-end only when it
         from ptdbg_ascend.debugger import PrecisionDebugger
 
         return PrecisionDebugger
+    if name in ("CompareOutcome", "Finding", "Counts"):  # compare's result types (for annotations)
+        from ptdbg_ascend.comparison import outcome
+
+        return getattr(outcome, name)
     raise AttributeError("module 'ptdbg_ascend' has no attribute {!r}".format(name))
