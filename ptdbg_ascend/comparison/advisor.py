@@ -27,6 +27,9 @@ UNCERTAIN_APIS = ("conv1d", "conv2d", "conv3d", "conv_transpose", "matmul", "bmm
 # Calls that change a dtype: shown first among the one-sided calls.
 CASTS = ("_to_", "_type_", "_float_", "_half_", "_bfloat16_", "_double_", "_to_copy_", "_npu_format_cast_")
 ONE_SIDED_SHOWN = 8
+# An output error this many times its inputs' largest is made by the API itself, not carried in: linear
+# maps of well-conditioned data pass errors on at a similar size.
+AMPLIFICATION = 10.0
 
 
 class Advice(NamedTuple):
@@ -238,15 +241,16 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
             advice.append("{} computes in {} on NPU and in {} on bench, and its error is beyond what that "
                           "precision explains. Compute it in the bench's dtype, or check this API's NPU kernel."
                           .format(call.name, _precision(call.records), _precision(row.pair.bench_call.records)))
-        elif precision_drop and not all(_identical(r) for r in inputs):
+        elif precision_drop and not all(_identical(r) for r in inputs) and not _amplified(row, inputs):
             # The inputs pass but are not identical, and they descend from a lower-precision call: this
             # API amplified a difference it was given (softmax, division, normalization), it did not make it.
             kind = PROPAGATION
             suspect = _call_named(rows, mismatch[0]) or call
-            advice.append("The inputs of {} pass but already carry small differences, and {} computes in a lower "
+            advice.append("The inputs of {} pass but already carry small differences{}, and {} computes in a lower "
                           "precision on NPU earlier (NPU {}, bench {}): {} amplifies that difference beyond the "
                           "tolerance. If it matters, compute {} in {}.".format(
-                              call.name, mismatch[0], mismatch[1], mismatch[2], call.name, mismatch[0], mismatch[2]))
+                              call.name, _error_growth(row, inputs), mismatch[0], mismatch[1], mismatch[2],
+                              call.name, mismatch[0], mismatch[2]))
         elif split_call_name(call.name).direction == "backward":
             advice.append("The gradients arriving at {} still match but the gradients it computes do not: check "
                           "the backward implementation of this API (a custom autograd function, a fused kernel)."
@@ -304,6 +308,25 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                       api=split_call_name(suspect.name).api, user_line=user_line(suspect.stack),
                       dtype_mismatch=mismatch_text, one_sided=tuple(one_sided[:ONE_SIDED_SHOWN]))
     return finding, "\n".join(advice)
+
+
+def _input_error(inputs: Sequence[CompareRow]) -> Optional[float]:
+    errors = [r.judgement.relative_error for r in inputs if r.judgement.relative_error is not None]
+    return max(errors) if errors else None
+
+
+def _amplified(row: CompareRow, inputs: Sequence[CompareRow]) -> bool:
+    """Whether the output's relative error is far beyond its inputs' (full mode only): then the API made
+    the difference, whatever came before it."""
+    before, after = _input_error(inputs), row.judgement.relative_error
+    return before is not None and after is not None and after > AMPLIFICATION * before
+
+
+def _error_growth(row: CompareRow, inputs: Sequence[CompareRow]) -> str:
+    before, after = _input_error(inputs), row.judgement.relative_error
+    if before is None or after is None:
+        return ""
+    return " (relative error {:.1e} in, {:.1e} out)".format(before, after)
 
 
 def _identical(row: CompareRow) -> bool:

@@ -163,3 +163,31 @@ def test_fewer_than_half_compared_is_not_a_pass(legacy_dump, output_dir):
     outcome, text = advice_of(npu, bench, output_dir)
     assert outcome.counts.compared == 2 and outcome.counts.paired == 6 and not outcome
     assert "Too little could be compared: only 2 of 6 paired tensors were judged" in text
+
+
+def _after_a_half_precision_call(legacy_dump, output_error: float):
+    """NPU computes a matmul in float16 (its error within float16's allowance); the float32 tanh after it
+    gets inputs off by 5e-4 (within float32's 1e-3) and returns outputs off by ``output_error``."""
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
+    y = x @ x
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    npu.add_call("Torch_matmul_0_forward", [("input.0", x.astype(np.float16)), ("output", (y * (1 + 5e-4)).astype(
+        np.float16))])
+    npu.add_call("Torch_tanh_0_forward", [("input.0", y * (1 + 5e-4)), ("output", np.tanh(y) * (1 + output_error))])
+    bench.add_call("Torch_matmul_0_forward", [("input.0", x), ("output", y)])
+    bench.add_call("Torch_tanh_0_forward", [("input.0", y), ("output", np.tanh(y))])
+    return npu, bench
+
+
+def test_small_input_difference_amplified_a_little_is_propagation(legacy_dump, output_dir):
+    npu, bench = _after_a_half_precision_call(legacy_dump, 2e-3)
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert outcome.first_failure == "Torch_tanh_0_forward_output"
+    assert (outcome.finding.kind, outcome.finding.call) == ("propagation", "Torch_matmul_0_forward")
+    assert "relative error 5.0e-04 in, 2.0e-03 out" in text
+
+
+def test_output_error_far_beyond_its_inputs_is_a_cause_even_after_a_lower_precision_call(legacy_dump, output_dir):
+    npu, bench = _after_a_half_precision_call(legacy_dump, 2e-2)  # 40 times the input's error
+    outcome, _ = advice_of(npu, bench, output_dir)
+    assert (outcome.finding.kind, outcome.finding.call) == ("cause", "Torch_tanh_0_forward")
