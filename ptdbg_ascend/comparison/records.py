@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Optional, Tuple
+from typing import Iterable, NamedTuple, Optional, Tuple
 
 # (file, line, function, code), innermost frame first, as the dump wrote it.
 Frame = Tuple[str, str, str, Optional[str]]
@@ -30,14 +30,18 @@ class CallRecord(NamedTuple):
     stack: Tuple[Frame, ...]
 
 
-def format_stack(frames: Tuple[Frame, ...]) -> str:
-    """The stack as text, outermost frame first (the way Python prints a traceback)."""
+def _frames_text(frames: Iterable[Frame]) -> str:
     lines = []
-    for file, line, func, code in reversed(frames):
+    for file, line, func, code in frames:
         lines.append('File "{}", line {}, in {}'.format(file, line, func))
         if code:
             lines.append("    " + str(code))
     return "\n".join(lines)
+
+
+def format_stack(frames: Tuple[Frame, ...]) -> str:
+    """The stack as text, outermost frame first (the way Python prints a traceback)."""
+    return _frames_text(reversed(frames))
 
 
 # Frames of torch itself (and of this tool, msprobe, torch_npu) are not the user's code: any file under a
@@ -53,12 +57,7 @@ def user_frames(frames: Tuple[Frame, ...]) -> Tuple[Frame, ...]:
 
 def user_stack_text(frames: Tuple[Frame, ...]) -> str:
     """The report's stack cell: the user's frames, innermost (the line that called the API) first."""
-    lines = []
-    for file, line, func, code in user_frames(frames):
-        lines.append('File "{}", line {}, in {}'.format(file, line, func))
-        if code:
-            lines.append("    " + str(code))
-    return "\n".join(lines)
+    return _frames_text(user_frames(frames))
 
 
 def user_line(frames: Tuple[Frame, ...]) -> Optional[str]:
