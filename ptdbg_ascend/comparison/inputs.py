@@ -107,11 +107,11 @@ def check_api_mapping(api_mapping: Any) -> Dict[str, str]:
         api_mapping = _load_mapping_file(path)
     if not isinstance(api_mapping, dict):
         raise ParameterError("api_mapping", api_mapping, "must be a dict of NPU API name -> bench API name, or "
-                             "the path of a JSON/YAML file holding one")
+                             "the path of a JSON/YAML file holding one ({})".format(source))
     checked = {}
     for npu_api, bench_api in api_mapping.items():
         for value in (npu_api, bench_api):
-            if not isinstance(value, str) or not API_NAME.match(value):
+            if not isinstance(value, str) or not API_NAME.match(value) or CALL_SUFFIX.search(value):
                 raise ParameterError("api_mapping[{!r}]".format(npu_api), bench_api,
                                      "names must look like 'Functional_rms_norm' (prefix and API, without the call "
                                      "counter and direction; in {})".format(source))
@@ -119,7 +119,8 @@ def check_api_mapping(api_mapping: Any) -> Dict[str, str]:
     return checked
 
 
-API_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_.]+$")
+API_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_.]+\Z")
+CALL_SUFFIX = re.compile(r"_\d+_(forward|backward)\Z")  # a call name, not an API name
 
 
 def _load_mapping_file(path: str) -> Any:

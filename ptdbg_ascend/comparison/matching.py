@@ -20,7 +20,8 @@ backward calls each in their own order:
 
 A user **API mapping** (``{"NPU_npu_rms_norm": "Functional_rms_norm"}``, NPU API -> bench API, names
 without counter and direction) lets a fused NPU API pair with the bench API it replaces; the records of
-a mapped pair pair by suffix, and what one side has alone becomes its own row.
+a mapped pair pair by their order within inputs and within outputs, and what one side has alone becomes
+its own row.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class _Side(object):
         self.exact: Dict[int, Tuple] = {}  # (API, counter, direction, structure)
         self.api_keys: Dict[int, Tuple] = {}  # (API, direction)
         self.by_name: Dict[str, CallRecord] = {}
+        recomputed = _forward_between_backward(calls)
         for call in calls:
             parts = split_call_name(call.name)
             api = mapping.get(parts.api, parts.api)
@@ -100,9 +102,11 @@ class _Side(object):
             self.by_name[call.name] = call
             structure = None if parts.api in mapping else tuple(
                 (r.name[len(call.name):], r.shape, _family(r.dtype)) for r in call.records)
-            self.keys[id(call)] = (api, parts.direction, structure)
-            self.exact[id(call)] = (api, parts.index, parts.direction, structure)
-            self.api_keys[id(call)] = (api, parts.direction)
+            # A forward call run while backward runs (gradient checkpointing) only pairs with one that was too.
+            phase = id(call) in recomputed
+            self.keys[id(call)] = (api, parts.direction, structure, phase)
+            self.exact[id(call)] = (api, parts.index, parts.direction, structure, phase)
+            self.api_keys[id(call)] = (api, parts.direction, phase)
             (self.backward if parts.direction == "backward" else self.forward).append(call)
 
     def api_key(self, call: CallRecord) -> Tuple:
@@ -112,15 +116,32 @@ class _Side(object):
         """(API, direction) -> the structures of its calls in order."""
         found: Dict[Tuple, List[Tuple]] = {}
         for call_id, key in self.keys.items():
-            found.setdefault(key[:2], []).append((self.order[call_id], key[2]))
+            found.setdefault(key[:2], []).append((self.order[call_id], key[2:]))
         return {api: [structure for _, structure in sorted(items)] for api, items in found.items()}
 
     def distrust(self, apis: Set[Tuple]) -> None:
         """Counters of these APIs shifted (one run calls them more often, or differently): their exact keys
         become unique to this side, so they never anchor the alignment."""
         for call_id, key in self.api_keys.items():
-            if key in apis:
+            if key[:2] in apis:
                 self.exact[call_id] = ("shifted", id(self), call_id)
+
+
+def _forward_between_backward(calls: Sequence[CallRecord]) -> Set[int]:
+    """ids of the forward calls in a run that has backward calls right before and right after it: the
+    forward re-computed by gradient checkpointing during backward (an optimizer step after backward is
+    followed by the next step's forward, so it is not such a run)."""
+    found: Set[int] = set()
+    run: List[int] = []
+    after_backward = False
+    for call in calls:
+        if call.name.endswith("_backward"):
+            if run and after_backward:
+                found.update(run)
+            run, after_backward = [], True
+        else:
+            run.append(id(call))
+    return found
 
 
 def _distrust_shifted_counters(npu_side: "_Side", bench_side: "_Side") -> None:
@@ -226,10 +247,24 @@ def _in_execution_order(pairs: Sequence[CallPair], npu_side: _Side, bench_side: 
     return [pair for _, pair in keyed]
 
 
+def _record_keys(call: CallRecord, by_position: bool) -> List[Tuple]:
+    """How the records of a call pair with the other side's: by suffix (``_input.0`` with ``_input.0``),
+    or, for two different APIs paired by the user's mapping, by their order within inputs and within
+    outputs (a fused API's ``output.0`` with the bench API's lone ``output``)."""
+    if not by_position:
+        return [(record.name[len(call.name):],) for record in call.records]
+    counts: Dict[str, int] = {}
+    keys = []
+    for record in call.records:
+        keys.append((record.side, counts.get(record.side, 0)))
+        counts[record.side] = counts.get(record.side, 0) + 1
+    return keys
+
+
 def pair_rows(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord],
               api_mapping: Optional[Mapping[str, str]] = None) -> List[RowPair]:
-    """Every CSV row in order. Records of a paired call pair by their suffix (``_input.0`` with
-    ``_input.0``); a record present on one side only is a row of its own."""
+    """Every CSV row in order. Records of a paired call pair by their suffix (see :func:`_record_keys`);
+    a record present on one side only is a row of its own."""
     rows: List[RowPair] = []
     for npu_call, bench_call in align_calls(npu_calls, bench_calls, api_mapping):
         first = True
@@ -238,13 +273,15 @@ def pair_rows(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord]
                 rows.append(RowPair(None, record, None, bench_call, first))
                 first = False
             continue
-        bench_by_suffix = {}
+        by_position = bench_call is not None and \
+            split_call_name(npu_call.name).api != split_call_name(bench_call.name).api
+        bench_by_key = {}
         if bench_call is not None:
-            bench_by_suffix = {r.name[len(bench_call.name):]: r for r in bench_call.records}
-        for record in npu_call.records:
-            bench = bench_by_suffix.pop(record.name[len(npu_call.name):], None)
+            bench_by_key = dict(zip(_record_keys(bench_call, by_position), bench_call.records))
+        for key, record in zip(_record_keys(npu_call, by_position), npu_call.records):
+            bench = bench_by_key.pop(key, None)
             rows.append(RowPair(record, bench, npu_call, bench_call if bench is not None else None, first))
             first = False
-        for record in bench_by_suffix.values():
+        for record in bench_by_key.values():
             rows.append(RowPair(None, record, None, bench_call, False))
     return rows

@@ -61,7 +61,7 @@ class Metrics(object):
     __slots__ = ("status", "cosine", "max_abs_err", "max_relative_err", "one_thousandth_ratio",
                  "five_thousandths_ratio", "accumulated_relative_err", "euclidean_relative_distance",
                  "kl_divergence", "messages", "error_norm", "bench_norm", "scale", "size", "worst_index",
-                 "mismatched")
+                 "mismatched", "exact_equal")
 
     def __init__(self, status: str, messages: Tuple[str, ...] = (), **values: object) -> None:
         self.status = status
@@ -149,6 +149,9 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     if npu.shape != bench.shape:
         return not_compared(Status.SHAPE, MSG_SHAPE)
     shape = npu.shape
+    if np.iscomplexobj(npu) or np.iscomplexobj(bench):  # both parts count: a conjugate must not pass
+        npu, bench = _real_pairs(npu), _real_pairs(bench)
+        shape = npu.shape  # worst_index ends with 0 (real part) or 1 (imaginary part)
     bench_eps = float(np.finfo(bench.dtype).eps) if np.issubdtype(bench.dtype, np.floating) else EPS64
     n = npu.astype(np.float64, copy=False).reshape(-1)
     b = bench.astype(np.float64, copy=False).reshape(-1)
@@ -159,11 +162,10 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     if not all_finite:  # one cheap reduction per side; the masks only when needed
         n_bad = ~np.isfinite(n)
         b_bad = ~np.isfinite(b)
-        same = np.array_equal(np.isnan(n), np.isnan(b)) and np.array_equal(np.isposinf(n), np.isposinf(b)) \
-            and np.array_equal(np.isneginf(n), np.isneginf(b))
-        if not same:
+        differ = (np.isnan(n) != np.isnan(b)) | (np.isposinf(n) != np.isposinf(b)) | (np.isneginf(n) != np.isneginf(b))
+        if differ.any():
             return Metrics(Status.INF_NAN, (MSG_INF_NAN,), size=int(n.size),
-                           worst_index=_index_of(int(np.argmax(n_bad != b_bad)), shape))
+                           worst_index=_index_of(int(np.argmax(differ)), shape))
         # Same positions and kinds: those elements agree, so zero them and compare the rest.
         n = np.where(n_bad, 0.0, n)
         b = np.where(b_bad, 0.0, b)
@@ -187,7 +189,9 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     # difference is unchanged and the divisor becomes eps.
     relative = abs_err / (np.where(b_abs == 0, bench_eps, b_abs) if b_abs.min() == 0 else b_abs)
     max_rel = float(relative.max())
-    common = dict(max_abs_err=max_abs, error_norm=error_norm, bench_norm=bench_norm, scale=scale, size=int(n.size),
+    # Integer and bool data are judged for equality on the data itself: float64 merges int64 values above 2**53.
+    exact_equal = bool(np.array_equal(npu, bench)) if (_is_exact(npu) and _is_exact(bench)) else None
+    common = dict(exact_equal=exact_equal, max_abs_err=max_abs, error_norm=error_norm, bench_norm=bench_norm, scale=scale, size=int(n.size),
                   worst_index=_index_of(worst_flat, shape), mismatched=mismatched)
     if npu.ndim == 0:
         return Metrics(Status.SCALAR, (MSG_SCALAR,), max_relative_err=max_rel, **common)
@@ -207,6 +211,18 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
         accumulated_relative_err=float(abs_err.sum()) / bench_abs_sum if bench_abs_sum > 0 else None,
         euclidean_relative_distance=error_norm / bench_norm if bench_norm > 0 else None,
         kl_divergence=_kl_divergence(np.abs(n), b_abs, bench_abs_sum), **common)
+
+
+def _real_pairs(array: np.ndarray) -> np.ndarray:
+    """A complex array as its (real, imaginary) float pairs on a new last axis; a real one with zero
+    imaginary parts (a complex tensor compared with a real one)."""
+    if np.iscomplexobj(array):
+        return np.stack((array.real, array.imag), axis=-1)
+    return np.stack((array, np.zeros_like(array)), axis=-1)
+
+
+def _is_exact(array: np.ndarray) -> bool:
+    return array.dtype.kind in "biu"
 
 
 def _index_of(flat: int, shape: Tuple[int, ...]) -> Tuple[int, ...]:

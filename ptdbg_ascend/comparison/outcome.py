@@ -93,6 +93,8 @@ class CompareOutcome(NamedTuple):
         if self.finding is not None:
             return "first failure {} (line {}): {} at {}{}".format(
                 self.finding.record, self.finding.line, self.finding.kind, self.finding.call, tally)
+        if self.first_failure is not None:
+            return "first failure {}{}".format(self.first_failure, tally)
         if counts is not None and not counts.enough_compared:
             return "not enough could be compared{}".format(tally)
         return "all compared tensors reached the accuracy{}".format(tally)

@@ -72,8 +72,11 @@ def judge_tensors(metrics: Metrics, tolerance: Tolerance, legacy: str) -> Judgem
     size = metrics.size or 1
     error_norm, bench_norm, worst, scale = metrics.error_norm, metrics.bench_norm, metrics.max_abs_err, metrics.scale
     relative = error_norm / bench_norm if bench_norm > 0 else (0.0 if error_norm == 0 else math.inf)
+    exact_equal = metrics.exact_equal
+    if tolerance.exact and exact_equal is not None:
+        worst = 0.0 if exact_equal else max(worst, 1.0)  # integers beyond 2**53 differ although float64 says 0
     if tolerance.allows(error_norm, bench_norm, size, worst, scale):
-        allowed = tolerance.rtol * bench_norm + tolerance.atol * math.sqrt(size)
+        allowed = tolerance.norm_allowed(bench_norm, size)
         if legacy == NO:
             return Judgement(WARNING, relative, None, "Within round-off for this API: error {:.3g} <= {:.3g} allowed "
                              "({}: rtol {:.1e}, atol {:.2e}).".format(error_norm, allowed, _short(tolerance.precision),
@@ -82,17 +85,24 @@ def judge_tensors(metrics: Metrics, tolerance: Tolerance, legacy: str) -> Judgem
             return Judgement(WARNING, relative, None, "Passes, but the error is {:.0%} of what {} allows.".format(
                 error_norm / allowed, _short(tolerance.precision)))
         return Judgement(PASS, relative, None, "")
-    needed = tolerance.needed_rtol(error_norm, bench_norm, size, worst, scale)
     where = _format_index(metrics.worst_index or ())
     if tolerance.exact:
-        message = "Values differ (exact comparison for {} data): greatest difference {:.6g} at index {}.".format(
-            "integer/bool", worst, where)
+        message = "Values differ (exact comparison for {} data){}.".format(
+            "integer/bool", "" if exact_equal is False and metrics.max_abs_err == 0 else
+            ": greatest difference {:.6g} at index {}".format(metrics.max_abs_err, where))
         return Judgement(ERROR, relative, None, message)
-    mismatched = "" if metrics.mismatched is None else "; mismatched elements {} / {} ({:.1%})".format(
-        metrics.mismatched, size, metrics.mismatched / size)
-    message = ("Relative error {:.2e} > {:.1e} allowed for {}{}; greatest difference {:.6g} at index {}; "
-               "would pass with rtol >= {:.2e}.".format(relative, tolerance.rtol, _short(tolerance.precision),
-                                                        mismatched, worst, where, needed))
+    needed = tolerance.needed_rtol(error_norm, bench_norm, size, worst, scale)
+    mismatched = "" if metrics.mismatched is None else "; mismatched elements {} / {} ({})".format(
+        metrics.mismatched, size, _percent(metrics.mismatched, size))
+    precision = _short(tolerance.precision)
+    if error_norm > tolerance.norm_allowed(bench_norm, size):
+        head = "Relative error {:.2e} > {:.1e} allowed for {}".format(relative, tolerance.rtol, precision)
+        tail = "greatest difference {:.6g} at index {}".format(worst, where)
+    else:  # the bulk passes; one element is far off
+        head = "Greatest difference {:.6g} at index {} > {:.3g} allowed ({:.1e} of the largest magnitude {:.6g}, " \
+               "for {})".format(worst, where, tolerance.worst_allowed(scale), tolerance.worst_rtol, scale, precision)
+        tail = "relative error {:.2e} (within {:.1e})".format(relative, tolerance.rtol)
+    message = "{}{}; {}; would pass with rtol >= {:.2e}.".format(head, mismatched, tail, needed)
     return Judgement(ERROR, relative, needed, message)
 
 
@@ -138,6 +148,12 @@ def judge_statistics(npu: TensorRecord, bench: TensorRecord, tolerance: Toleranc
     if worst_name:
         return Judgement(ERROR, None, None, worst_name[0].upper() + worst_name[1:] + ".")
     return Judgement(PASS, None, None, "")
+
+
+def _percent(part: int, whole: int) -> str:
+    """``"20.0%"``; small shares keep two significant digits (``"0.01%"``), never ``"0.0%"``."""
+    share = 100.0 * part / whole
+    return "{:.1f}%".format(share) if share >= 0.1 or share == 0 else "{:.2g}%".format(share)
 
 
 def _short(dtype: str) -> str:
