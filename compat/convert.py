@@ -214,7 +214,7 @@ def _place(entry: Dict[str, Any], key: str, path: Tuple[int, ...], leaf: Any) ->
 
 
 def _legacy_leaf(line: list, npy_dir: Optional[str], tensor_dir: str, dotted: str) -> Tuple[Dict[str, Any], int]:
-    dtype, shape = str(line[3]), list(line[4] or [])
+    dtype, shape = str(line[3]), line[4] if isinstance(line[4], list) else []  # a scalar's shape is "[]"
     statistics = list(line[5]) if len(line) > 5 and isinstance(line[5], list) else []
     statistics += [None] * (4 - len(statistics))
     if dtype in SCALAR_TYPES:
@@ -322,7 +322,8 @@ def _json_leaf(name: str, leaf: Any, tensor_dir: Optional[str], npy_dir: str,
     if kind in LEGACY_SCALAR_DTYPES and isinstance(leaf.get("value"), (int, float, bool)):
         value = float(leaf["value"])
         _save_npy(os.path.join(npy_dir, name + ".npy"), leaf["value"])
-        return json.dumps([name, 0, [], LEGACY_SCALAR_DTYPES[kind], [], [value, value, value, abs(value)]]), 0
+        # the shape of a Python scalar is the string "[]", as the original writes it
+        return json.dumps([name, 0, [], LEGACY_SCALAR_DTYPES[kind], "[]", [value, value, value, abs(value)]]), 0
     if kind != "torch.Tensor":
         if leaf:  # null / {} are absent values in both formats (the pkl just has no line)
             dropped[str(kind)] = dropped.get(str(kind), 0) + 1

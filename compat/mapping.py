@@ -162,6 +162,11 @@ def _register_hook(builder: _Builder, call: LegacyCall) -> None:
         builder.caveat(_describe(call, "rank"),
                        "register_hook(rank=) names the rank directory; msprobe's rank list selects which ranks "
                        "dump (the directory always comes from torch.distributed), so it is not exported")
+    if args.get("extra_apis") is True:
+        builder.top["extra_apis"] = True
+        builder.caveat(_describe(call, "extra_apis"),
+                       "exported as the top-level key extra_apis, an extension that ptdbg_ascend's PrecisionDebugger "
+                       "reads; msprobe 1.0.4 does not know it (it dumps its own API list)")
 
 
 def _switch_on(builder: _Builder, call: LegacyCall) -> None:

@@ -15,6 +15,12 @@ Differences from msprobe 1.0.4, on purpose (its quirks, ``reference/msprobe_1_0_
 * the tasks this tool does not implement (free_benchmark, run_ut, grad_probe) are refused with a clear
   message instead of being accepted and ignored.
 
+Extension fields (not in the 1.0.4 schema; written by ``to_dict`` only when not at their default, so an
+exported config stays a plain 1.0.4 one otherwise):
+
+* ``extra_apis`` (top level, boolean, default false): also wrap the APIs beyond the original
+  ptdbg_ascend 4.0's list (``dump/wrapped_apis_extra.txt``), as ``register_hook(..., extra_apis=True)``.
+
 This module never imports torch (compat and the compare side use it).
 """
 
@@ -40,8 +46,10 @@ DEFAULT_DUMP_PATH = "./dump_path"
 DEFAULT_SEED = 1234
 MAX_SEED = 2 ** 32 - 1
 
+# Keys this tool adds to the 1.0.4 schema (see the module docstring).
+EXTENSION_KEYS = ("extra_apis",)
 TOP_LEVEL_KEYS = ("task", "dump_path", "rank", "step", "level", "seed", "is_deterministic",
-                  "enable_dataloader", "acl_config") + TASKS + UNSUPPORTED_TASKS
+                  "enable_dataloader", "acl_config") + TASKS + UNSUPPORTED_TASKS + EXTENSION_KEYS
 COMMON_SECTION_KEYS = ("scope", "list", "data_mode")
 SECTION_KEYS = {
     "statistics": COMMON_SECTION_KEYS + ("summary_mode",),
@@ -73,6 +81,7 @@ class DebuggerConfig(NamedTuple):
         file_format: "npy" (default) or "bin"; kept for the schema, PyTorch dumps are always ``.pt``.
         overflow_nums: stop at the N-th overflow; -1 never stops. Default 1.
         check_mode: "all" (default), "aicore" or "atomic" (kept for the schema).
+        extra_apis: extension: also wrap the APIs beyond the original 4.0's list. Default False.
     """
 
     task: str = "statistics"
@@ -92,6 +101,7 @@ class DebuggerConfig(NamedTuple):
     file_format: str = "npy"
     overflow_nums: int = 1
     check_mode: str = "all"
+    extra_apis: bool = False
 
     @property
     def saves_tensors(self) -> bool:
@@ -114,11 +124,14 @@ class DebuggerConfig(NamedTuple):
         else:
             section["overflow_nums"] = self.overflow_nums
             section["check_mode"] = self.check_mode
-        return {
+        result = {
             "task": self.task, "dump_path": self.dump_path, "rank": list(self.rank), "step": list(self.step),
             "level": self.level, "seed": self.seed, "is_deterministic": self.is_deterministic,
             "enable_dataloader": self.enable_dataloader, "acl_config": self.acl_config, self.task: section,
-        }
+        }  # type: Dict[str, Any]
+        if self.extra_apis:  # an extension field: only when set
+            result["extra_apis"] = True
+        return result
 
 
 def load_config(config_path: Optional[str] = None, task: Optional[str] = None, dump_path: Optional[str] = None,
@@ -182,6 +195,7 @@ def config_from_dict(raw: Mapping[str, Any], task: Optional[str] = None, dump_pa
         is_deterministic=_boolean("is_deterministic", raw.get("is_deterministic", False)),
         enable_dataloader=_boolean("enable_dataloader", raw.get("enable_dataloader", False)),
         acl_config=_string("acl_config", raw.get("acl_config", "")),
+        extra_apis=_boolean("extra_apis", raw.get("extra_apis", False)),
     )
     prefix = chosen_task + "."
     values["scope"] = _scope(prefix + "scope", _str_list(prefix + "scope", section.get("scope", [])))

@@ -99,7 +99,7 @@ class PrecisionDebugger(object):
             return
         recorder = self._ensure_recorder()
         if self.config.level in ("L1", "mix"):
-            session.ensure_wrapped()
+            session.ensure_wrapped(self.config.extra_apis)  # the config's list: the original 4.0's (+ extras)
         # Registered at every level: a run that dies before stop() still gets its JSON files at exit.
         session.add_observer(recorder)
         if self.config.level in ("L0", "mix") and self._module_hooks is None:

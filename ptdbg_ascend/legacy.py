@@ -79,6 +79,7 @@ def register_hook(
     dump_mode: str = "api",
     dump_config: Optional[str] = None,
     rank: Optional[int] = None,
+    extra_apis: Optional[bool] = None,
 ) -> None:
     """Install the tool's wrappers on the torch APIs.
 
@@ -91,18 +92,26 @@ def register_hook(
         dump_config: the ACL ``dump.json``; required when ``dump_mode="acl"``. Default None.
         rank: the rank directory to write to. Default None: ``torch.distributed`` rank, else the
             device index of the first tensor seen, else 0.
+        extra_apis: which torch APIs are wrapped (once per process; a later call changes it).
+            None (default): keep the list already installed, at first the original ptdbg_ascend
+            4.0's list (``dump/wrapped_apis.txt``), so the dump has the records the original's dump
+            of the same run has. True: also wrap this tool's extra APIs (``dump/wrapped_apis_extra.txt``:
+            casts and copies such as ``Tensor.to``/``float``/``clone``, views, ``*_like``, RNN cells...).
+            False: back to the original's list.
     """
     _record_call("register_hook", locals())  # for compat.export_config; never raises
     if hook is overflow_check:
         from ptdbg_ascend.overflow import api as overflow_api
 
         overflow_api.register_overflow_check(
-            model, overflow_nums=overflow_nums, dump_mode=dump_mode, dump_config=dump_config, rank=rank
+            model, overflow_nums=overflow_nums, dump_mode=dump_mode, dump_config=dump_config, rank=rank,
+            extra_apis=extra_apis,
         )
     elif hook is acc_cmp_dump:
         from ptdbg_ascend.dump import api
 
-        api.register_dump(model, overflow_nums=overflow_nums, dump_mode=dump_mode, dump_config=dump_config, rank=rank)
+        api.register_dump(model, overflow_nums=overflow_nums, dump_mode=dump_mode, dump_config=dump_config, rank=rank,
+                          extra_apis=extra_apis)
     else:
         raise ParameterError("hook", hook, "must be acc_cmp_dump or overflow_check (both come with `from ptdbg_ascend import *`)")
 

@@ -66,7 +66,8 @@ def _check_directory(directory: str, fpath: str) -> None:
 
 
 def register_dump(model: Any, overflow_nums: Optional[int] = None, dump_mode: str = "api",
-                  dump_config: Optional[str] = None, rank: Optional[int] = None) -> None:
+                  dump_config: Optional[str] = None, rank: Optional[int] = None,
+                  extra_apis: Optional[bool] = None) -> None:
     """See :func:`ptdbg_ascend.register_hook` with ``acc_cmp_dump``: installs the wrappers."""
     import torch
 
@@ -83,8 +84,11 @@ def register_dump(model: Any, overflow_nums: Optional[int] = None, dump_mode: st
         raise ParameterError("rank", rank, "must be None or an int >= 0")
     if dump_mode == "api" and dump_config is not None:
         raise ParameterError("dump_config", dump_config, "is only used with dump_mode='acl'")
+    if extra_apis is not None and not isinstance(extra_apis, bool):
+        raise ParameterError("extra_apis", extra_apis, "must be True (also wrap the APIs of wrapped_apis_extra.txt), "
+                             "False (only the original 4.0's list) or None (keep the list already installed)")
     session = get_session()
-    session.ensure_wrapped()
+    session.ensure_wrapped(extra_apis)
     session.legacy.rank = rank
     session.legacy.registered = True
     if dump_mode == "acl":

@@ -19,6 +19,8 @@ import threading
 from typing import Any, Callable, Dict, List, Tuple
 
 _DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis.txt")
+# The APIs beyond the original 4.0's list (the default, _DATA_FILE): wrapped only by opt-in (extra_apis=True).
+_EXTRA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis_extra.txt")
 
 # Per-thread "inside a wrapped API" flag (`inside`). Module level because the wrappers are module-level
 # functions; it holds no dump state, only whether the current thread is inside a wrapped API.
@@ -53,6 +55,16 @@ def read_wrapped_names(path: str = _DATA_FILE) -> Dict[str, List[str]]:
                 names.setdefault(current, [])
             elif current is not None:
                 names[current].append(line)
+    return names
+
+
+def listed_names(extra_apis: bool = False) -> Dict[str, List[str]]:
+    """``{prefix: [api, ...]}`` to wrap: the original 4.0's list, plus ours with ``extra_apis``."""
+    names = read_wrapped_names()
+    if extra_apis:
+        for prefix, extra in read_wrapped_names(_EXTRA_FILE).items():
+            listed = names.setdefault(prefix, [])
+            listed.extend(api for api in extra if api not in listed)
     return names
 
 
@@ -106,14 +118,18 @@ def make_wrapper(session: Any, prefix: str, api: str, original: Callable[..., An
     except (AttributeError, TypeError):  # some builtins lack __name__/__doc__
         pass
     wrapper.__ptdbg_original__ = original  # type: ignore[attr-defined]
+    # torch.compile: dynamo traces the original instead of this body (no graph break, no guard on
+    # our counters, so no recompile); see dump/compiled.py.
+    wrapper._torchdynamo_inline = original  # type: ignore[attr-defined]
     return wrapper
 
 
-def install(session: Any) -> int:
+def install(session: Any, extra_apis: bool = False) -> int:
     """Wrap every listed API that this torch (and torch_npu) has; returns how many were wrapped.
-    Names missing from the installed version are skipped silently. Idempotent per API. Every patch
-    is remembered in ``session.patches`` so :func:`uninstall` can restore the originals."""
-    listed = read_wrapped_names()
+    The list is ``wrapped_apis.txt`` (the original 4.0's), plus ``wrapped_apis_extra.txt`` with
+    ``extra_apis``. Names missing from the installed version are skipped silently. Idempotent per API.
+    Every patch is remembered in ``session.patches`` so :func:`uninstall` can restore the originals."""
+    listed = listed_names(extra_apis)
     count = 0
     for prefix, targets in namespaces():
         for api in listed.get(prefix, []):

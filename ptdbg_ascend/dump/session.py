@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from ptdbg_ascend.dump import backward as backward_capture
+from ptdbg_ascend.dump import compiled
+from ptdbg_ascend.dump import jit_builtins
 from ptdbg_ascend.dump.capture import tensors_in
 from ptdbg_ascend.dump.inplace import ALWAYS, KEYWORDS, inplace_call
 from ptdbg_ascend.dump.interception import THREAD_STATE, install
@@ -23,6 +26,9 @@ from ptdbg_ascend.errors import ParameterError
 from ptdbg_ascend.log import logger
 
 _is_grad_enabled = torch.is_grad_enabled
+# torch.compiler._is_compiling_flag: True while dynamo/AOTAutograd/inductor compile (a torch without it: never).
+_compiler = torch.compiler if hasattr(torch.compiler, "_is_compiling_flag") else compiled.NoCompileFlag
+_graph_codes = compiled.GRAPH_CODES  # code object -> whether it is compiled code (dump/compiled.py)
 
 
 class LegacyDumpSettings(object):
@@ -48,6 +54,7 @@ class DumpSession(object):
         # A tuple, replaced on change: the wrappers read it without a lock.
         self.observers = ()  # type: Tuple[CallObserver, ...]
         self.wrapped_count = 0
+        self.extra_apis = False  # whether wrapped_apis_extra.txt is wrapped too (see ensure_wrapped)
         self.patches = []  # type: List[Tuple[Any, str, Any, bool]]  # (namespace, name, original, own attribute)
         self.legacy = LegacyDumpSettings()
         # Files opened by this process (first open truncates, later windows append).
@@ -55,12 +62,29 @@ class DumpSession(object):
         self._lock = threading.Lock()
 
     # -- wrappers and observers ---------------------------------------------------------------
-    def ensure_wrapped(self) -> int:
-        """Install the wrappers on the torch APIs (idempotent). Returns the number of wrapped APIs."""
+    def ensure_wrapped(self, extra_apis: Optional[bool] = None) -> int:
+        """Install the wrappers on the torch APIs (idempotent). Returns the number of wrapped APIs.
+
+        ``extra_apis``: None keeps the list already installed (at first, the original 4.0's list);
+        True also wraps ``wrapped_apis_extra.txt``; False goes back to the original's list. A change
+        re-installs the wrappers (the counters are kept)."""
+        if extra_apis is not None and not isinstance(extra_apis, bool):
+            raise ParameterError("extra_apis", extra_apis, "must be True, False or None (keep the wrapped list as it is)")
         with self._lock:
+            wanted = self.extra_apis if extra_apis is None else extra_apis
+            if self.wrapped_count and wanted != self.extra_apis:
+                from ptdbg_ascend.dump.interception import uninstall
+
+                uninstall(self)
+                self.wrapped_count = 0
             if not self.wrapped_count:
-                self.wrapped_count = install(self)
-                logger.info("Wrapped {} torch APIs for dumping.".format(self.wrapped_count))
+                jit_builtins.prepare()  # TorchScript's builtin table, built before the originals are replaced
+                self.wrapped_count = install(self, extra_apis=wanted)
+                jit_builtins.register(self.patches)  # torch.jit.script (jvp's decompositions) sees builtins
+                compiled.install()  # torch.compile: the compiler's calls pass through the wrappers
+                self.extra_apis = wanted
+                logger.info("Wrapped {} torch APIs for dumping ({}).".format(
+                    self.wrapped_count, "the original 4.0's list and the extra APIs" if wanted else "the original 4.0's list"))
         return self.wrapped_count
 
     def unwrap(self) -> None:
@@ -79,6 +103,7 @@ class DumpSession(object):
         with self._lock:
             if observer not in self.observers:
                 self.observers = self.observers + (observer,)
+        compiled.install()  # (again: torch._dynamo may have been imported, or reset, since)
 
     def remove_observer(self, observer: CallObserver) -> None:
         """Stop consulting ``observer`` (its ``close`` is not called). No-op if absent."""
@@ -127,8 +152,21 @@ class DumpSession(object):
         """Run one top-level call with observers (called by the wrappers, which already checked that
         the thread is not inside another wrapped API). ``rule`` is the API's in-place rule
         (:func:`~ptdbg_ascend.dump.inplace.inplace_rule`)."""
-        call = ApiCall(prefix, api, index, original)
         thread = THREAD_STATE
+        # torch.compile (dump/compiled.py): a call made while compiling neither counts nor is recorded;
+        # one made by a dynamo graph run in Python (backend="eager") counts but is not recorded.
+        unmarked = _compiler._is_compiling_flag and compiled.compiling_unmarked()
+        if unmarked or _graph_codes.get(sys._getframe(2).f_code) is not False and \
+                compiled.from_compiled_graph(sys._getframe(2)):
+            if unmarked:
+                key = prefix + "_" + api
+                self.counters[key] = self.counters.get(key, 1) - 1
+            thread.inside = True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                thread.inside = False
+        call = ApiCall(prefix, api, index, original)
         thread.inside = True  # what Inside() does, without an object per call on this hot path
         try:
             observers = self.observers

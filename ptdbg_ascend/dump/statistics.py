@@ -8,7 +8,9 @@ tensor                         statistics
 =============================  =============================================================
 float, ndim >= 1, numel > 0    max, min, mean, l2norm (fp16/bf16 reduced in float32)
 int / bool                     the same, of the values cast to float64 (False/True -> 0/1)
-complex                        the same, of ``abs()`` (the npy keeps the complex values)
+float8 (all variants)          the same, of the values as float32 (exactly representable)
+complex (32/64/128)            the same, of the magnitude ``abs()`` (complex32 widened to complex64
+                               first; the npy keeps the complex values: ``doc/dump_guide.md``)
 0-d (any dtype)                the value, the value, the value, ``abs(value)``
 empty (numel == 0)             ``[None, None, None, None]`` (``null`` in the pkl)
 Python bool/int/float          the value three times, then ``abs(value)``
@@ -16,6 +18,13 @@ Python bool/int/float          the value three times, then ``abs(value)``
 
 inf and NaN propagate as they do in numpy and are written as JSON ``Infinity``/``NaN`` (Python's
 ``json`` reads them back).
+
+Tensors the reductions cannot read as they are (``vmap``/``grad``/``jvp`` wrappers, nested, sparse,
+quantized, meta, fake...) get the statistics of the values ``dump/tensor_kinds.py`` says their record
+holds, or ``[None, None, None, None]``; :func:`tensor_statistics` never raises for them. One exception
+it cannot see cheaply: a ``functionalize`` wrapper reads as garbage through ``numpy()``, so callers
+check :func:`~ptdbg_ascend.dump.tensor_kinds.transforms_active` once per call and then use
+:func:`special_statistics`.
 """
 
 from __future__ import annotations
@@ -79,7 +88,31 @@ def tensor_statistics(tensor: Any) -> Statistics:
             if small is not None:
                 return small
     # detach(): a tensor without autograd history, so no graph is recorded and no no_grad() is needed.
-    return _general_statistics(tensor.detach(), types)
+    try:
+        return _general_statistics(tensor.detach(), types)
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):
+        # A transform wrapper (vmap: .item() refuses), sparse/nested/quantized layouts, a dtype without
+        # arithmetic: never an error inside the user's call.
+        return special_statistics(tensor)
+
+
+def special_statistics(tensor: Any) -> Statistics:
+    """The statistics of the values a record of a tensor of any kind holds (``tensor_kinds.py``): of the
+    underlying batch for a vmap wrapper, the dense values of a sparse tensor...; EMPTY when it has none.
+    Read with functorch disabled; never raises."""
+    from ptdbg_ascend.dump import tensor_kinds
+
+    kind = "plain"
+    try:
+        with tensor_kinds.reading_values():
+            plain, kind = tensor_kinds.plain_values(tensor)
+            if plain is not None:
+                return _general_statistics(plain, _torch_types())
+    except Exception as error:  # noqa: BLE001 - statistics must never stop training
+        tensor_kinds.warn_once("statistics:" + kind, "Statistics of a {} tensor ({}) cannot be computed ({}: {}); "
+                               "its records hold null statistics.".format(kind, getattr(tensor, "dtype", "?"),
+                                                                          type(error).__name__, error))
+    return list(EMPTY)
 
 
 def _general_statistics(data: Any, types: "_TorchTypes") -> Statistics:
@@ -87,6 +120,8 @@ def _general_statistics(data: Any, types: "_TorchTypes") -> Statistics:
     if data.numel() == 0:
         return list(EMPTY)
     if data.is_complex():
+        if data.dtype == types.torch.complex32:
+            data = data.to(types.torch.complex64)  # abs() of complex32 would round the magnitude to float16
         data = data.abs()
     if data.dtype in (torch.float32, torch.float64):
         work = data

@@ -12,7 +12,9 @@ import math
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Set
 
+from ptdbg_ascend.dump import tensor_kinds
 from ptdbg_ascend.dump.statistics import tensor_statistics
+from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.log import logger
 
 # save(data_name_without_suffix, tensor) -> the data_name written in the leaf, or None (not saved)
@@ -33,6 +35,8 @@ def tensor_statistics_msprobe(tensor: Any) -> List[Optional[float]]:
     if data.dtype == torch.bool:
         return [bool(data.any().item()), bool(data.all().item()), None, None]
     if data.is_complex():
+        if data.dtype == torch.complex32:
+            data = data.to(torch.complex64)  # abs() of complex32 would round the magnitude to float16
         magnitude = data.abs()
         if magnitude.dim() == 0:
             value = float(magnitude.item())
@@ -66,8 +70,8 @@ def crc32_hex(tensor: Any) -> str:
     import torch
 
     data = tensor.detach()
-    if data.dtype == torch.bfloat16:
-        data = data.float()
+    if data.dtype == torch.bfloat16 or data.dtype == torch.complex32 or str(data.dtype).startswith("torch.float8"):
+        data = data.to(torch.complex64 if data.is_complex() else torch.float32)  # numpy has no such types
     array = data.cpu().contiguous().numpy()
     return "{:08x}".format(zlib.crc32(array.tobytes()) & 0xFFFFFFFF)
 
@@ -94,6 +98,41 @@ def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False)
     return leaf
 
 
+def _ordinary(tensor: Any, torch: Any) -> bool:
+    """A dense strided tensor with values (``tensor_kinds.py`` for the others)."""
+    return (tensor.layout == torch.strided and not tensor.is_nested and not tensor.is_quantized
+            and (type(tensor) is torch.Tensor or type(tensor) is torch.nn.Parameter))
+
+
+def special_tensor_leaf(tensor: Any, path: str, save: Optional[SaveTensor], md5: bool = False) -> Dict[str, Any]:
+    """The leaf of a tensor of a special kind (``dump/tensor_kinds.py``): ``dtype`` and ``requires_grad``
+    are the tensor's own; shape, statistics and the ``.pt`` file those of the values its record holds (a
+    vmap batch with its batch dims first, the dense values of a sparse tensor...), and ``tensor_kind``
+    names the kind. Without values (meta, fake...): null statistics and no file. Never raises."""
+    kind = "plain"
+    leaf = None  # type: Optional[Dict[str, Any]]
+    try:
+        with tensor_kinds.reading_values():
+            plain, kind = tensor_kinds.plain_values(tensor)
+            if plain is not None:
+                data_name = save(path, plain) if save is not None else None
+                leaf = tensor_leaf(plain, data_name, md5)
+    except Exception as error:  # noqa: BLE001 - a dump must never stop training
+        tensor_kinds.warn_once("leaf:" + kind, "A {} tensor ({}) cannot be read ({}: {}); its leaves hold null "
+                               "statistics and no file.".format(kind, tensor.dtype, type(error).__name__, error))
+    if leaf is None:
+        leaf = {"type": "torch.Tensor", "dtype": "", "shape": tensor_kinds.shape_of(tensor),
+                "Max": None, "Min": None, "Mean": None, "Norm": None, "requires_grad": False}
+    leaf["dtype"] = str(tensor.dtype)
+    try:
+        leaf["requires_grad"] = bool(tensor.requires_grad)
+    except Exception:  # noqa: BLE001
+        pass
+    if kind != "plain":
+        leaf["tensor_kind"] = kind
+    return leaf
+
+
 def _not_finite(value: Any) -> bool:
     return isinstance(value, float) and (math.isinf(value) or math.isnan(value))
 
@@ -106,8 +145,13 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
     import torch
 
     if isinstance(value, torch.Tensor):
-        data_name = save(path, value) if save is not None else None
-        return tensor_leaf(value, data_name, md5)
+        if transforms_active() or not _ordinary(value, torch):
+            return special_tensor_leaf(value, path, save, md5)
+        try:
+            data_name = save(path, value) if save is not None else None
+            return tensor_leaf(value, data_name, md5)
+        except (RuntimeError, TypeError, ValueError, NotImplementedError):  # a dtype without arithmetic...
+            return special_tensor_leaf(value, path, save, md5)
     if key == "device" and isinstance(value, (torch.device, str)):
         return {"type": "torch.device", "value": str(value)}
     if key == "dtype" and isinstance(value, torch.dtype):

@@ -28,7 +28,8 @@ def _find_observer(session: Any) -> Optional[Any]:
 
 
 def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dump_mode: str = "api",
-                            dump_config: Optional[str] = None, rank: Optional[int] = None) -> None:
+                            dump_config: Optional[str] = None, rank: Optional[int] = None,
+                            extra_apis: Optional[bool] = None) -> None:
     """See :func:`ptdbg_ascend.register_hook` with ``overflow_check``.
 
     Args:
@@ -38,6 +39,7 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
             under ACL dump (NPU with torch_npu only).
         dump_config: the ACL ``dump.json``; required with ``dump_mode="acl"``, refused otherwise.
         rank: the rank directory. Default None: the torch.distributed rank, else the device index.
+        extra_apis: True also wraps the APIs beyond the original 4.0's list; see register_hook.
     """
     import torch
 
@@ -54,6 +56,9 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
         raise ParameterError("dump_mode", dump_mode, "must be 'api' (default) or 'acl'", hint)
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
         raise ParameterError("rank", rank, "must be None or an int >= 0")
+    if extra_apis is not None and not isinstance(extra_apis, bool):
+        raise ParameterError("extra_apis", extra_apis, "must be True (also wrap the APIs of wrapped_apis_extra.txt), "
+                             "False (only the original 4.0's list) or None (keep the list already installed)")
     acl_config = acl_rerun = None
     if dump_mode == "acl":
         from ptdbg_ascend.acl.api import acl_config_argument, require_torch_npu
@@ -88,7 +93,7 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
     if previous is not None:
         session.remove_observer(previous)
         previous.close()
-    session.ensure_wrapped()
+    session.ensure_wrapped(extra_apis)
     observer = OverflowObserver(session, limit, _place(session, acl_config), rank=rank, float_status=float_status,
                                 acl_rerun=acl_rerun)
     session.add_observer(observer)

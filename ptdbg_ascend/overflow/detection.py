@@ -34,6 +34,18 @@ def _limit(tensor: Any) -> float:
     return float("inf")
 
 
+def _transformed_flag(tensor: Any) -> Optional[Flag]:
+    """The flag of the values under a torch.func transform wrapper (``dump/tensor_kinds.py``), read with
+    functorch disabled."""
+    from ptdbg_ascend.dump import tensor_kinds
+
+    with tensor_kinds.reading_values():
+        plain, _kind = tensor_kinds.plain_values(tensor)
+        if plain is None or tensor_kinds.is_transform_wrapper(plain):
+            return None
+        return tensor_flag(plain)
+
+
 def tensor_flag(tensor: Any) -> Optional[Flag]:
     """Whether ``tensor`` overflows: a Python bool for a CPU tensor, a 0-d bool tensor on the device
     otherwise (no host sync); None for tensors that cannot overflow (bool, int, empty, meta, sparse)."""
@@ -53,7 +65,10 @@ def tensor_flag(tensor: Any) -> Optional[Flag]:
         return None  # a tensor subclass or backend without these reductions: the check must not stop training
     if tensor.device.type == "cpu":
         # Reading a CPU scalar costs no sync and is cheaper than three more tensor ops.
-        high_value, low_value = float(high), float(low)
+        try:
+            high_value, low_value = float(high), float(low)
+        except RuntimeError:  # a vmap-batched tensor refuses item(): check the whole batch it holds
+            return _transformed_flag(tensor)
         return not (high_value < limit and low_value > -limit)
     # NaN compares False everywhere, so "inside the limits" is False for it and the flag is set.
     return torch.logical_not(torch.logical_and(high < limit, low > -limit))

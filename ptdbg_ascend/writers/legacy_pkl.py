@@ -7,7 +7,9 @@ Lines (one JSON array each, appended as the run goes)::
 
 Every line is written in one ``write`` and flushed, and only after its ``.npy`` is complete, so a
 killed process leaves a file whose every line parses and whose every tensor line has its npy.
-bf16 tensors are saved as float32 (numpy has no bf16); the pkl ``dtype`` stays the tensor's own.
+bf16 and float8 tensors are saved as float32, complex32 as complex64 (numpy has no such types; every
+value is exactly representable); the pkl ``dtype`` stays the tensor's own. Tensors of special kinds
+(vmap/grad wrappers, nested, sparse, quantized, meta...) are recorded as ``dump/tensor_kinds.py`` says.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import os
 import shutil
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.dump.statistics import array_statistics, scalar_statistics, tensor_statistics
+from ptdbg_ascend.dump.statistics import EMPTY, array_statistics, scalar_statistics, tensor_statistics
+from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
 
@@ -208,33 +211,49 @@ class LegacyPklWriter(object):
         # statistics alone a copy and a second busy thread cost more than the passes they save
         # (measured: 41.8 -> 45.5 ms per step on the reference model).
         deferring = lookup is not None and npy_dir is not None and self._background is not None
+        # Inside vmap/grad/jvp/functionalize the tensors may be transform wrappers: once per call.
+        transformed = transforms_active()
         for name, value in records:
             if hasattr(value, "_version"):  # a torch tensor
                 dtype = _DTYPE_TEXTS.get(value.dtype) or _dtype_text(value.dtype)
-                shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
-                if lookup is None:
-                    statistics, same_as = tensor_statistics(value), None
-                elif deferring and dtype in _DEFERRED_DTYPES and value.numel() >= _DEFERRED_MIN_ELEMENTS \
-                        and value.device.type == "cpu":  # an accelerator reduces on the device, nearly free
-                    statistics, same_as = lookup(value, name, _new_pending)
-                else:
-                    # Small tensors on the calling thread: a writer thread would fight training for the GIL.
-                    statistics, same_as = lookup(value, name)
-                if npy_dir is not None:
-                    path = os.path.join(npy_dir, name + ".npy")
-                    if same_as is not None:
-                        files.append((path, None, os.path.join(npy_dir, same_as + ".npy")))
+                if transformed:
+                    nbytes += _take_special(name, value, dtype, npy_dir, lines, files, head)[0]
+                    continue
+                statistics = None
+                try:
+                    shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
+                    if lookup is None:
+                        statistics, same_as = tensor_statistics(value), None
+                    elif deferring and dtype in _DEFERRED_DTYPES and value.numel() >= _DEFERRED_MIN_ELEMENTS \
+                            and value.device.type == "cpu":  # an accelerator reduces on the device, nearly free
+                        statistics, same_as = lookup(value, name, _new_pending)
                     else:
-                        array = _host_copy(value)
-                        nbytes += array.nbytes
-                        files.append((path, array, None))
+                        # Small tensors on the calling thread: a writer thread would fight training for the GIL.
+                        statistics, same_as = lookup(value, name)
+                    if npy_dir is not None:
+                        path = os.path.join(npy_dir, name + ".npy")
+                        if same_as is not None:
+                            files.append((path, None, os.path.join(npy_dir, same_as + ".npy")))
+                        else:
+                            array = _host_copy(value)
+                            nbytes += array.nbytes
+                            files.append((path, array, None))
+                except Exception:  # noqa: BLE001 - RuntimeError, TypeError, AttributeError (jagged sizes)...
+                    # Nested (no shape), sparse/quantized/meta/fake (no numpy()): the values tensor_kinds.py
+                    # says such a record holds. Nothing of this record was appended yet.
+                    taken, special = _take_special(name, value, dtype, npy_dir, lines, files, head)
+                    nbytes += taken
+                    if type(statistics) is _PendingStatistics:  # handed out by the cache: never left unfilled
+                        statistics[:] = special
+                    continue
                 if type(statistics) is _PendingStatistics:
                     if same_as is None:  # the first record of this tensor: its job fills the list
                         reductions.append((array, statistics))
                     lines.append((name, dtype, shape, statistics))
                     continue
             else:
-                dtype, shape = str(type(value)), "[]"
+                # The original writes a Python scalar's shape as the string "[]" (a 0-d tensor's as []).
+                dtype, shape = str(type(value)), '"[]"'
                 statistics = scalar_statistics(value)
                 if npy_dir is not None:
                     files.append((os.path.join(npy_dir, name + ".npy"), value, None))
@@ -279,12 +298,79 @@ class LegacyPklWriter(object):
             raise DumpWriteError("Cannot write to {}: {}".format(self.pkl_path, error)) from error
 
 
+def _take_special(name: str, value: Any, dtype: str, npy_dir: Optional[str], lines: List[Any],
+                  files: List[Tuple[str, Any, Optional[str]]], head: str) -> Tuple[int, List[Optional[float]]]:
+    """The line and npy of a tensor of a special kind (``dump/tensor_kinds.py``): the dtype is the tensor's
+    own, the shape, statistics and npy those of the values its record holds (a vmap batch with its batch
+    dims first, the dense values of a sparse tensor...); without values, null statistics and no npy.
+    Never raises: returns the bytes of the copy and the statistics."""
+    from ptdbg_ascend.dump import tensor_kinds
+
+    kind = "plain"
+    array = None
+    try:
+        with tensor_kinds.reading_values():
+            plain, kind = tensor_kinds.plain_values(value)
+            if plain is None:
+                shape, statistics = _shape_text(tuple(tensor_kinds.shape_of(value))), list(EMPTY)
+            else:
+                shape, statistics = _shape_text(plain.shape), tensor_statistics(plain)
+                if npy_dir is not None:
+                    try:
+                        array = _host_copy(plain)
+                    except (RuntimeError, TypeError, ValueError, NotImplementedError) as error:
+                        tensor_kinds.warn_once("npy:" + dtype, "{} tensors cannot be saved as npy ({}); their "
+                                               "records have statistics only.".format(dtype, error))
+    except Exception as error:  # noqa: BLE001 - a dump must never stop training
+        shape, statistics = "[]", list(EMPTY)
+        tensor_kinds.warn_once("error:" + kind, "A {} tensor ({}) cannot be read ({}: {}); its records hold null "
+                               "statistics and no npy.".format(kind, dtype, type(error).__name__, error))
+    note = _kind_note(kind)
+    if note is not None:
+        tensor_kinds.warn_once(kind, note)
+    if array is not None:
+        files.append((os.path.join(npy_dir, name + ".npy"), array, None))  # type: ignore[arg-type]
+    lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, _numbers_text(statistics)))
+    return (array.nbytes if array is not None else 0), statistics
+
+
+def _kind_note(kind: str) -> Optional[str]:
+    """What the log says once about the records of a special kind of tensor (None for plain ones)."""
+    if kind == "plain":
+        return None
+    if kind in ("meta", "fake"):
+        return "Records of {} tensors hold no values: null statistics, no npy.".format(kind)
+    if kind == "vmap":
+        return ("Records of vmap-batched tensors hold the whole batch, batch dims first (outermost vmap first), "
+                "in their shape, statistics and npy (doc/dump_guide.md).")
+    return "Records of {} tensors hold their values as doc/dump_guide.md describes.".format(kind)
+
+
+# dtypes numpy has no type for, and the numpy-readable dtype their npy holds (exactly representable).
+_NPY_WIDER = {}  # type: Dict[Any, Any]
+
+
+def _npy_wider(dtype: Any) -> Any:
+    """The torch dtype an npy of ``dtype`` is saved in (None: numpy reads ``dtype`` itself)."""
+    if not _NPY_WIDER:
+        import torch
+
+        wider = {torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
+        for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
+            if hasattr(torch, name):
+                wider[getattr(torch, name)] = torch.float32
+        _NPY_WIDER.update(wider)
+    return _NPY_WIDER.get(dtype)
+
+
 def _host_copy(tensor: Any) -> Any:
-    """A numpy copy of ``tensor`` that later in-place changes cannot alter (bf16 -> float32)."""
+    """A numpy copy of ``tensor`` that later in-place changes cannot alter (bf16 and float8 -> float32,
+    complex32 -> complex64: numpy has no such types)."""
     import torch
 
     data = tensor.detach()  # no autograd history: nothing below records a graph
-    if data.dtype != torch.bfloat16 and data.device.type == "cpu":
+    wider = _npy_wider(data.dtype)
+    if wider is None and data.device.type == "cpu":
         try:
             # numpy's copy of the shared memory: one copy, C-ordered (the npy fast path), without
             # torch's per-operator dispatch of clone().
@@ -292,8 +378,8 @@ def _host_copy(tensor: Any) -> Any:
         except (RuntimeError, TypeError):  # a lazily conjugated or negated view: torch resolves it
             pass
     with torch.no_grad():
-        if data.dtype == torch.bfloat16:
-            data = data.float()  # a new tensor already
+        if wider is not None:
+            data = data.to(wider)  # a new tensor already
         elif data.device.type != "cpu":
             data = data.cpu()
         else:

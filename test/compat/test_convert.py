@@ -27,7 +27,7 @@ BF16 = np.array([1.5, -2.0, 0.375], dtype=np.float32)  # exactly representable i
 PKL_LINES = [
     ["Functional_linear_0_forward_input.0", 0, [], "torch.float32", [2, 3], [3.0, -2.0, 0.2916666567325592, 4.0]],
     ["Functional_linear_0_forward_input.1", 0, [], "torch.float32", [2, 3], [2.0, -1.0, 0.4166666567325592, 2.5]],
-    ["Functional_linear_0_forward_input.2", 0, [], "<class 'int'>", [], [1.0, 1.0, 1.0, 1.0]],
+    ["Functional_linear_0_forward_input.2", 0, [], "<class 'int'>", "[]", [1.0, 1.0, 1.0, 1.0]],
     ["Functional_linear_0_forward_output", 0, [], "torch.float32", [2, 2], [2.0, -4.0, -0.5, 5.0]],
     ["Functional_linear_0_forward_stack_info", [["/w/train.py", "12", "forward", "y = F.linear(x, w)"]]],
     ["Functional_linear_0_backward_input.0", 0, [], "torch.float32", [2, 2], [1.0, 1.0, 1.0, 2.0]],

@@ -13,9 +13,9 @@ def main(rank: int, world: int, init_file: str, config_path: str) -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
     debugger = PrecisionDebugger(config_path=config_path)
+    x = torch.full((2, 3), float(rank + 1))  # before start: torch.full is wrapped (the original 4.0's list)
     for _ in range(2):
         debugger.start()
-        x = torch.full((2, 3), float(rank + 1))
         out = model(x).sum()
         out.backward()
         grad = model.weight.grad.clone()

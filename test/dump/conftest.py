@@ -78,7 +78,7 @@ def check_npy():
         name, step, reserved, dtype, shape, stats = record
         assert step == 0 and reserved == []
         array = np.load(os.path.join(npy_dir, name + ".npy"), allow_pickle=False)
-        assert list(array.shape) == shape, name
+        assert list(array.shape) == ([] if shape == "[]" else shape), name  # a Python scalar's shape: "[]"
         numpy_dtype = {"torch.float32": np.float32, "torch.bfloat16": np.float32, "torch.float16": np.float16,
                        "torch.float64": np.float64, "torch.int64": np.int64, "torch.bool": np.bool_}.get(dtype)
         if numpy_dtype is not None:

@@ -21,7 +21,7 @@ def test_filter_off_keeps_int_tensors_0d_and_scalars(tmp_path, dump_session, mod
     set_dump_switch("ON", filter_switch="OFF")
     train(model, steps=1)
     x = torch.ones(3)
-    x.view(torch.Size([3, 1]))
+    x.reshape(torch.Size([3, 1]))
     set_dump_switch("OFF")
     records = dict((record[0], record) for record in pkl_records(rank_dir / "npu_dump.pkl"))
     assert records["Functional_cross_entropy_0_forward_input.1"][3:5] == ["torch.int64", [2]]
@@ -29,10 +29,10 @@ def test_filter_off_keeps_int_tensors_0d_and_scalars(tmp_path, dump_session, mod
         "torch.float32", [], records["Functional_cross_entropy_0_forward_output"][5]]
     loss = records["Functional_cross_entropy_0_forward_output"][5]
     assert loss[0] == loss[1] == loss[2] and loss[3] == abs(loss[0])
-    # torch.Size argument: one scalar record per element
-    assert records["Tensor_view_0_forward_input.1.0"][3:6] == ["<class 'int'>", [], [3.0, 3.0, 3.0, 3.0]]
-    assert records["Tensor_view_0_forward_input.1.1"][5] == [1.0, 1.0, 1.0, 1.0]
-    assert np.load(str(rank_dir / "npu_dump" / "Tensor_view_0_forward_input.1.0.npy")).item() == 3
+    # torch.Size argument: one scalar record per element, its shape the string "[]" as the original writes it
+    assert records["Tensor_reshape_0_forward_input.1.0"][3:6] == ["<class 'int'>", "[]", [3.0, 3.0, 3.0, 3.0]]
+    assert records["Tensor_reshape_0_forward_input.1.1"][5] == [1.0, 1.0, 1.0, 1.0]
+    assert np.load(str(rank_dir / "npu_dump" / "Tensor_reshape_0_forward_input.1.0.npy")).item() == 3
     for name, record in records.items():
         check_npy(record, str(rank_dir / "npu_dump"))
 

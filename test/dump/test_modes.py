@@ -128,7 +128,7 @@ def test_large_tensors_get_their_statistics_from_the_npy_copy(tmp_path, dump_ses
     """Tensors of 64K elements and more (float32, bf16) are reduced by the writer thread from the array
     it saves; a tensor recorded twice (output, then the next call's input) shares the file and numbers,
     and an in-place change after recording does not reach them."""
-    register_hook(torch.nn.Identity(), acc_cmp_dump)
+    register_hook(torch.nn.Identity(), acc_cmp_dump, extra_apis=True)  # Tensor.to: an extra API
     set_dump_path(str(tmp_path / "npu_dump.pkl"), dump_tag="big")
     generator = torch.Generator().manual_seed(2)
     x = torch.randn(300, 300, generator=generator) * 5 + 1  # 90,000 elements

@@ -64,7 +64,7 @@ def test_writer_lines_and_npy(tmp_path):
         lines = [json.loads(line) for line in handle]
     assert lines == [
         ["Torch_add_0_forward_input.0", 101, [], "torch.bfloat16", [1, 2], [1.5, -2.0, -0.25, 2.5]],
-        ["Torch_add_0_forward_input.1", 101, [], "<class 'float'>", [], [2.0, 2.0, 2.0, 2.0]],
+        ["Torch_add_0_forward_input.1", 101, [], "<class 'float'>", "[]", [2.0, 2.0, 2.0, 2.0]],
         ["Torch_add_0_forward_stack_info", [["a.py", "3", "f", "x = y"]]],
     ]
     array = np.load(str(tmp_path / "r" / "x" / "Torch_add_0_forward_input.0.npy"))

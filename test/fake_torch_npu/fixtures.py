@@ -19,6 +19,8 @@ def clean_session(session) -> None:
         except ValueError:
             pass
     session.reset_counters()
+    if getattr(session, "extra_apis", False) and session.wrapped_count:
+        session.ensure_wrapped(extra_apis=False)  # a test's opt-in to the extra APIs ends with the test
     session.opened_files.clear()
     session.legacy = LegacyDumpSettings()
 

@@ -47,9 +47,9 @@ ALL_REDUCE_SCRIPT = textwrap.dedent('''
 
     dist.init_process_group("gloo")
     set_dump_path(sys.argv[1])
-    register_hook(torch.nn.Identity(), overflow_check)
     value = float("inf") if dist.get_rank() == 1 else 1.0
-    grads = torch.full((3,), value)  # creation functions are not wrapped: nothing is checked yet
+    grads = torch.full((3,), value)  # before register_hook: torch.full is wrapped (the original 4.0's list)
+    register_hook(torch.nn.Identity(), overflow_check)
     try:
         dist.all_reduce(grads)  # the inf of rank 1 reaches rank 0 through the collective
     except ValueError as error:
