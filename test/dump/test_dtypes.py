@@ -72,19 +72,24 @@ def test_every_dtype_dumps_with_faithful_npy_and_statistics(tmp_path, dump_sessi
         np.testing.assert_array_equal(array, samples[dtype], err_msg=str(dtype))
 
 
-def test_every_dtype_in_the_msprobe_tensor_dump(tmp_path, dump_session):
+def _msprobe_clones(tmp_path, tensors):
+    """``torch.clone`` of each tensor under a tensor-task PrecisionDebugger; returns (rank dir, dump.json
+    "data", the names of the clone calls in order)."""
     debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "dump"))
     debugger.start()
-    tensors = {}
-    for dtype in NPY_DTYPES:
-        tensors[dtype] = sample(dtype)
-        torch.clone(tensors[dtype][0])
+    for tensor in tensors:
+        torch.clone(tensor)
     debugger.stop()
     debugger.step()
     rank_dir = tmp_path / "dump" / "step0" / "rank"
     with open(str(rank_dir / "dump.json"), encoding="utf-8") as handle:
         data = json.load(handle)["data"]
-    names = [name for name in data if name.startswith("Torch.clone.")]
+    return rank_dir, data, [name for name in data if name.startswith("Torch.clone.")]
+
+
+def test_every_dtype_in_the_msprobe_tensor_dump(tmp_path, dump_session):
+    tensors = {dtype: sample(dtype) for dtype in NPY_DTYPES}
+    rank_dir, data, names = _msprobe_clones(tmp_path, [tensors[dtype][0] for dtype in NPY_DTYPES])
     assert len(names) == len(NPY_DTYPES)
     for name, dtype in zip(names, NPY_DTYPES):
         tensor, copy = tensors[dtype]
@@ -150,16 +155,7 @@ def test_special_tensor_kinds_never_raise(tmp_path, dump_session, pkl_records, s
 
 @pytest.mark.filterwarnings("ignore")
 def test_special_tensor_kinds_in_the_msprobe_dump(tmp_path, dump_session):
-    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "dump"))
-    debugger.start()
-    for _label, tensor, _values in special_tensors():
-        torch.clone(tensor)
-    debugger.stop()
-    debugger.step()
-    rank_dir = tmp_path / "dump" / "step0" / "rank"
-    with open(str(rank_dir / "dump.json"), encoding="utf-8") as handle:
-        data = json.load(handle)["data"]
-    names = [name for name in data if name.startswith("Torch.clone.")]
+    rank_dir, data, names = _msprobe_clones(tmp_path, [tensor for _label, tensor, _values in special_tensors()])
     assert len(names) == 6
     for name, (label, tensor, values) in zip(names, special_tensors()):
         leaf = data[name]["output"][0]
