@@ -1,12 +1,13 @@
 """The ``ptdbg`` console script. Each feature package contributes its sub-commands through an
-``add_commands(subparsers)`` function, so this file only dispatches and maps our errors to one
-readable stderr line with exit status 2."""
+``add_commands(subparsers)`` function, so this file only dispatches and maps every error (ours and
+unexpected ones) to one readable stderr line with exit status 2 (``ptdbg --debug ...`` shows the traceback)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import traceback
 from typing import List, Optional
 
 from ptdbg_ascend.errors import PtdbgError
@@ -22,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="ptdbg_ascend: compare two PyTorch dumps API by API, parse a dump, migrate legacy scripts.",
     )
     parser.add_argument("--version", action="version", version="ptdbg_ascend " + __version__)
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error (default: one line on stderr)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         try:
@@ -34,19 +37,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help()
-        return 2
+    """Run ``ptdbg``. The one place where errors become exit statuses: 0 success, 1 only for "accuracy
+    not reached" (the handler says so), 2 for usage and input errors (argparse's own usage errors
+    included) and for any unexpected error, each as one line on stderr; ``--debug`` adds the traceback."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv  # known before parsing, so an error while building the parser is covered too
+    command = "ptdbg"
     try:
-        result = handler(args)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        debug = args.debug
+        handler = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help()
+            return 2
+        command = "ptdbg " + args.command
+        return int(handler(args) or 0)
     except PtdbgError as error:
-        print("ptdbg {}: error: {}".format(args.command, error), file=sys.stderr)
+        if debug:
+            traceback.print_exc()
+        print("{}: error: {}".format(command, _one_line(error)), file=sys.stderr)
         return 2
-    return int(result or 0)
+    except Exception as error:  # noqa: BLE001 -- the CLI boundary: no traceback unless asked for
+        if debug:
+            traceback.print_exc()
+            hint = ""
+        else:
+            hint = " (an unexpected error; rerun with --debug for the traceback)"
+        print("{}: error: {}: {}{}".format(command, type(error).__name__, _one_line(error), hint), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

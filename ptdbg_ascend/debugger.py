@@ -110,6 +110,8 @@ class PrecisionDebugger(object):
             recorder.begin_step(self._new_writer())
             self._writer_step = self.current_step
             logger.info("Dump data will be saved in {}.".format(recorder.writer.directory))
+        # One writer per step/rank directory: a second process gets a DumpPathError here.
+        recorder.writer.claim()
         recorder.switch(True)
         self._started = True
         logger.info("Dump switch is turned on at step {}.".format(self.current_step))
@@ -127,7 +129,10 @@ class PrecisionDebugger(object):
         recorder = self._recorder
         recorder.switch(False)
         get_session().remove_observer(recorder)
-        recorder.close()
+        try:
+            recorder.close()
+        finally:
+            recorder.writer.release()
         logger.info("Dump switch is turned off at step {}; dump.json is in {}.".format(
             self.current_step, recorder.writer.directory))
 
@@ -192,8 +197,11 @@ class PrecisionDebugger(object):
 
         if self.config.saves_tensors and self._background is None:
             self._background = BackgroundWriter(name="ptdbg-msprobe-writer")
+        from ptdbg_ascend.dump.session import environment_rank
+
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        rank = torch.distributed.get_rank() if distributed else None
+        # Without torch.distributed, RANK/LOCAL_RANK still give distinct rank directories (msprobe: "rank").
+        rank = torch.distributed.get_rank() if distributed else environment_rank()
         directory = step_rank_dir(self.config.dump_path, self.current_step, rank)
         return MsprobeJsonWriter(directory, self.config.task, self.config.level, self.config.saves_tensors,
                                  background=self._background)

@@ -35,8 +35,9 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     (dump.json only), ``is_print_compare_log`` (default True).
     ``output_path``: an existing directory; writes ``compare_result_{suffix}_{timestamp}.csv`` (``suffix``
     default "" drops the part) and the same-named ``.xlsx`` (``xlsx=True``), and with ``auto_analyze``
-    (default True) ``advisor[_{suffix}]_{timestamp}.txt``. ``stack_mode`` (default False) adds the
-    ``NPU_Stack_Info`` column. Calls are aligned across counter shifts by default; ``fuzzy_match``
+    (default True) ``advisor[_{suffix}]_{timestamp}.txt``; when such a report exists already (two compares
+    in one second), ``_1``, ``_2``... is added to the stem of all three (never replacing a report).
+    ``stack_mode`` (default False) adds the ``NPU_Stack_Info`` column. Calls are aligned across counter shifts by default; ``fuzzy_match``
     (default False) keeps its legacy meaning: rows whose call names differ say so in Err_message.
     ``api_mapping`` (default None): NPU API -> bench API names without counter and direction
     (``{"NPU_npu_rms_norm": "Functional_rms_norm"}``), as a dict or the path of a JSON/YAML file.
@@ -76,10 +77,11 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     advice, finding = advisor.diagnose(rows, counts)
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
     tail = "{}_{}".format(suffix, stamp) if suffix else stamp
-    stem = "compare_result_" + tail
-    csv_path = os.path.join(output_path, stem + ".csv")
     table = reports.table_of(rows, column_names, stack_mode)
-    reports.write_csv(csv_path, column_names, table)
+    others = ([("compare_result_", ".xlsx")] if xlsx else []) + ([("advisor_", ".txt")] if auto_analyze else [])
+    tail, csv_path, handle = reports.claim_report(output_path, tail, others)
+    stem = "compare_result_" + tail
+    reports.write_csv(csv_path, column_names, table, handle)
     logger.info("Compare result is {}".format(csv_path))
     xlsx_path = None
     if xlsx:

@@ -124,7 +124,7 @@ def _metrics_of_records(job) -> Optional[met.Metrics]:
     if npu.shape != bench.shape:
         return met.not_compared(met.Status.SHAPE, met.MSG_SHAPE)  # no need to read the files
     try:
-        return met.compare_files(npu.data_path, bench.data_path, tolerance_)
+        return met.compare_records(npu, bench, tolerance_)
     except Exception as error:  # noqa: BLE001 -- one bad pair must never lose the rest of the report
         return met.not_compared(met.Status.NOT_READ, "Cannot compare {}: {}: {}".format(
             npu.name, type(error).__name__, error))

@@ -12,10 +12,14 @@ error norm, the bench norm, the worst element and where it is, and how many elem
 from __future__ import annotations
 
 import math
+import os
+import pickle
+import stat
 from typing import Optional, Tuple
 
 import numpy as np
 
+from ptdbg_ascend.comparison.records import TensorRecord
 from ptdbg_ascend.comparison.tolerances import Tolerance
 
 UNSUPPORTED = "unsupported"
@@ -116,27 +120,57 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.einsum("i,i->", x, y))
 
 
-def load_tensor(path: str) -> np.ndarray:
+def open_inside(path: str, root: Optional[str] = None):
+    """``path`` opened for binary reading, after resolving it (``os.path.realpath``): with ``root`` (the
+    data directory the user gave) the resolved file must lie inside the resolved ``root``; it must be a
+    regular file (a FIFO would block). The resolved path itself is opened (``O_NOFOLLOW``), so what was
+    checked is what is read.
+
+    :raises ValueError: the file lies outside ``root`` or is not a regular file.
+    :raises OSError: it cannot be opened (FileNotFoundError when missing).
+    """
+    real = os.path.realpath(path)
+    if root is not None:
+        real_root = os.path.realpath(root)
+        if os.path.commonpath([real, real_root]) != real_root:
+            raise ValueError("{} resolves to {}, outside the data directory {}; it is not read".format(
+                path, real, root))
+    descriptor = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ValueError("{} is not a regular file; it is not read".format(path))
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def load_tensor(path: str, root: Optional[str] = None) -> np.ndarray:
     """Load a dumped tensor: ``.npy`` with allow_pickle=False, ``.pt`` with torch (lazily) and
-    ``weights_only=True`` only: a torch too old to load without unpickling code is refused, never
-    worked around."""
-    if path.endswith(".pt"):
+    ``weights_only=True`` only (explicit, so ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` cannot turn it off): a
+    file holding other Python objects, or a torch too old to load without unpickling code, is refused,
+    never worked around. ``root`` (default None): the directory the file must lie inside (:func:`open_inside`).
+    """
+    with open_inside(path, root) as handle:
+        if not path.endswith(".pt"):
+            return np.load(handle, allow_pickle=False)
         import torch  # only msprobe tensor dumps need it
 
         try:
-            tensor = torch.load(path, map_location="cpu", weights_only=True)
+            tensor = torch.load(handle, map_location="cpu", weights_only=True)
         except TypeError as error:
             if "weights_only" in str(error):
                 raise ValueError("{} is a .pt file and this torch ({}) cannot load it safely (weights_only needs "
                                  "torch >= 1.13); convert the dump with `ptdbg convert` on a newer torch"
                                  .format(path, torch.__version__)) from None
             raise
-        if not isinstance(tensor, torch.Tensor):
-            raise ValueError("{} does not hold a tensor".format(path))
-        if tensor.dtype == torch.bfloat16:
-            tensor = tensor.float()
-        return tensor.detach().numpy()
-    return np.load(path, allow_pickle=False)
+        except pickle.UnpicklingError:
+            raise ValueError("{} holds Python objects besides tensors; it is not unpickled".format(path)) from None
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError("{} does not hold a tensor".format(path))
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return tensor.detach().numpy()
 
 
 def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Tolerance] = None) -> Metrics:
@@ -169,18 +203,26 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
         # Same positions and kinds: those elements agree, so zero them and compare the rest.
         n = np.where(n_bad, 0.0, n)
         b = np.where(b_bad, 0.0, b)
-    abs_err = np.abs(n - b)
+    with np.errstate(over="ignore"):  # 1.7e308 - (-1.7e308) is inf: the true difference is beyond range
+        abs_err = np.abs(n - b)
     b_abs = np.abs(b)
     worst_flat = int(np.argmax(abs_err))
     max_abs = float(abs_err[worst_flat])
     scale = max(float(b_abs.max()), float(np.abs(n).max()))
     # Norms by sums of squares; for data near the ends of float64's range (1e-30 vectors, 1e200 values)
     # the squares would under/overflow, so such data is scaled to magnitude ~1 first.
+    # The scaled norms are kept: near float64's maximum a norm itself is beyond range (inf) while the
+    # cosine and ratios of the scaled data are exact.
     unit = scale if (scale > 0 and not _SAFE_SQUARES[0] < scale < _SAFE_SQUARES[1]) else 1.0
     n_unit, b_unit, err_unit = (n, b, abs_err) if unit == 1.0 else (n / unit, b / unit, abs_err / unit)
-    bench_norm = math.sqrt(_dot(b_unit, b_unit)) * unit
-    npu_norm = math.sqrt(_dot(n_unit, n_unit)) * unit
-    error_norm = math.sqrt(_dot(err_unit, err_unit)) * unit
+    if not math.isfinite(max_abs):  # n - b overflowed (1.7e308 and -1.7e308): the scaled difference does not
+        err_unit = np.abs(n_unit - b_unit)
+    with np.errstate(over="ignore"):
+        bench_unit_norm = math.sqrt(_dot(b_unit, b_unit))
+        npu_unit_norm = math.sqrt(_dot(n_unit, n_unit))
+        error_unit_norm = math.sqrt(_dot(err_unit, err_unit))
+        bench_norm = bench_unit_norm * unit
+        error_norm = error_unit_norm * unit
     mismatched = None
     if tolerance is not None and not tolerance.allows(error_norm, bench_norm, int(n.size), max_abs, scale):
         # Only for a failing pair (it is in its message): one more pass over the data.
@@ -196,21 +238,23 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     if npu.ndim == 0:
         return Metrics(Status.SCALAR, (MSG_SCALAR,), max_relative_err=max_rel, **common)
     messages = []
-    cosine = _cosine(n_unit, b_unit, npu_norm / unit, bench_norm / unit, messages)
+    cosine = _cosine(n_unit, b_unit, npu_unit_norm, bench_unit_norm, messages)
     if math.isnan(max_rel):
         max_rel_value = None  # type: Optional[float]
         messages.append(MSG_REL_NAN)
     else:
         max_rel_value = max_rel
     count = float(n.size)
-    bench_abs_sum = float(b_abs.sum())
+    # Ratios of sums on the scaled data: sums of values near 1e308 would overflow (inf / inf = NaN).
+    b_unit_abs = b_abs if unit == 1.0 else np.abs(b_unit)
+    bench_abs_sum = float(b_unit_abs.sum())
     return Metrics(
         Status.COMPARED, tuple(messages), cosine=cosine, max_relative_err=max_rel_value,
         one_thousandth_ratio=float(np.count_nonzero(relative < 0.001)) / count,
         five_thousandths_ratio=float(np.count_nonzero(relative < 0.005)) / count,
-        accumulated_relative_err=float(abs_err.sum()) / bench_abs_sum if bench_abs_sum > 0 else None,
-        euclidean_relative_distance=error_norm / bench_norm if bench_norm > 0 else None,
-        kl_divergence=_kl_divergence(np.abs(n), b_abs, bench_abs_sum), **common)
+        accumulated_relative_err=float(err_unit.sum()) / bench_abs_sum if bench_abs_sum > 0 else None,
+        euclidean_relative_distance=error_unit_norm / bench_unit_norm if bench_unit_norm > 0 else None,
+        kl_divergence=_kl_divergence(np.abs(n_unit), b_unit_abs, bench_abs_sum), **common)
 
 
 def _real_pairs(array: np.ndarray) -> np.ndarray:
@@ -265,12 +309,65 @@ def compare_files(npu_path: Optional[str], bench_path: Optional[str],
     """Load and compare; a file that cannot be loaded is a row message naming it, never an exception."""
     arrays = []
     for path in (npu_path, bench_path):
-        if path is None:
-            return not_compared(Status.NOT_READ, "Dump file: {} not found.".format(path))
-        try:
-            arrays.append(load_tensor(path))
-        except FileNotFoundError:
-            return not_compared(Status.NOT_READ, "Dump file: {} not found.".format(path))
-        except (OSError, ValueError, RuntimeError) as error:
-            return not_compared(Status.NOT_READ, "Dump file: {} cannot be read ({}).".format(path, error))
+        array = _load_or_message(path, None)
+        if isinstance(array, Metrics):
+            return array
+        arrays.append(array)
     return compare_arrays(arrays[0], arrays[1], tolerance)
+
+
+def compare_records(npu: TensorRecord, bench: TensorRecord, tolerance: Optional[Tolerance] = None) -> Metrics:
+    """Load the files of two records and compare them. A record without a usable file name, a file
+    outside its data directory, or a file whose shape (or kind of dtype) is not what the dump recorded,
+    is a row message; nothing is compared then."""
+    arrays = []
+    for record in (npu, bench):
+        if record.data_problem:
+            return not_compared(Status.NOT_READ, record.data_problem)
+        array = _load_or_message(record.data_path, record.data_root)
+        if isinstance(array, Metrics):
+            return array
+        problem = _record_mismatch(record, array)
+        if problem:
+            return not_compared(Status.NOT_READ, problem)
+        arrays.append(array)
+    return compare_arrays(arrays[0], arrays[1], tolerance)
+
+
+def _load_or_message(path: Optional[str], root: Optional[str]):
+    if path is None:
+        return not_compared(Status.NOT_READ, "Dump file: {} not found.".format(path))
+    try:
+        return load_tensor(path, root)
+    except FileNotFoundError:
+        return not_compared(Status.NOT_READ, "Dump file: {} not found.".format(path))
+    except (OSError, ValueError, RuntimeError, EOFError) as error:
+        return not_compared(Status.NOT_READ, "Dump file: {} cannot be read ({}).".format(path, error))
+
+
+def _dtype_kinds(dtype: str) -> Optional[str]:
+    """numpy kinds a file of a ``torch.*`` dtype may hold (bf16 and float8 are saved widened); None
+    when the dump's dtype says nothing checkable."""
+    if not dtype.startswith("torch."):
+        return None
+    name = dtype[len("torch."):]
+    if name == "bool":
+        return "b"
+    if name.startswith("complex"):
+        return "c"
+    if name.startswith(("float", "bfloat", "half", "double")):
+        return "f"
+    if name.startswith(("int", "uint", "long", "short")):
+        return "iu"
+    return None
+
+
+def _record_mismatch(record: TensorRecord, array: np.ndarray) -> Optional[str]:
+    if tuple(array.shape) != tuple(record.shape):
+        return ("Not compared: the dump records shape {} for {}, but its file holds shape {} ({} elements)."
+                .format(list(record.shape), record.name, list(array.shape), array.size))
+    kinds = _dtype_kinds(record.dtype)
+    if kinds is not None and array.dtype.kind not in kinds:
+        return "Not compared: the dump records dtype {} for {}, but its file holds {}.".format(
+            record.dtype, record.name, array.dtype)
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Iterable, NamedTuple, Optional, Tuple
 
@@ -20,6 +21,11 @@ class TensorRecord(NamedTuple):
     shape: Tuple[int, ...]
     statistics: Statistics
     data_path: Optional[str]  # where its .npy/.pt lives; None in a summary-only dump
+    # The directory the user gave: ``data_path`` is read only if its real path lies inside it.
+    data_root: Optional[str] = None
+    # Why the record has no file to read although a data directory was given (its name is not a plain
+    # file name...): the row says so and nothing is opened.
+    data_problem: Optional[str] = None
 
 
 class CallRecord(NamedTuple):
@@ -70,16 +76,47 @@ def user_line(frames: Tuple[Frame, ...]) -> Optional[str]:
 
 
 def as_number(value: object) -> Optional[float]:
-    """A statistic as float; None for the legacy placeholders ("Nan", [], null, strings)."""
+    """A statistic as float; None for the legacy placeholders ("Nan", [], null, strings). An integer
+    beyond float64's range (a 400-digit number) is +-inf, as JSON's ``1e400`` is."""
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, float):
+        return value
     return None
 
 
 def as_shape(value: object) -> Tuple[int, ...]:
-    """Shape as a tuple; legacy Python scalars carry the string "[]"."""
+    """Shape as a tuple; legacy Python scalars carry the string "[]" (and a missing shape is ``()``).
+
+    :raises ValueError: a list whose items are not non-negative integers (``["x"]``, ``[1.5]``, ``[-1]``).
+    """
     if isinstance(value, (list, tuple)):
-        return tuple(int(v) for v in value)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            raise ValueError("shape {!r} is not a list of non-negative integers".format(_short(value)))
+        return tuple(value)
     return ()
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# A tensor file name taken from a dump (a pkl record name + ".npy", a dump.json data_name): one plain
+# name inside the data directory, never a path.
+_FILE_NAME = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.+\-]*\Z")
+
+
+def file_name_problem(name: object) -> Optional[str]:
+    """Why ``name`` (from a dump file) cannot be a tensor file name inside the data directory; None when
+    it can: a str of letters, digits, ``_ . + -``, not starting with a dot, without ``..``."""
+    if not isinstance(name, str):
+        return "file name {} is not a string".format(_short(name))
+    if not _FILE_NAME.match(name) or ".." in name or len(name) > 255:
+        return "file name {} is not a plain file name inside the data directory".format(_short(name))
+    return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import IO, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.comparison.metrics import EXTRA_FIELDS, LEGACY_FIELDS, NAN
@@ -28,6 +28,33 @@ def open_new(path: str):
     if os.path.lexists(path):
         os.remove(path)
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "w", newline="", encoding="utf-8")
+
+
+MAX_SAME_SECOND = 1000  # reports of one stem in one directory before giving up
+
+
+def claim_report(output_path: str, tail: str, others: Sequence[str] = ()) -> Tuple[str, str, IO[str]]:
+    """Claim a fresh report name: ``compare_result_{tail}.csv`` when free (the legacy name), else
+    ``compare_result_{tail}_1.csv``, ``_2``... The csv is created with ``O_EXCL``, so two compares in one
+    second (two processes included) never replace each other's reports; a name is taken only when the
+    files named ``{prefix}{tail}`` for each ``prefix + extension`` in ``others`` (``"advisor_" ".txt"``...,
+    given as ``(prefix, extension)`` pairs) are free too. Returns ``(tail, csv path, open csv handle)``.
+    """
+    for number in range(MAX_SAME_SECOND):
+        candidate = tail if number == 0 else "{}_{}".format(tail, number)
+        if any(os.path.lexists(os.path.join(output_path, prefix + candidate + extension))
+               for prefix, extension in others):
+            continue
+        path = os.path.join(output_path, "compare_result_" + candidate + ".csv")
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise DumpWriteError("Cannot write the compare result {}: {}".format(path, error)) from None
+        return candidate, path, os.fdopen(descriptor, "w", newline="", encoding="utf-8")
+    raise DumpWriteError("Cannot write the compare result in {}: compare_result_{}.csv and {} more of that name "
+                         "exist already.".format(output_path, tail, MAX_SAME_SECOND - 1))
 
 
 def _statistics_cells(prefix_columns: Sequence[str], record: Optional[TensorRecord]) -> Dict[str, object]:
@@ -85,10 +112,12 @@ def _csv_cell(name: str, value: object) -> object:
     return value
 
 
-def write_csv(path: str, columns: Sequence[str], table: Sequence[Sequence[object]]) -> None:
-    """Columns in the given order; metric numbers with 12 decimals."""
+def write_csv(path: str, columns: Sequence[str], table: Sequence[Sequence[object]],
+              handle: Optional[IO[str]] = None) -> None:
+    """Columns in the given order; metric numbers with 12 decimals. ``handle`` (default None: ``path`` is
+    created, replacing a same-named file): the open file of ``path`` from :func:`claim_report`; closed here."""
     try:
-        with open_new(path) as handle:
+        with (handle if handle is not None else open_new(path)) as handle:
             writer = csv.writer(handle)
             writer.writerow(columns)
             for cells in table:

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence, Union
 from ptdbg_ascend.dump.selection import make_switch_config
 from ptdbg_ascend.errors import CallOrderError, DumpPathError, NotYetAvailableError, ParameterError
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.writers.safe_fs import check_path_text
 from ptdbg_ascend.version import __version__
 
 _TAG_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -31,9 +32,10 @@ def set_dump_path(fpath: Optional[str] = None, dump_tag: str = "ptdbg_dump") -> 
         fpath = os.fspath(fpath)
     if not isinstance(fpath, str) or not fpath:
         raise ParameterError("fpath", fpath, "must be a path such as './dump_path/npu_dump.pkl' or a directory")
+    check_path_text("fpath", fpath)
     if not isinstance(dump_tag, str) or not dump_tag or not set(dump_tag) <= _TAG_CHARACTERS or dump_tag in (".", ".."):
         raise ParameterError("dump_tag", dump_tag, "must be a non-empty name of letters, digits, '_', '.' and '-'")
-    path = os.path.abspath(os.path.expanduser(fpath))
+    path = check_path_text("fpath", os.path.abspath(os.path.expanduser(fpath)))
     if fpath.endswith(".pkl"):
         directory, stem = os.path.dirname(path), os.path.basename(path)[: -len(".pkl")]
         if not stem:
@@ -131,8 +133,15 @@ def set_dump_switch(switch: str, mode: str = "all", scope: Optional[Sequence[str
         session.remove_observer(settings.recorder)
         settings.recorder.close()
     location = DumpLocation(settings.directory, settings.tag, settings.stem, __version__)
-    settings.recorder = LegacyRecorder(session, config, location, settings.rank)
-    session.add_observer(settings.recorder)
+    recorder = LegacyRecorder(session, config, location, settings.rank)
+    # One writer per rank directory: when the rank is known now (register_hook(rank=), torch.distributed,
+    # RANK/LOCAL_RANK) the lock is taken here and a second process fails at this call; otherwise (the
+    # rank comes from the first recorded tensor's device) at the window's first record.
+    known = session.known_rank(settings.rank)
+    if known is not None:
+        recorder.claim(known)
+    settings.recorder = recorder
+    session.add_observer(recorder)
     logger.info("Dump switch is turned on. Dump data will be saved to {}. ".format(location.tag_dir))
 
 

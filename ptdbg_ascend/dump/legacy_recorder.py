@@ -15,6 +15,7 @@ from ptdbg_ascend.log import logger
 from ptdbg_ascend.naming import BACKWARD, FORWARD, STACK_SUFFIX
 from ptdbg_ascend.writers.background import BackgroundWriter
 from ptdbg_ascend.writers.legacy_pkl import LegacyPklWriter
+from ptdbg_ascend.writers.safe_fs import DumpLock, own_dirs, remove_empty_dirs
 
 
 class DumpLocation(object):
@@ -56,6 +57,34 @@ class LegacyRecorder(CallObserver):
         self._outputs = config.writes_tensors and "output" in config.sides
         self._stack = config.writes_stack
         self._filter = config.filter_switch
+        # The rank directory's lock (writers/safe_fs.DumpLock) and the directories this window created.
+        self._dump_lock = None  # type: Optional[DumpLock]
+        self._created_dirs = []  # type: List[str]
+
+    def claim(self, rank: int) -> None:
+        """Create (or check: never a symlink) the tag and rank directories of ``rank`` and take the rank
+        directory's lock: a second process writing there gets a DumpPathError naming the holder.
+        ``set_dump_switch("ON")`` calls it when the rank is known then; else the first record does."""
+        rank_dir = os.path.dirname(self.location.pkl_path(rank, self.config.mode))
+        if self._dump_lock is not None:
+            if self._dump_lock.directory == rank_dir:
+                return
+            self._release()
+        created = own_dirs(rank_dir, 2)
+        lock = DumpLock(rank_dir)
+        try:
+            lock.acquire()
+        except BaseException:
+            remove_empty_dirs(created)
+            raise
+        self._dump_lock, self._created_dirs = lock, created
+
+    def _release(self) -> None:
+        lock, self._dump_lock = self._dump_lock, None
+        if lock is not None:
+            lock.release()
+            remove_empty_dirs(self._created_dirs)  # a window that wrote nothing leaves nothing behind
+            self._created_dirs = []
 
     # -- selection -----------------------------------------------------------------------------
     def _selected(self, call: ApiCall, name: str) -> bool:
@@ -137,6 +166,7 @@ class LegacyRecorder(CallObserver):
     def _open(self, sample: Any) -> LegacyPklWriter:
         rank = self.session.resolve_rank(self.rank, tensors_in(sample)[:1])
         self.rank = rank
+        self.claim(rank)
         pkl_path = self.location.pkl_path(rank, self.config.mode)
         npy_dir = pkl_path[: -len(".pkl")] if self.config.writes_npy else None
         fresh = pkl_path not in self.session.opened_files
@@ -144,7 +174,8 @@ class LegacyRecorder(CallObserver):
         # Lines alone are cheap to write in place; a writer thread would only fight the training thread
         # for the GIL. Tensor files go to the background thread.
         background = BackgroundWriter() if npy_dir is not None else None
-        self._writer = LegacyPklWriter(pkl_path, npy_dir, background=background, own_background=True, fresh=fresh)
+        self._writer = LegacyPklWriter(pkl_path, npy_dir, background=background, own_background=True, fresh=fresh,
+                                       own_levels=2)
         self.session.opened_files.add(pkl_path)
         return self._writer
 
@@ -167,6 +198,14 @@ class LegacyRecorder(CallObserver):
     def close(self) -> None:
         with self._lock:
             writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.close()
-            logger.info("Dump data of this window is in {}.".format(writer.pkl_path))
+        try:
+            if writer is not None:
+                writer.close()
+                logger.info("Dump data of this window is in {}.".format(writer.pkl_path))
+        finally:
+            self._release()
+        if self.matched == 0 and not self._selects_all:
+            selection = ("api_list={}".format(list(self.config.api_list)) if self.config.mode == "api_list"
+                         else "scope={}".format(list(self.config.scope)))
+            logger.warning("No call matched {} (mode {!r}) in this dump window: nothing was dumped.".format(
+                selection, self.config.mode))

@@ -134,17 +134,27 @@ class DumpSession(object):
     # -- rank ----------------------------------------------------------------------------------
     def resolve_rank(self, explicit: Optional[int] = None, sample_tensors: Sequence[Any] = ()) -> int:
         """``explicit`` if given, else the ``torch.distributed`` rank when initialised, else the
-        device index of the first tensor in ``sample_tensors`` (CPU -> 0), else 0. Never the pid."""
+        environment's ``RANK`` (then ``LOCAL_RANK``: set by torchrun and most launchers, so processes of
+        one job write distinct rank directories even before init_process_group), else the device index
+        of the first tensor in ``sample_tensors`` (CPU -> 0), else 0. Never the pid."""
+        known = self.known_rank(explicit)
+        if known is not None:
+            return known
+        from ptdbg_ascend.device import first_device_index
+
+        index = first_device_index(sample_tensors)
+        return index if index is not None else 0
+
+    def known_rank(self, explicit: Optional[int] = None) -> Optional[int]:
+        """The rank when it is known without looking at tensors (``explicit``, torch.distributed, the
+        ``RANK``/``LOCAL_RANK`` environment), else None."""
         if explicit is not None:
             return explicit
         import torch
 
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             return torch.distributed.get_rank()
-        from ptdbg_ascend.device import first_device_index
-
-        index = first_device_index(sample_tensors)
-        return index if index is not None else 0
+        return environment_rank()
 
     # -- the slow path of a wrapper -------------------------------------------------------------
     def dispatch(self, prefix: str, api: str, index: int, original: Callable[..., Any],
@@ -213,6 +223,26 @@ class DumpSession(object):
         backward_capture.arm(deliver, n_inputs, edges, outputs)
 
 
+def environment_rank() -> Optional[int]:
+    """``RANK``, else ``LOCAL_RANK`` from the environment when it is an int >= 0 (else None; a value
+    that is not is reported once and ignored)."""
+    for variable in ("RANK", "LOCAL_RANK"):
+        text = os.environ.get(variable)
+        if text is None or not text.strip():
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value >= 0:
+            return value
+        if variable not in _WARNED_ENVIRONMENT:
+            _WARNED_ENVIRONMENT.add(variable)
+            logger.warning("Ignoring the environment variable {}={!r}: not an int >= 0.".format(variable, text))
+    return None
+
+
+_WARNED_ENVIRONMENT = set()  # type: set
 _SESSION = []  # type: List[DumpSession]
 
 

@@ -72,7 +72,10 @@ class MsprobeRecorder(CallObserver):
     def close(self) -> None:
         """Write the JSON files of the current step (at stop() and at interpreter exit)."""
         if self.writer is not None:
-            self.writer.flush()
+            try:
+                self.writer.flush()
+            finally:
+                self.writer.release()  # the step/rank directory's lock (a later start() takes it again)
 
     # -- construct.json ----------------------------------------------------------------------------
     def parent_of(self, name: str) -> Optional[str]:

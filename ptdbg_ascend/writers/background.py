@@ -1,8 +1,12 @@
 """Tensor files written off the training thread.
 
 One worker thread runs submitted jobs in order (FIFO), so a job can write an npy and then the pkl line
-that describes it: the line never exists without its file. The queue is bounded in bytes; a training
-step that produces data faster than the disk takes it waits instead of growing memory without limit.
+that describes it: the line never exists without its file. The backlog is bounded in bytes and in time:
+``submit`` blocks the training thread while more than ``max_pending_bytes`` (default 256 MiB) are queued,
+or while the oldest queued job has waited more than ``max_delay`` seconds (default 1.0). A training step
+that produces data faster than the disk takes it waits instead of growing memory, and a killed process
+loses at most the queued jobs: at most 256 MiB of tensor data, submitted within about the last second
+before the kill, plus the job being written (its files keep temporary names; see legacy_pkl.py).
 An error in a job is kept and raised as :class:`DumpWriteError` by the next ``submit`` or by ``close``:
 training stops rather than losing data silently.
 """
@@ -16,23 +20,29 @@ from typing import Callable, Deque, Optional, Tuple
 
 from ptdbg_ascend.errors import DumpWriteError
 
-DEFAULT_MAX_PENDING_BYTES = 512 * 1024 * 1024
+DEFAULT_MAX_PENDING_BYTES = 256 * 1024 * 1024
+# Read when a writer is made (not a default argument), so a test can tighten it.
+DEFAULT_MAX_DELAY = 1.0
 
 
 class BackgroundWriter(object):
     """A FIFO of write jobs run by one daemon thread.
 
     Args:
-        max_pending_bytes: bytes of queued data above which ``submit`` blocks. Default 512 MiB.
+        max_pending_bytes: bytes of queued data above which ``submit`` blocks. Default 256 MiB.
+        max_delay: seconds the oldest queued job may wait before ``submit`` blocks until the thread has
+            taken it. Default None: ``DEFAULT_MAX_DELAY`` (1.0 s).
         name: the worker thread's name (shown in stack dumps). Default "ptdbg-writer".
 
     Attributes:
         busy_seconds: seconds the thread has spent running jobs so far (read after :meth:`flush`).
     """
 
-    def __init__(self, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, name: str = "ptdbg-writer") -> None:
+    def __init__(self, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, name: str = "ptdbg-writer",
+                 max_delay: Optional[float] = None) -> None:
         self._max_pending = max_pending_bytes
-        self._jobs = collections.deque()  # type: Deque[Tuple[Callable[[], None], int]]
+        self._max_delay = DEFAULT_MAX_DELAY if max_delay is None else max_delay
+        self._jobs = collections.deque()  # type: Deque[Tuple[Callable[[], None], int, float]]
         self._pending_bytes = 0
         self._condition = threading.Condition()
         self._error = None  # type: Optional[BaseException]
@@ -46,15 +56,28 @@ class BackgroundWriter(object):
 
     def submit(self, job: Callable[[], None], nbytes: int = 0) -> None:
         """Queue ``job``; blocks while more than ``max_pending_bytes`` are queued (a single job larger
-        than the bound is accepted when the queue is empty)."""
+        than the bound is accepted when the queue is empty) or while the oldest queued job has waited
+        more than ``max_delay`` seconds."""
         with self._condition:
             self._raise_pending_error()
             if self._closed:
                 raise DumpWriteError("The dump writer is closed; no more data can be written.")
-            while self._jobs and self._pending_bytes + nbytes > self._max_pending and self._error is None:
-                self._condition.wait()
-            self._raise_pending_error()
-            self._jobs.append((job, nbytes))
+            jobs = self._jobs
+            if jobs:
+                now = time.monotonic()
+                while jobs and self._error is None:
+                    late = now - jobs[0][2] - self._max_delay
+                    if self._pending_bytes + nbytes > self._max_pending:
+                        self._condition.wait()
+                    elif late > 0:
+                        self._condition.wait(0.05)  # until the thread has taken it
+                    else:
+                        break
+                    now = time.monotonic()
+                self._raise_pending_error()
+                jobs.append((job, nbytes, now))
+            else:
+                jobs.append((job, nbytes, time.monotonic()))
             self._pending_bytes += nbytes
             self._condition.notify_all()
 
@@ -95,7 +118,7 @@ class BackgroundWriter(object):
                     self._condition.wait()
                 if not self._jobs and self._closed:
                     return
-                job, nbytes = self._jobs.popleft()
+                job, nbytes, _ = self._jobs.popleft()
                 self._busy = True
             started = time.perf_counter()
             try:

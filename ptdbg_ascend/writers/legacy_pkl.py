@@ -14,6 +14,7 @@ value is exactly representable); the pkl ``dtype`` stays the tensor's own. Tenso
 
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import json
@@ -25,6 +26,7 @@ from ptdbg_ascend.dump.statistics import EMPTY, array_statistics, scalar_statist
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
+from ptdbg_ascend.writers.safe_fs import open_new, own_dir, own_dirs, remove_quietly, temporary_beside
 
 # lookup(tensor, record name[, compute]) -> (statistics, name of an earlier record of the same unchanged
 # tensor or None); ``compute(tensor)`` makes the statistics of a tensor not seen before (see
@@ -84,6 +86,13 @@ class LegacyPklWriter(object):
             synchronously. Default None. The writer does not own it unless ``own_background=True``.
         fresh: True deletes an existing pkl and npy directory of the same names first (a new run over
             the same path overwrites); False appends (another ON/OFF window of the same run). Default True.
+        own_levels: how many of the pkl's innermost directories the writer owns (created, or checked to
+            be real directories, not symlinks); the ones above are created as needed. Default 1 (the
+            pkl's directory); the legacy recorder passes 2 (tag and rank directories).
+
+    Write errors: the first one (disk full...) truncates the pkl back to its last whole line, removes
+    the files of the failed call and raises :class:`DumpWriteError`; every later write raises it again
+    (nothing more is written) until a new writer is made.
     """
 
     def __init__(
@@ -95,6 +104,7 @@ class LegacyPklWriter(object):
         background: Optional[BackgroundWriter] = None,
         own_background: bool = False,
         fresh: bool = True,
+        own_levels: int = 1,
     ) -> None:
         self.pkl_path = pkl_path
         self.npy_dir = npy_dir
@@ -102,8 +112,10 @@ class LegacyPklWriter(object):
         self._background = background
         self._own_background = own_background
         parent = os.path.dirname(os.path.abspath(pkl_path))
+        # The directories this writer owns (the pkl's ``own_levels`` innermost ones and the npy dir) are
+        # created, or checked with lstat: a symlink there is a DumpPathError, never followed.
+        own_dirs(parent, own_levels)
         try:
-            os.makedirs(parent, mode=DIR_MODE, exist_ok=True)
             if fresh:
                 if os.path.islink(pkl_path) or os.path.isdir(pkl_path):
                     raise DumpPathError("The dump file {} is a symlink or a directory; remove it first.".format(pkl_path))
@@ -112,12 +124,24 @@ class LegacyPklWriter(object):
                 if npy_dir is not None and os.path.isdir(npy_dir) and not os.path.islink(npy_dir):
                     shutil.rmtree(npy_dir)
             if npy_dir is not None:
-                os.makedirs(npy_dir, mode=DIR_MODE, exist_ok=True)
+                own_dir(npy_dir)
             # A raw descriptor in append mode: each call's lines go out in one os.write, so they reach
-            # the kernel (and survive a killed process) without a Python buffer to flush.
-            self._descriptor = os.open(pkl_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+            # the kernel (and survive a killed process) without a Python buffer to flush. Never through
+            # a link; a fresh file is a new one (O_EXCL).
+            flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
+            if fresh:
+                self._descriptor = open_new(pkl_path, flags)
+            else:
+                self._descriptor = os.open(pkl_path, flags | os.O_CREAT, FILE_MODE)
+            self._size = os.fstat(self._descriptor).st_size
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise DumpPathError("The dump file {} is a symlink; ptdbg_ascend does not write through links. "
+                                    "Remove it first.".format(pkl_path)) from error
             raise DumpWriteError("Cannot create the dump file {}: {}".format(pkl_path, error)) from error
+        # The first write error (disk full...): every later write is refused, so the pkl keeps only
+        # whole lines whatever the caller does next. A new writer (a new ON) starts again.
+        self._failed = None  # type: Optional[str]
         self._closed = False
         # The middle of every tensor line: '", {dump_step}, [], "'.
         self._step_text = '", {}, [], "'.format(dump_step)
@@ -178,21 +202,34 @@ class LegacyPklWriter(object):
             return
         if self._closed:
             raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
+        if self._failed is not None:
+            raise DumpWriteError(self._failed)
         if not files and self._background is None:  # statistics only: straight to the file
             self._write_line("".join(lines))
             return
         head = self._step_text
 
         def job() -> None:
+            if self._failed is not None:  # queued before the failure: nothing more is written
+                return
             for array, pending in reductions:
                 pending[:] = array_statistics(array)
-            for path, array, source in files:
-                if source is not None:
-                    _link_npy(source, path)
-                else:
-                    _save_npy(path, array)
-            # Jobs run in order: a pending list named here was filled by this job or an earlier one.
-            self._write_line("".join(line if isinstance(line, str) else _line_text(line, head) for line in lines))
+            written = []  # type: List[str]
+            try:
+                for path, array, source in files:
+                    if source is not None:
+                        _link_npy(source, path)
+                    else:
+                        _save_npy(path, array)
+                    written.append(path)
+                # Jobs run in order: a pending list named here was filled by this job or an earlier one.
+                self._write_line("".join(line if isinstance(line, str) else _line_text(line, head) for line in lines))
+            except BaseException as error:
+                # The call is absent from the pkl: so are its files.
+                for path in written:
+                    remove_quietly(path)
+                self._fail(error)
+                raise
 
         self._submit(job, nbytes)
 
@@ -292,10 +329,26 @@ class LegacyPklWriter(object):
             self._background.submit(job, nbytes)
 
     def _write_line(self, line: str) -> None:
+        if self._failed is not None:
+            raise DumpWriteError(self._failed)
+        data = line.encode("utf-8")
         try:
-            _write_all(self._descriptor, line.encode("utf-8"))
+            _write_all(self._descriptor, data)
         except OSError as error:
+            # Back to the last whole line: a partial line would glue to whatever comes next.
+            try:
+                os.ftruncate(self._descriptor, self._size)
+            except OSError:
+                pass
+            self._fail(error)
             raise DumpWriteError("Cannot write to {}: {}".format(self.pkl_path, error)) from error
+        self._size += len(data)
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failed is None:
+            self._failed = ("Dumping to {} stopped after a write error ({}); nothing more is written to it. "
+                            "Free space (or fix the cause) and call set_dump_switch('ON') again to resume."
+                            .format(self.pkl_path, error))
 
 
 def _take_special(name: str, value: Any, dtype: str, npy_dir: Optional[str], lines: List[Any],
@@ -481,12 +534,15 @@ def _npy_header(descr: str, shape: Tuple[int, ...]) -> bytes:
 
 def _save_npy(path: str, array: Any) -> None:
     """``np.save(path, array)``; for C-contiguous numeric arrays the header is cached and the data goes
-    out in one ``os.write`` (which releases the GIL), so the writer thread barely competes with training."""
+    out in one ``os.write`` (which releases the GIL), so the writer thread barely competes with training.
+    Written under an unpredictable temporary name in the same directory and renamed: ``path`` is never
+    a partial file (a killed process leaves at most a ``.*.tmp``), nor written through a link."""
     import numpy as np
 
     array = np.asarray(array)
+    temporary = None
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        descriptor, temporary = temporary_beside(path)
         try:
             if array.flags.c_contiguous and not array.dtype.hasobject:
                 header = _npy_header(np.lib.format.dtype_to_descr(array.dtype), tuple(array.shape))
@@ -498,7 +554,10 @@ def _save_npy(path: str, array: Any) -> None:
                     np.save(handle, array, allow_pickle=False)
         finally:
             os.close(descriptor)
+        os.replace(temporary, path)
     except OSError as error:
+        if temporary is not None:
+            remove_quietly(temporary)
         raise DumpWriteError("Cannot write {}: {}".format(path, error)) from error
 
 

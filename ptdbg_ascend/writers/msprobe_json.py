@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional
 
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.legacy_pkl import DIR_MODE, FILE_MODE
+from ptdbg_ascend.writers.safe_fs import DumpLock, own_dir, own_dirs, remove_quietly, temporary_beside
 
 TENSOR_DIR = "dump_tensor_data"
 DUMP_FILE = "dump.json"
@@ -92,6 +92,7 @@ class MsprobeJsonWriter(object):
         self._stack_encoded = {}  # type: Dict[str, str]
         self._unflushed = 0
         self._made_dirs = False
+        self._dump_lock = None  # type: Optional[DumpLock]
         self._lock = threading.Lock()  # backward hooks may run on autograd's threads
 
     # -- adding ----------------------------------------------------------------------------------
@@ -163,31 +164,52 @@ class MsprobeJsonWriter(object):
     def _make_dirs(self) -> None:
         if self._made_dirs:
             return
-        target = self.tensor_dir if self.saves_tensors else self.directory
-        try:
-            os.makedirs(target, mode=DIR_MODE, exist_ok=True)
-        except OSError as error:
-            raise DumpWriteError("Cannot create the dump directory {}: {}".format(target, error)) from error
+        # step{N} and rank{R} (and dump_tensor_data) are the tool's own: created, or checked to be real
+        # directories (a symlink there is a DumpPathError, never followed).
+        own_dirs(self.directory, 2)
+        if self.saves_tensors:
+            own_dir(self.tensor_dir)
         self._made_dirs = True
+
+    def claim(self) -> None:
+        """Create the directories and take the rank directory's lock (``.ptdbg.lock``): a second
+        process writing the same step/rank directory gets a DumpPathError naming the holder."""
+        self._make_dirs()
+        if self._dump_lock is None:
+            self._dump_lock = DumpLock(self.directory)
+        self._dump_lock.acquire()
+
+    def release(self) -> None:
+        """Give the lock back (stop(), exit). Idempotent."""
+        if self._dump_lock is not None:
+            self._dump_lock.release()
 
 
 def _save_pt(path: str, tensor: Any) -> None:
     import torch
 
+    temporary = None
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        descriptor, temporary = temporary_beside(path)
         with os.fdopen(descriptor, "wb") as handle:
             torch.save(tensor, handle)
+        os.replace(temporary, path)  # the final name is never a partial file, nor written through a link
     except OSError as error:
+        if temporary is not None:
+            remove_quietly(temporary)
         raise DumpWriteError("Cannot write the tensor file {}: {}".format(path, error)) from error
 
 
 def _write_atomic(path: str, text: str) -> None:
-    temporary = path + ".tmp"
+    """Write ``text`` to a new file with an unpredictable name beside ``path`` (``.dump.json.XXXX.tmp``,
+    created O_EXCL, never through a link), then rename it to ``path``."""
+    temporary = None
     try:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        descriptor, temporary = temporary_beside(path)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(temporary, path)
     except OSError as error:
+        if temporary is not None:
+            remove_quietly(temporary)
         raise DumpWriteError("Cannot write {}: {}".format(path, error)) from error

@@ -12,7 +12,7 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape
+from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, file_name_problem
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.log import logger
 
@@ -40,7 +40,7 @@ def read_lines(path: str) -> List[Tuple[int, list]]:
             continue
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested thousands of levels deep
             value = None
         if not isinstance(value, list) or not value or not isinstance(value[0], str):
             last = all(not rest.strip() for rest in lines[number:])
@@ -78,11 +78,23 @@ def read(path: str, data_dir: Optional[str] = None, overflow_statistics: bool = 
         if not overflow_statistics and isinstance(dump_step, int) and dump_step > OVERFLOW_DUMP_STEP:
             summary = []
         statistics = tuple(as_number(summary[i]) if i < len(summary) else None for i in range(4))
+        try:
+            shape = as_shape(line[4])
+        except ValueError as error:
+            logger.warning("Skipped line {} of {}: {}.".format(number, path, error))
+            continue
         name = line[0]
-        data_path = os.path.join(data_dir, name + ".npy") if data_dir else None
+        data_path = problem = None
+        if data_dir:
+            problem = file_name_problem(name + ".npy")
+            if problem is None:
+                data_path = os.path.join(data_dir, name + ".npy")
+            else:
+                problem = "Not compared: the record's {}; nothing was read.".format(problem)
+                logger.warning("Line {} of {}: {}".format(number, path, problem))
         records[call].append(TensorRecord(
-            name=name, side=match.group("side"), dtype=str(line[3]), shape=as_shape(line[4]),
-            statistics=statistics, data_path=data_path,
+            name=name, side=match.group("side"), dtype=str(line[3]), shape=shape,
+            statistics=statistics, data_path=data_path, data_root=data_dir, data_problem=problem,
         ))
     return [CallRecord(name=call, records=tuple(items), stack=stacks.get(call, ())) for call, items in records.items()]
 

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape
+from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, file_name_problem
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
@@ -23,7 +23,10 @@ STACK_LINE = re.compile(r"^File (?P<file>.*), line (?P<line>\d+), in (?P<func>[^
 
 
 def _load_json(path: str, what: str) -> Any:
-    return load_json(path, what, " (incomplete after a crash?)")
+    try:
+        return load_json(path, what, " (incomplete after a crash?)")
+    except RecursionError:
+        raise FileFormatError("The {} {} is not valid JSON: it is nested too deeply.".format(what, path)) from None
 
 
 def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = None) -> List[CallRecord]:
@@ -40,42 +43,73 @@ def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = 
         if call is None or not isinstance(entry, dict):
             logger.warning("Skipped entry {!r} of {}: not an API call name.".format(dotted, path))
             continue
-        records: List[TensorRecord] = []
-        inputs = list(entry.get("input_args", entry.get("input", [])) or [])
-        kwargs = entry.get("input_kwargs") or {}
-        if isinstance(kwargs, dict):
-            inputs.extend(kwargs.values())
-        for index, value in enumerate(inputs):
-            _leaves(call + "_input." + str(index), "input", value, data_dir, records)
-        outputs = entry.get("output") or []
-        if not isinstance(outputs, list):
-            outputs = [outputs]
-        # Only a forward call's lone output is legacy `_output`; gradients are always numbered (`_output.0`).
-        if call.endswith("_forward") and len(outputs) == 1 and _is_tensor(outputs[0]):
-            _leaves(call + "_output", "output", outputs[0], data_dir, records)
-        else:
-            for index, value in enumerate(outputs):
-                _leaves(call + "_output." + str(index), "output", value, data_dir, records)
+        try:
+            records = _entry_records(call, entry, data_dir, path, dotted)
+        except RecursionError:
+            logger.warning("Skipped entry {!r} of {}: its arguments are nested too deeply.".format(dotted, path))
+            continue
         calls.append(CallRecord(name=call, records=tuple(records), stack=stacks.get(dotted, ())))
     return calls
+
+
+def _entry_records(call: str, entry: Dict[str, Any], data_dir: Optional[str], path: str,
+                   dotted: str) -> List[TensorRecord]:
+    records: List[TensorRecord] = []
+    inputs = entry.get("input_args", entry.get("input", [])) or []
+    if not isinstance(inputs, list):
+        logger.warning("Entry {!r} of {}: input_args is not a list ({}); its positional inputs are skipped."
+                       .format(dotted, path, type(inputs).__name__))
+        inputs = []
+    inputs = list(inputs)
+    kwargs = entry.get("input_kwargs") or {}
+    if isinstance(kwargs, dict):
+        inputs.extend(kwargs.values())
+    else:
+        logger.warning("Entry {!r} of {}: input_kwargs is not an object ({}); skipped."
+                       .format(dotted, path, type(kwargs).__name__))
+    for index, value in enumerate(inputs):
+        _leaves(call + "_input." + str(index), "input", value, data_dir, records, path)
+    outputs = entry.get("output") or []
+    if not isinstance(outputs, list):
+        outputs = [outputs]
+    # Only a forward call's lone output is legacy `_output`; gradients are always numbered (`_output.0`).
+    if call.endswith("_forward") and len(outputs) == 1 and _is_tensor(outputs[0]):
+        _leaves(call + "_output", "output", outputs[0], data_dir, records, path)
+    else:
+        for index, value in enumerate(outputs):
+            _leaves(call + "_output." + str(index), "output", value, data_dir, records, path)
+    return records
 
 
 def _is_tensor(value: Any) -> bool:
     return isinstance(value, dict) and value.get("type") == "torch.Tensor"
 
 
-def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List[TensorRecord]) -> None:
+def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List[TensorRecord], path: str) -> None:
     if isinstance(value, list):
         for index, item in enumerate(value):
-            _leaves(name + "." + str(index), side, item, data_dir, out)
+            _leaves(name + "." + str(index), side, item, data_dir, out, path)
         return
     if not _is_tensor(value):
         return
+    try:
+        shape = as_shape(value.get("shape"))
+    except ValueError as error:
+        logger.warning("Skipped tensor {} of {}: {}.".format(name, path, error))
+        return
     data_name = value.get("data_name")
+    data_path = problem = None
+    if data_dir and data_name not in (None, ""):
+        problem = file_name_problem(data_name)
+        if problem is None:
+            data_path = os.path.join(data_dir, data_name)
+        else:
+            problem = "Not compared: the tensor's data_name holds a {}; nothing was read.".format(problem)
+            logger.warning("Tensor {} of {}: {}".format(name, path, problem))
     out.append(TensorRecord(
-        name=name, side=side, dtype=str(value.get("dtype")), shape=as_shape(value.get("shape")),
+        name=name, side=side, dtype=str(value.get("dtype")), shape=shape,
         statistics=tuple(as_number(value.get(key)) for key in ("Max", "Min", "Mean", "Norm")),
-        data_path=os.path.join(data_dir, data_name) if (data_dir and data_name) else None,
+        data_path=data_path, data_root=data_dir, data_problem=problem,
     ))
 
 

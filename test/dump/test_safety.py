@@ -1,0 +1,375 @@
+"""Nothing lost, nothing let in: path checks, no writes through links, one writer per dump, a full
+disk, a run killed at random points."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
+from ptdbg_ascend.config import load_config
+from ptdbg_ascend.errors import DumpPathError, DumpWriteError, ParameterError
+
+TAG = "all_v1.0"
+
+
+def _setup(tmp_path, model, **hook):
+    set_dump_path(str(tmp_path / "dump_path" / "npu_dump.pkl"), dump_tag="all")
+    register_hook(model, acc_cmp_dump, **hook)
+    return tmp_path / "dump_path" / TAG / "rank0"
+
+
+# -- 5. paths checked at the call ------------------------------------------------------------------
+@pytest.mark.parametrize("bad, words", [
+    ("dump\x00path", "NUL"),
+    ("dump/" + "a" * 256, "component of 256 bytes"),
+    ("/" + "/".join(["b" * 200] * 25), "at most 4096 bytes"),
+    (b"dump_path", "path"),
+    (5, "path"),
+])
+def test_bad_paths_fail_at_the_call_naming_the_parameter(dump_session, bad, words):
+    with pytest.raises(ParameterError, match="fpath.*" + words):
+        set_dump_path(bad)
+    with pytest.raises(ParameterError, match="dump_path"):
+        load_config(None, dump_path=bad)
+    with pytest.raises(ParameterError, match="dump_path"):
+        PrecisionDebugger(dump_path=bad)
+
+
+# -- 1. no writes through links --------------------------------------------------------------------
+def _target(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep.txt").write_text("untouched")
+    return target
+
+
+def _untouched(target):
+    assert sorted(os.listdir(str(target))) == ["keep.txt"]
+    assert (target / "keep.txt").read_text() == "untouched"
+
+
+@pytest.mark.parametrize("place", ["tag", "rank", "npy"])
+def test_a_symlinked_directory_is_refused_and_its_target_untouched(tmp_path, dump_session, model, train, place):
+    rank_dir = _setup(tmp_path, model)
+    target = _target(tmp_path)
+    link = {"tag": rank_dir.parent, "rank": rank_dir, "npy": rank_dir / "npu_dump"}[place]
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(str(target), str(link))
+    set_dump_switch("ON")
+    with pytest.raises(DumpPathError, match="{}.*symlink".format(link)):
+        train(model)  # rank known only at the first record (CPU, no RANK): the error comes there
+    set_dump_switch("OFF")
+    _untouched(target)
+
+
+def test_a_symlinked_rank_dir_fails_at_on_when_the_rank_is_known(tmp_path, dump_session, model):
+    rank_dir = _setup(tmp_path, model, rank=0)
+    target = _target(tmp_path)
+    rank_dir.parent.mkdir(parents=True)
+    os.symlink(str(target), str(rank_dir))
+    with pytest.raises(DumpPathError, match="{}.*symlink".format(rank_dir)):
+        set_dump_switch("ON")
+    _untouched(target)
+
+
+def test_a_symlinked_pkl_is_refused_and_its_target_untouched(tmp_path, dump_session, model, train):
+    rank_dir = _setup(tmp_path, model)
+    target = _target(tmp_path)
+    rank_dir.mkdir(parents=True)
+    os.symlink(str(target / "keep.txt"), str(rank_dir / "npu_dump.pkl"))
+    set_dump_switch("ON")
+    with pytest.raises(DumpPathError, match="npu_dump.pkl.*symlink"):
+        train(model)
+    set_dump_switch("OFF")
+    _untouched(target)
+
+
+def test_msprobe_links_are_refused_or_never_followed(tmp_path, dump_session):
+    target = _target(tmp_path)
+    net = torch.nn.Linear(3, 2)
+    dump_path = tmp_path / "dump"
+    rank_dir = dump_path / "step0" / "rank"
+    rank_dir.mkdir(parents=True)
+    # the old fixed temporary name and the final name: replaced by rename, the link is never written through
+    os.symlink(str(target / "keep.txt"), str(rank_dir / "dump.json.tmp"))
+    os.symlink(str(target / "keep.txt"), str(rank_dir / "dump.json"))
+    debugger = PrecisionDebugger(task="tensor", dump_path=str(dump_path), step=[0, 1])
+    debugger.start()
+    net(torch.ones(1, 3))
+    debugger.stop()
+    _untouched(target)
+    assert not os.path.islink(str(rank_dir / "dump.json"))
+    assert "Functional.linear.0.forward" in json.loads((rank_dir / "dump.json").read_text())["data"]
+    assert not [name for name in os.listdir(str(rank_dir)) if name.endswith(".tmp") and name != "dump.json.tmp"]
+    # a symlinked step directory: a clear error at start()
+    debugger.step()
+    os.symlink(str(target), str(dump_path / "step1"))
+    with pytest.raises(DumpPathError, match="step1.*symlink"):
+        debugger.start()
+    _untouched(target)
+
+
+# -- 2. one writer per dump ------------------------------------------------------------------------
+def _foreign_lock(directory, pid):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ".ptdbg.lock").write_text("{} {}\n".format(pid, socket.gethostname()))
+
+
+def test_a_live_lock_stops_the_window_at_on_naming_the_holder(tmp_path, dump_session, model, train):
+    rank_dir = _setup(tmp_path, model, rank=0)
+    _foreign_lock(rank_dir, os.getppid())  # a live process that is not this one
+    with pytest.raises(DumpPathError, match=r"{}.*pid {}".format(rank_dir, os.getppid())):
+        set_dump_switch("ON")
+    assert (rank_dir / ".ptdbg.lock").read_text().startswith(str(os.getppid()))
+
+
+def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path, dump_session, model, train, capsys):
+    rank_dir = _setup(tmp_path, model)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _foreign_lock(rank_dir, dead.pid)
+    set_dump_switch("ON")
+    train(model, steps=1)
+    assert (rank_dir / ".ptdbg.lock").read_text().split()[0] == str(os.getpid())
+    set_dump_switch("OFF")
+    assert sorted(os.listdir(str(rank_dir))) == ["npu_dump", "npu_dump.pkl"]  # released at OFF
+    assert "[WARNING]Taking over the stale dump lock {}".format(rank_dir / ".ptdbg.lock") in capsys.readouterr().out
+
+
+def test_msprobe_start_refuses_a_live_lock(tmp_path, dump_session):
+    dump_path = tmp_path / "dump"
+    _foreign_lock(dump_path / "step0" / "rank", os.getppid())
+    debugger = PrecisionDebugger(task="statistics", dump_path=str(dump_path))
+    with pytest.raises(DumpPathError, match=r"rank.*pid {}".format(os.getppid())):
+        debugger.start()
+
+
+def test_env_rank_gives_its_rank_directory(tmp_path, dump_session, model, train, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    rank_dir = _setup(tmp_path, model)
+    set_dump_switch("ON")
+    assert (rank_dir.parent / "rank1" / ".ptdbg.lock").exists()  # known now: the lock is taken at ON
+    train(model, steps=1)
+    set_dump_switch("OFF")
+    assert os.listdir(str(rank_dir.parent)) == ["rank1"]
+    assert not (rank_dir.parent / "rank1" / ".ptdbg.lock").exists()
+
+
+TWO_WRITERS = textwrap.dedent('''
+    import os, sys, torch
+    from ptdbg_ascend import *
+    from ptdbg_ascend.errors import DumpPathError
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    set_dump_path(os.path.join(sys.argv[1], "npu_dump.pkl"), dump_tag="run")
+    register_hook(model, acc_cmp_dump)
+    set_dump_switch("ON")
+    try:
+        model(torch.ones(2, 4)).sum().backward()
+    except DumpPathError as error:
+        print("REFUSED", error, flush=True)
+        sys.exit(3)
+    print("WRITING", flush=True)
+    sys.stdin.readline()
+    model(torch.ones(2, 4)).sum().backward()
+    set_dump_switch("OFF")
+''')
+
+
+def test_a_second_process_on_the_same_path_is_refused_and_the_first_loses_nothing(tmp_path):
+    script = tmp_path / "two.py"
+    script.write_text(TWO_WRITERS)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    env.pop("LOCAL_RANK", None)
+    command = [sys.executable, str(script), str(tmp_path / "out")]
+    first = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    for line in first.stdout:  # the tool's log goes to stdout too
+        if "WRITING" in line:
+            break
+    second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert second.returncode == 3, second.stderr
+    rank_dir = tmp_path / "out" / "run_v1.0" / "rank0"
+    assert "REFUSED" in second.stdout and str(rank_dir) in second.stdout
+    assert "pid {}".format(first.pid) in second.stdout
+    out, _ = first.communicate("go\n", timeout=120)
+    assert first.returncode == 0
+    with open(str(rank_dir / "npu_dump.pkl"), encoding="utf-8") as handle:
+        names = [json.loads(line)[0] for line in handle]
+    # both calls of the first process, once each
+    for counter in (0, 1, 2, 3):
+        assert names.count("Functional_linear_{}_forward_output".format(counter)) == 1
+    assert sorted(os.listdir(str(rank_dir))) == ["npu_dump", "npu_dump.pkl"]
+
+
+# -- 4. disk full ----------------------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip("cannot mount a tmpfs: {}".format(result.stderr))
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _check_pkl_and_npy(rank_dir, stem="npu_dump", killed=False):
+    """Every pkl line whole and parsed, every npy a line names loads with its shape, every ``*.npy``
+    loads (a final name is never partial). After a kill, temporary ``.*.tmp`` files may remain (never
+    taken for npy); otherwise nothing but npy files."""
+    with open(str(rank_dir / (stem + ".pkl")), "rb") as handle:
+        text = handle.read().decode("utf-8")
+    assert text == "" or text.endswith("\n")
+    records = [json.loads(line) for line in text.splitlines()]
+    npy_dir = rank_dir / stem
+    for record in records:
+        if not record[0].endswith("_stack_info") and npy_dir.exists():
+            array = np.load(str(npy_dir / (record[0] + ".npy")), allow_pickle=False)
+            assert list(array.shape) == ([] if record[4] == "[]" else record[4])
+    if npy_dir.exists():
+        for name in os.listdir(str(npy_dir)):
+            if killed and name.startswith(".") and name.endswith(".tmp"):
+                continue
+            assert name.endswith(".npy"), name  # no temporary file left behind
+            np.load(str(npy_dir / name), allow_pickle=False)
+    return records
+
+
+@pytest.mark.parametrize("summary_only", [False, True])
+def test_a_full_disk_stops_the_dump_and_leaves_only_whole_lines(small_disk, dump_session, summary_only):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+    set_dump_path(str(small_disk / "npu_dump.pkl"), dump_tag="all")
+    register_hook(net, acc_cmp_dump)
+    # leave a little room only: statistics lines fill it too
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (2 * 1024 * 1024 - (300 * 1024 if not summary_only else 24 * 1024)))
+    set_dump_switch("ON", summary_only=summary_only)
+    failures = 0
+    for _ in range(200):  # the user catches the error and carries on
+        try:
+            net(torch.randn(32, 64)).sum().backward()
+        except DumpWriteError as error:
+            failures += 1
+            assert "npu_dump" in str(error)
+    try:
+        set_dump_switch("OFF")
+    except DumpWriteError:
+        failures += 1
+    assert failures >= 1
+    rank_dir = small_disk / TAG / "rank0"
+    before = _check_pkl_and_npy(rank_dir)
+    assert before
+    # a new ON after freeing space appends whole records again
+    filler.unlink()
+    set_dump_switch("ON", summary_only=summary_only)
+    net(torch.randn(32, 64)).sum().backward()
+    set_dump_switch("OFF")
+    after = _check_pkl_and_npy(rank_dir)
+    assert len(after) > len(before) and after[: len(before)] == before
+
+
+# -- 3. a run killed at random points --------------------------------------------------------------
+ZYGOTE = textwrap.dedent('''
+    import os, sys, time
+    import torch
+    torch.set_num_threads(1)
+    from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
+    from ptdbg_ascend.dump.session import get_session
+    from ptdbg_ascend.writers import background
+    background.DEFAULT_MAX_DELAY = float(sys.argv[2])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    register_hook(model, acc_cmp_dump)  # wrapping once here keeps each trial short
+
+    def child(out):
+        session = get_session()
+        session.pid, session.in_forked_child = os.getpid(), False  # this child is the training process
+        set_dump_path(os.path.join(out, "npu_dump.pkl"), dump_tag="run")
+        set_dump_switch("ON")
+        for k in range(100000):
+            loss = model(torch.randn(16, 64)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            print("STEP {} {!r}".format(k, time.monotonic()), flush=True)
+            time.sleep(0.005)
+
+    for line in sys.stdin:
+        out = line.strip()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                child(out)
+            finally:
+                os._exit(0)
+        print("PID {}".format(pid), flush=True)
+        os.waitpid(pid, 0)
+        print("DONE", flush=True)
+''')
+
+
+def test_sigkill_at_random_points_loses_at_most_the_bound(tmp_path):
+    bound = 0.1  # the writer's max_delay in the killed runs (seconds of queued jobs)
+    slack = 0.1  # scheduling on a loaded machine, the job in progress
+    script = tmp_path / "zygote.py"
+    script.write_text(ZYGOTE)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    env.pop("LOCAL_RANK", None)
+    zygote = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(bound)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+    chooser = random.Random(1234)
+    checked = 0
+    try:
+        for trial in range(20):
+            out = tmp_path / "trial{}".format(trial)
+            zygote.stdin.write(str(out) + "\n")
+            zygote.stdin.flush()
+            line = zygote.stdout.readline()
+            while not line.startswith("PID "):
+                line = zygote.stdout.readline()
+            pid = int(line.split()[1])
+            last = chooser.randint(0, 40)
+            printed = {}
+            while True:
+                words = zygote.stdout.readline().split()
+                assert words, "the run ended"
+                if words[0] != "STEP":  # the tool's log
+                    continue
+                printed[int(words[1])] = float(words[2])
+                if int(words[1]) >= last:
+                    break
+            time.sleep(chooser.uniform(0, 0.012))
+            killed_at = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            while zygote.stdout.readline().strip() != "DONE":
+                pass
+            rank_dir = out / "run_v1.0" / "rank0"
+            records = _check_pkl_and_npy(rank_dir, killed=True)
+            names = set(record[0] for record in records)
+            for step, when in printed.items():
+                if when < killed_at - bound - slack:
+                    # the optimizer's last update is the step's last record
+                    assert "Tensor_add__{}_forward_output".format(4 * step + 3) in names, (trial, step)
+                    checked += 1
+        assert checked >= 20, checked  # the check above did bite
+    finally:
+        zygote.stdin.close()
+        zygote.kill()
+        zygote.wait()
