@@ -91,7 +91,7 @@ def register_hook(
         dump_mode: ``"api"`` (default) or ``"acl"`` (operator-level dump of one API, NPU only).
         dump_config: the ACL ``dump.json``; required when ``dump_mode="acl"``. Default None.
         rank: the rank directory to write to. Default None: ``torch.distributed`` rank, else the
-            device index of the first tensor seen, else 0.
+            RANK/LOCAL_RANK environment variables, else the device index of the first tensor seen, else 0.
         extra_apis: which torch APIs are wrapped (once per process; a later call changes it).
             None (default): keep the list already installed, at first the original ptdbg_ascend
             4.0's list (``dump/wrapped_apis.txt``), so the dump has the records the original's dump

@@ -168,9 +168,11 @@ def load_tensor(path: str, root: Optional[str] = None) -> np.ndarray:
             raise ValueError("{} holds Python objects besides tensors; it is not unpickled".format(path)) from None
     if not isinstance(tensor, torch.Tensor):
         raise ValueError("{} does not hold a tensor".format(path))
-    if tensor.dtype == torch.bfloat16:
-        tensor = tensor.float()
-    return tensor.detach().numpy()
+    tensor = tensor.detach()
+    try:
+        return tensor.numpy()
+    except TypeError:  # dtypes numpy has no type for (bf16, float8, complex32): widened exactly, as the npy files
+        return tensor.to(torch.complex64 if tensor.is_complex() else torch.float32).numpy()
 
 
 def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Tolerance] = None) -> Metrics:

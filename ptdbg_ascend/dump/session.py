@@ -27,7 +27,10 @@ from ptdbg_ascend.log import logger
 
 _is_grad_enabled = torch.is_grad_enabled
 # torch.compiler._is_compiling_flag: True while dynamo/AOTAutograd/inductor compile (a torch without it: never).
-_compiler = torch.compiler if hasattr(torch.compiler, "_is_compiling_flag") else compiled.NoCompileFlag
+# (torch.compiler itself exists from torch 2.1 on.)
+_compiler = getattr(torch, "compiler", None)
+if not hasattr(_compiler, "_is_compiling_flag"):
+    _compiler = compiled.NoCompileFlag
 _graph_codes = compiled.GRAPH_CODES  # code object -> whether it is compiled code (dump/compiled.py)
 
 

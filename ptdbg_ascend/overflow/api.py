@@ -38,7 +38,7 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
         dump_mode: "api" (default): overflow pkl + npy; "acl": also re-run each overflowing forward API
             under ACL dump (NPU with torch_npu only).
         dump_config: the ACL ``dump.json``; required with ``dump_mode="acl"``, refused otherwise.
-        rank: the rank directory. Default None: the torch.distributed rank, else the device index.
+        rank: the rank directory. Default None: the torch.distributed rank, else RANK/LOCAL_RANK, else the device index.
         extra_apis: True also wraps the APIs beyond the original 4.0's list; see register_hook.
     """
     import torch

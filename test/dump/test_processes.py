@@ -81,7 +81,9 @@ for i in range(1000):
     lines = text.split("\n")
     complete = [json.loads(line) for line in lines[:-1]]  # every terminated line parses
     assert lines[-1] == "" or not text.endswith("\n")
-    assert len(complete) > 40
+    # The 4 steps finished before "STEPPED" are on disk (10 lines each with the original 4.0 list); the kill
+    # may come before any line of the 5th.
+    assert len(complete) >= 40
     for record in complete:
         if not record[0].endswith("_stack_info"):
             array = np.load(str(rank_dir / "api_stack_npu_dump" / (record[0] + ".npy")), allow_pickle=False)
