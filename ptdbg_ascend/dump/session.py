@@ -34,6 +34,13 @@ if not hasattr(_compiler, "_is_compiling_flag"):
 _graph_codes = compiled.GRAPH_CODES  # code object -> whether it is compiled code (dump/compiled.py)
 
 
+def check_extra_apis(extra_apis: Optional[bool]) -> None:
+    """``extra_apis`` of register_hook / ensure_wrapped: None, True or False (checked before any effect)."""
+    if extra_apis is not None and not isinstance(extra_apis, bool):
+        raise ParameterError("extra_apis", extra_apis, "must be True (also wrap the APIs of wrapped_apis_extra.txt), "
+                             "False (only the original 4.0's list) or None (keep the list already installed)")
+
+
 class LegacyDumpSettings(object):
     """What ``set_dump_path`` / ``register_hook`` configured for the legacy recorder."""
 
@@ -71,8 +78,7 @@ class DumpSession(object):
         ``extra_apis``: None keeps the list already installed (at first, the original 4.0's list);
         True also wraps ``wrapped_apis_extra.txt``; False goes back to the original's list. A change
         re-installs the wrappers (the counters are kept)."""
-        if extra_apis is not None and not isinstance(extra_apis, bool):
-            raise ParameterError("extra_apis", extra_apis, "must be True, False or None (keep the wrapped list as it is)")
+        check_extra_apis(extra_apis)
         with self._lock:
             wanted = self.extra_apis if extra_apis is None else extra_apis
             if self.wrapped_count and wanted != self.extra_apis:

@@ -44,7 +44,7 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
     import torch
 
     from ptdbg_ascend.device import torch_npu_module
-    from ptdbg_ascend.dump.session import get_session
+    from ptdbg_ascend.dump.session import check_extra_apis, get_session
     from ptdbg_ascend.overflow.detection import FloatStatus, npu_supports_inf_nan
     from ptdbg_ascend.overflow.observer import OverflowObserver
 
@@ -56,9 +56,7 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
         raise ParameterError("dump_mode", dump_mode, "must be 'api' (default) or 'acl'", hint)
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
         raise ParameterError("rank", rank, "must be None or an int >= 0")
-    if extra_apis is not None and not isinstance(extra_apis, bool):
-        raise ParameterError("extra_apis", extra_apis, "must be True (also wrap the APIs of wrapped_apis_extra.txt), "
-                             "False (only the original 4.0's list) or None (keep the list already installed)")
+    check_extra_apis(extra_apis)
     acl_config = acl_rerun = None
     if dump_mode == "acl":
         from ptdbg_ascend.acl.api import acl_config_argument, require_torch_npu
