@@ -129,10 +129,7 @@ class PrecisionDebugger(object):
         recorder = self._recorder
         recorder.switch(False)
         get_session().remove_observer(recorder)
-        try:
-            recorder.close()
-        finally:
-            recorder.writer.release()
+        recorder.close()  # writes the JSON files and releases the rank directory's lock
         logger.info("Dump switch is turned off at step {}; dump.json is in {}.".format(
             self.current_step, recorder.writer.directory))
 

@@ -183,10 +183,10 @@ def _insufficient(rows: Sequence[CompareRow], counts: Counts) -> Optional[str]:
         "leaving both out. This result does not show that the runs agree."
 
 
-def diagnose(rows: Sequence[CompareRow], counts: Counts) -> Tuple[Advice, Optional[Finding]]:
-    """The advice for the report and the finding for the first failing row (None: no row failed)."""
+def diagnose(rows: Sequence[CompareRow], counts: Counts, failing: Optional[int]) -> Tuple[Advice, Optional[Finding]]:
+    """The advice for the report and the finding for row ``failing``, the first failing row (see
+    :func:`first_failure`; None: no row failed)."""
     insufficient = _insufficient(rows, counts)
-    failing = first_failure(rows)
     if failing is None:
         if insufficient is not None:
             logger.warning(insufficient)

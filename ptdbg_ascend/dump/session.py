@@ -103,6 +103,7 @@ class DumpSession(object):
 
         with self._lock:
             uninstall(self)
+            jit_builtins.forget()  # TorchScript's builtin table must not name the removed wrappers
             self.wrapped_count = 0
 
     def add_observer(self, observer: CallObserver) -> None:
@@ -175,8 +176,12 @@ class DumpSession(object):
         # torch.compile (dump/compiled.py): a call made while compiling neither counts nor is recorded;
         # one made by a dynamo graph run in Python (backend="eager") counts but is not recorded.
         unmarked = _compiler._is_compiling_flag and compiled.compiling_unmarked()
-        if unmarked or _graph_codes.get(sys._getframe(2).f_code) is not False and \
-                compiled.from_compiled_graph(sys._getframe(2)):
+        if not unmarked:
+            caller = sys._getframe(2)  # the code that called the wrapper: one frame, one dict lookup
+            from_graph = _graph_codes.get(caller.f_code)
+            if from_graph is None:  # first sight of this code object
+                from_graph = compiled.from_compiled_graph(caller)
+        if unmarked or from_graph:
             if unmarked:
                 key = prefix + "_" + api
                 self.counters[key] = self.counters.get(key, 1) - 1
