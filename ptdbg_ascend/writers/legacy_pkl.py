@@ -26,7 +26,7 @@ from ptdbg_ascend.dump.statistics import EMPTY, array_statistics, scalar_statist
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.safe_fs import open_new, own_dir, own_dirs, remove_quietly, temporary_beside
+from ptdbg_ascend.writers.safe_fs import open_new, own_dir, own_dirs, remove_quietly, replace_file, write_all
 
 # lookup(tensor, record name[, compute]) -> (statistics, name of an earlier record of the same unchanged
 # tensor or None); ``compute(tensor)`` makes the statistics of a tensor not seen before (see
@@ -333,7 +333,7 @@ class LegacyPklWriter(object):
             raise DumpWriteError(self._failed)
         data = line.encode("utf-8")
         try:
-            _write_all(self._descriptor, data)
+            write_all(self._descriptor, data)
         except OSError as error:
             # Back to the last whole line: a partial line would glue to whatever comes next.
             try:
@@ -540,29 +540,14 @@ def _save_npy(path: str, array: Any) -> None:
     import numpy as np
 
     array = np.asarray(array)
-    temporary = None
-    try:
-        descriptor, temporary = temporary_beside(path)
-        try:
-            if array.flags.c_contiguous and not array.dtype.hasobject:
-                header = _npy_header(np.lib.format.dtype_to_descr(array.dtype), tuple(array.shape))
-                data = memoryview(array.reshape(-1)).cast("B") if array.size else b""
-                _write_all(descriptor, header)
-                _write_all(descriptor, data)
-            else:
-                with os.fdopen(os.dup(descriptor), "wb") as handle:
-                    np.save(handle, array, allow_pickle=False)
-        finally:
-            os.close(descriptor)
-        os.replace(temporary, path)
-    except OSError as error:
-        if temporary is not None:
-            remove_quietly(temporary)
-        raise DumpWriteError("Cannot write {}: {}".format(path, error)) from error
 
+    def write(descriptor: int) -> None:
+        if array.flags.c_contiguous and not array.dtype.hasobject:
+            header = _npy_header(np.lib.format.dtype_to_descr(array.dtype), tuple(array.shape))
+            write_all(descriptor, header)
+            write_all(descriptor, memoryview(array.reshape(-1)).cast("B") if array.size else b"")
+        else:
+            with os.fdopen(os.dup(descriptor), "wb") as handle:
+                np.save(handle, array, allow_pickle=False)
 
-def _write_all(descriptor: int, data: Any) -> None:
-    view = memoryview(data)
-    while len(view):
-        written = os.write(descriptor, view)
-        view = view[written:]
+    replace_file(path, write)

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional
 
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.safe_fs import DumpLock, own_dir, own_dirs, remove_quietly, temporary_beside
+from ptdbg_ascend.writers.safe_fs import DumpLock, own_dir, own_dirs, remove_quietly, replace_file, write_all
 
 TENSOR_DIR = "dump_tensor_data"
 DUMP_FILE = "dump.json"
@@ -188,28 +188,13 @@ class MsprobeJsonWriter(object):
 def _save_pt(path: str, tensor: Any) -> None:
     import torch
 
-    temporary = None
-    try:
-        descriptor, temporary = temporary_beside(path)
-        with os.fdopen(descriptor, "wb") as handle:
+    def write(descriptor: int) -> None:
+        with os.fdopen(os.dup(descriptor), "wb") as handle:
             torch.save(tensor, handle)
-        os.replace(temporary, path)  # the final name is never a partial file, nor written through a link
-    except OSError as error:
-        if temporary is not None:
-            remove_quietly(temporary)
-        raise DumpWriteError("Cannot write the tensor file {}: {}".format(path, error)) from error
+
+    replace_file(path, write, "the tensor file")
 
 
 def _write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to a new file with an unpredictable name beside ``path`` (``.dump.json.XXXX.tmp``,
-    created O_EXCL, never through a link), then rename it to ``path``."""
-    temporary = None
-    try:
-        descriptor, temporary = temporary_beside(path)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError as error:
-        if temporary is not None:
-            remove_quietly(temporary)
-        raise DumpWriteError("Cannot write {}: {}".format(path, error)) from error
+    """Write ``text`` to ``path`` atomically (:func:`~ptdbg_ascend.writers.safe_fs.replace_file`)."""
+    replace_file(path, lambda descriptor: write_all(descriptor, text.encode("utf-8")))

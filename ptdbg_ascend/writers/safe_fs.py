@@ -9,6 +9,8 @@
 * :func:`open_new`: new files are created with ``O_CREAT | O_EXCL | O_NOFOLLOW``.
 * :func:`temporary_beside`: a temporary file with an unpredictable name in the target's directory
   (``tempfile.mkstemp``), to be renamed into place: a final name never holds a partial file.
+* :func:`replace_file`: write through :func:`temporary_beside` and rename, the one way every final
+  file (npy, .pt, json, config, migrated script) is written.
 * :class:`DumpLock`: ``.ptdbg.lock`` (pid and host) in the rank directory while a window writes.
 """
 
@@ -19,7 +21,7 @@ import os
 import socket
 import stat
 import tempfile
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, ParameterError
 
@@ -128,6 +130,34 @@ def temporary_beside(path: str) -> Tuple[int, str]:
     except OSError:
         pass
     return descriptor, temporary
+
+
+def replace_file(path: str, write: Callable[[int], None], what: str = "") -> None:
+    """Create ``path`` atomically: ``write(descriptor)`` fills a :func:`temporary_beside` file, which is
+    then renamed to ``path``. The final name never holds a partial file and is never written through a
+    link (the rename replaces a symlink there, it does not follow it); on failure the temporary file is
+    removed and a :class:`DumpWriteError` names ``path`` (``what``, e.g. "the tensor file", prefixes it).
+    ``write`` must not close the descriptor."""
+    temporary = None
+    try:
+        descriptor, temporary = temporary_beside(path)
+        try:
+            write(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(temporary, path)
+    except OSError as error:
+        if temporary is not None:
+            remove_quietly(temporary)
+        raise DumpWriteError("Cannot write {}{}: {}".format(what + " " if what else "", path, error)) from error
+
+
+def write_all(descriptor: int, data: Any) -> None:
+    """``os.write`` until all of ``data`` (bytes-like) is written (one call releases the GIL)."""
+    view = memoryview(data)
+    while len(view):
+        written = os.write(descriptor, view)
+        view = view[written:]
 
 
 def remove_quietly(path: str) -> None:
