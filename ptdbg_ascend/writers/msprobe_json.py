@@ -25,9 +25,8 @@ import os
 import threading
 from typing import Any, Dict, List, Optional
 
-from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.safe_fs import DumpLock, own_dir, own_dirs, remove_quietly, replace_file, write_all
+from ptdbg_ascend.writers.safe_fs import DumpLock, own_dir, own_dirs, replace_file, write_all
 
 TENSOR_DIR = "dump_tensor_data"
 DUMP_FILE = "dump.json"
