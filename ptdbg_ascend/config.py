@@ -12,8 +12,11 @@ Differences from msprobe 1.0.4, on purpose (its quirks, ``reference/msprobe_1_0_
 
 * ``seed: 0`` stays 0 (1.0.4 silently turned it into 1234);
 * ``data_mode`` items are checked (1.0.4 accepted anything and dumped nothing for a typo);
-* the tasks this tool does not implement (free_benchmark, run_ut, grad_probe) are refused with a clear
-  message instead of being accepted and ignored.
+* the tasks this tool does not implement (free_benchmark, grad_probe) are refused with a clear
+  message instead of being accepted and ignored;
+* ``task: "run_ut"`` (the API pre-check's section: ``white_list``, ``black_list``, ``error_data_path``)
+  is read by ``ptdbg run-ut -config``; a PrecisionDebugger built with it dumps what the pre-check needs
+  (the ``tensor`` task at level L1). The online pre-check (``is_online: true``) is refused.
 
 Extension fields (not in the 1.0.4 schema; written by ``to_dict`` only when not at their default, so an
 exported config stays a plain 1.0.4 one otherwise):
@@ -33,9 +36,9 @@ from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
 
-TASKS = ("statistics", "tensor", "overflow_check")
+TASKS = ("statistics", "tensor", "overflow_check", "run_ut")
 # Valid in the 1.0.4 schema but not implemented by this tool: refused with a clear message.
-UNSUPPORTED_TASKS = ("free_benchmark", "run_ut", "grad_probe")
+UNSUPPORTED_TASKS = ("free_benchmark", "grad_probe")
 LEVELS = ("L0", "L1", "L2", "mix")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5")
@@ -56,14 +59,18 @@ SECTION_KEYS = {
     "tensor": COMMON_SECTION_KEYS + ("backward_input", "file_format", "online_run_ut", "nfs_path", "host",
                                      "port", "tls_path"),
     "overflow_check": COMMON_SECTION_KEYS + ("overflow_nums", "check_mode"),
+    "run_ut": COMMON_SECTION_KEYS + ("white_list", "black_list", "error_data_path", "is_online", "nfs_path", "host",
+                                     "port", "rank_list", "tls_path"),
 }
+DEFAULT_ERROR_DATA_PATH = "./"
 
 
 class DebuggerConfig(NamedTuple):
     """A validated msprobe 1.0.4 configuration (immutable). Defaults are those of msprobe 1.0.4.
 
     Attributes:
-        task: "statistics" (default), "tensor" or "overflow_check".
+        task: "statistics" (default), "tensor", "overflow_check" or "run_ut" (dumps as "tensor"; the
+            section configures ``ptdbg run-ut``).
         dump_path: the dump root. Default "./dump_path".
         rank: the ranks to dump; () = all (default).
         step: the steps to dump, sorted; () = all (default).
@@ -82,6 +89,9 @@ class DebuggerConfig(NamedTuple):
         overflow_nums: stop at the N-th overflow; -1 never stops. Default 1.
         check_mode: "all" (default), "aicore" or "atomic" (kept for the schema).
         extra_apis: extension: also wrap the APIs beyond the original 4.0's list. Default False.
+        white_list: run_ut: only these APIs are checked (names of the wrap list, e.g. "conv2d"). Default ().
+        black_list: run_ut: these APIs are not checked. Default ().
+        error_data_path: run_ut: where ``-save_error_data`` writes (must exist). Default "./".
     """
 
     task: str = "statistics"
@@ -102,11 +112,19 @@ class DebuggerConfig(NamedTuple):
     overflow_nums: int = 1
     check_mode: str = "all"
     extra_apis: bool = False
+    white_list: Tuple[str, ...] = ()
+    black_list: Tuple[str, ...] = ()
+    error_data_path: str = DEFAULT_ERROR_DATA_PATH
 
     @property
     def saves_tensors(self) -> bool:
-        """Whether ``.pt`` files are written (tensor and overflow_check tasks)."""
-        return self.task in ("tensor", "overflow_check")
+        """Whether ``.pt`` files are written (tensor, run_ut and overflow_check tasks)."""
+        return self.task in ("tensor", "overflow_check", "run_ut")
+
+    @property
+    def dump_task(self) -> str:
+        """The task a dump runs as: "run_ut" dumps as "tensor" (what the pre-check re-runs from)."""
+        return "tensor" if self.task == "run_ut" else self.task
 
     @property
     def module_range(self) -> bool:
@@ -121,6 +139,10 @@ class DebuggerConfig(NamedTuple):
         elif self.task == "tensor":
             section["backward_input"] = list(self.backward_input)
             section["file_format"] = self.file_format
+        elif self.task == "run_ut":
+            section["white_list"] = list(self.white_list)
+            section["black_list"] = list(self.black_list)
+            section["error_data_path"] = self.error_data_path
         else:
             section["overflow_nums"] = self.overflow_nums
             section["check_mode"] = self.check_mode
@@ -210,6 +232,8 @@ def config_from_dict(raw: Mapping[str, Any], task: Optional[str] = None, dump_pa
     elif chosen_task == "tensor":
         values["backward_input"] = _str_list(prefix + "backward_input", section.get("backward_input", []))
         values["file_format"] = _choice(prefix + "file_format", section.get("file_format", "npy"), FILE_FORMATS)
+    elif chosen_task == "run_ut":
+        values.update(_run_ut_section(prefix, section))
     else:
         nums = _integer(prefix + "overflow_nums", section.get("overflow_nums", 1))
         if nums < -1 or nums == 0:
@@ -219,6 +243,21 @@ def config_from_dict(raw: Mapping[str, Any], task: Optional[str] = None, dump_pa
     config = DebuggerConfig(**values)
     _check_l2(config, prefix)
     return config
+
+
+def _run_ut_section(prefix: str, section: Mapping[str, Any]) -> Dict[str, Any]:
+    """The run_ut section's values. The list names are checked against the wrap list by the pre-check
+    (which knows it); ``error_data_path`` must exist, as in 1.0.4."""
+    if section.get("is_online", False) is not False:
+        raise ParameterError(prefix + "is_online", section.get("is_online"), "must be false",
+                             "The online pre-check (API data streamed to a second machine) is not implemented by "
+                             "ptdbg_ascend; dump with task \"run_ut\" and run `ptdbg run-ut` on the dump.")
+    error_data_path = _string(prefix + "error_data_path", section.get("error_data_path", DEFAULT_ERROR_DATA_PATH))
+    if not os.path.isdir(error_data_path):
+        raise ParameterError(prefix + "error_data_path", error_data_path, "must be an existing directory")
+    return dict(white_list=_str_list(prefix + "white_list", section.get("white_list", [])),
+                black_list=_str_list(prefix + "black_list", section.get("black_list", [])),
+                error_data_path=error_data_path)
 
 
 # -- value checks (each names the key) -----------------------------------------------------------

@@ -66,6 +66,19 @@ def test_overflow_section():
     assert config_from_dict({"task": "overflow_check"}).overflow_nums == 1
 
 
+def test_run_ut_section_is_read_and_dumps_as_the_tensor_task(tmp_path):
+    raw = {"task": "run_ut", "run_ut": {"white_list": ["conv2d", "gelu"], "black_list": ["dropout"],
+                                        "error_data_path": str(tmp_path)}}
+    config = config_from_dict(raw)
+    assert (config.task, config.dump_task, config.saves_tensors) == ("run_ut", "tensor", True)
+    assert config.white_list == ("conv2d", "gelu") and config.black_list == ("dropout",)
+    assert config.error_data_path == str(tmp_path)
+    assert config.to_dict()["run_ut"] == {"scope": [], "list": [], "data_mode": ["all"], "white_list": ["conv2d", "gelu"],
+                                          "black_list": ["dropout"], "error_data_path": str(tmp_path)}
+    assert config_from_dict(config.to_dict()) == config
+    assert config_from_dict({"task": "run_ut"}).error_data_path == "./"
+
+
 def test_to_dict_round_trips():
     config = config_from_dict({"task": "tensor", "step": [1], "tensor": {"list": ["a"], "data_mode": ["input"]}})
     assert config_from_dict(config.to_dict()) == config
@@ -74,7 +87,7 @@ def test_to_dict_round_trips():
 
 
 @pytest.mark.parametrize("raw, key, fragment", [
-    ({"task": "dump"}, "task", "['statistics', 'tensor', 'overflow_check']"),
+    ({"task": "dump"}, "task", "['statistics', 'tensor', 'overflow_check', 'run_ut']"),
     ({"task": "free_benchmark"}, "task", "not implemented"),
     ({"level": "L3"}, "level", "['L0', 'L1', 'L2', 'mix']"),
     ({"level": 1}, "level", "one of"),
@@ -101,6 +114,10 @@ def test_to_dict_round_trips():
     ({"task": "overflow_check", "overflow_check": {"overflow_nums": 0}}, "overflow_check.overflow_nums", "-1"),
     ({"task": "overflow_check", "overflow_check": {"check_mode": "x"}}, "overflow_check.check_mode", "aicore"),
     ({"statistics": []}, "statistics", "JSON object"),
+    ({"task": "run_ut", "run_ut": {"is_online": True}}, "run_ut.is_online", "not implemented"),
+    ({"task": "run_ut", "run_ut": {"error_data_path": "/nonexistent/errors"}}, "run_ut.error_data_path",
+     "existing directory"),
+    ({"task": "run_ut", "run_ut": {"white_list": "conv2d"}}, "run_ut.white_list", "list of strings"),
     ({"task": "tensor", "level": "L2"}, "tensor.scope", "exactly one API name"),
     ({"task": "tensor", "level": "L2", "tensor": {"scope": ["a", "b"]}}, "tensor.scope", "exactly one API name"),
     ({"task": "tensor", "level": "L2", "tensor": {"scope": ["Tensor.mul.0.backward"]}}, "tensor.backward_input", ".pt"),

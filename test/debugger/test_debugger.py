@@ -303,3 +303,16 @@ def test_l0_residual_block_with_in_place_ops_and_exact_gradients(session, tmp_pa
     incoming = torch.load(os.path.join(dump["dump_data_dir"], dump["data"]["Module.1.ResidualBlock.backward.0"]["input"][0]["data_name"]),
                           weights_only=True)
     torch.testing.assert_close(incoming, torch.ones(2, 3, 5, 5))  # d(sum)/d(output)
+
+
+def test_run_ut_task_dumps_what_the_precheck_reruns(session, tmp_path, tiny, one_step, read_dump):
+    """task="run_ut" (its section configures `ptdbg run-ut`) dumps as the L1 tensor task: every argument
+    with its type and one .pt per tensor, under task "tensor" in dump.json (what run_ut reads)."""
+    rank_dir = _dump_once(tmp_path, tiny, one_step, task="run_ut", level="L1")
+    dump, _stack, _construct = read_dump(rank_dir)
+    assert dump["task"] == "tensor"
+    assert list(dump["data"]) == FORWARD_L1 + ["Torch.ones_like.0.forward"] + BACKWARD_L1
+    leaky = dump["data"]["Functional.leaky_relu.0.forward"]
+    assert leaky["input_args"][1] == {"type": "float", "value": 0.1}
+    files = set(os.listdir(dump["dump_data_dir"]))
+    assert files == set(leaf["data_name"] for leaf in _tensor_leaves(dump["data"])) and len(files) > 20
