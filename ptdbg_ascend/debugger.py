@@ -200,7 +200,7 @@ class PrecisionDebugger(object):
         # Without torch.distributed, RANK/LOCAL_RANK still give distinct rank directories (msprobe: "rank").
         rank = torch.distributed.get_rank() if distributed else environment_rank()
         directory = step_rank_dir(self.config.dump_path, self.current_step, rank)
-        return MsprobeJsonWriter(directory, self.config.task, self.config.level, self.config.saves_tensors,
+        return MsprobeJsonWriter(directory, self.config.dump_task, self.config.level, self.config.saves_tensors,
                                  background=self._background)
 
 
