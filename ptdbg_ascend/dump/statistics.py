@@ -30,6 +30,7 @@ check :func:`~ptdbg_ascend.dump.tensor_kinds.transforms_active` once per call an
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -116,6 +117,28 @@ def special_statistics(tensor: Any) -> Statistics:
 
 
 def _general_statistics(data: Any, types: "_TorchTypes") -> Statistics:
+    reduced = _reductions(data, types)
+    if not isinstance(reduced, tuple):
+        return reduced
+    high, low, total, square_sum, count = reduced
+    if types.is_cpu(high):
+        # On the CPU item() is a plain memory read: cheaper than stacking four scalars into one tensor.
+        return [high.item(), low.item(), total.item() / count, math.sqrt(square_sum.item())]
+    # On an accelerator: one device->host transfer for the four numbers instead of four syncs.
+    return _stacked(types, reduced).tolist()
+
+
+def _stacked(types: "_TorchTypes", reduced: Tuple[Any, Any, Any, Any, int]) -> Any:
+    """The four statistics as one tensor on the device of ``reduced`` (from :func:`_reductions`)."""
+    high, low, total, square_sum, count = reduced
+    norm = low.abs() if square_sum is None else square_sum.sqrt()
+    return types.torch.stack([high, low, total / count, norm])
+
+
+def _reductions(data: Any, types: "_TorchTypes", host_shortcuts: bool = True) -> Any:
+    """``(max, min, sum, sum of squares, count)`` as 0-d tensors on ``data``'s device (nothing read
+    back; the sum of squares is None for a 0-d tensor), or the finished statistics where no reduction
+    is needed (empty, and with ``host_shortcuts`` (default True) 0-d and small CPU tensors)."""
     torch = types.torch
     if data.numel() == 0:
         return list(EMPTY)
@@ -130,9 +153,11 @@ def _general_statistics(data: Any, types: "_TorchTypes") -> Statistics:
     else:
         work = data.double()  # int64 stays exact up to 2**53, bool becomes 0/1
     if work.dim() == 0:
-        value = float(work.item())
-        return [value, value, value, abs(value)]
-    if work.numel() <= _SMALL and types.is_cpu(work):
+        if host_shortcuts and types.is_cpu(work):
+            value = float(work.item())
+            return [value, value, value, abs(value)]
+        return work, work, work, None, 1  # the norm of a value is its magnitude (not sqrt(v*v): overflow)
+    if host_shortcuts and work.numel() <= _SMALL and types.is_cpu(work):
         small = _small_cpu_statistics(work)
         if small is not None:
             return small
@@ -142,12 +167,93 @@ def _general_statistics(data: Any, types: "_TorchTypes") -> Statistics:
     # Not a dot product: BLAS accumulates it in float32 lanes, 4e-6 relative error for 32K equal values
     # (1e-4 at 4M). sum() uses a cascade and stays within float32 rounding of numpy's float64 result.
     square_sum = torch.sum(work * work)
-    count = work.numel()
-    if types.is_cpu(work):
-        # On the CPU item() is a plain memory read: cheaper than stacking four scalars into one tensor.
-        return [high.item(), low.item(), total.item() / count, math.sqrt(square_sum.item())]
-    # On an accelerator: one device->host transfer for the four numbers instead of four syncs.
-    return torch.stack([high, low, total / count, square_sum.sqrt()]).tolist()
+    return high, low, total, square_sum, work.numel()
+
+
+class PendingDeviceStatistics(list):
+    """The statistics of an accelerator tensor, still on the device: ``[None] * 4`` until the
+    :class:`DeviceStatisticsBatch` that made it reads its batch back (then the four numbers, in place)."""
+
+    __slots__ = ("values",)
+
+
+class DeviceStatisticsBatch(object):
+    """Statistics of accelerator tensors kept on their device and read back in batches.
+
+    :meth:`add` enqueues the reductions of a tensor (no host sync) and returns a
+    :class:`PendingDeviceStatistics`; :meth:`resolve` reads every pending one with one device->host
+    copy per device (one sync however many tensors) and fills them in place. Memory: four numbers per
+    pending tensor on its device; the writer resolves at :data:`BATCH_RECORDS` pending tensors, after
+    :data:`BATCH_SECONDS`, and at flush/close. Thread-safe: the writer thread may resolve while the
+    training thread adds.
+    """
+
+    BATCH_RECORDS = 64
+    BATCH_SECONDS = 1.0
+
+    def __init__(self) -> None:
+        import threading
+
+        self._pending = []  # type: List[PendingDeviceStatistics]
+        self._lock = threading.Lock()
+        self._since = 0.0
+        self.transfers = 0  # host syncs done (one per device per resolve): tests and benchmarks read it
+
+    def add(self, tensor: Any) -> Statistics:
+        """The statistics of ``tensor``: pending when it lives on an accelerator and needs reductions,
+        else computed now (empty, special kinds)."""
+        types = _torch_types()
+        try:
+            reduced = _reductions(tensor.detach(), types, host_shortcuts=False)
+        except (RuntimeError, TypeError, ValueError, NotImplementedError):
+            return special_statistics(tensor)
+        if not isinstance(reduced, tuple):
+            return reduced
+        pending = PendingDeviceStatistics((None, None, None, None))
+        pending.values = _stacked(types, reduced)
+        with self._lock:
+            if not self._pending:
+                self._since = time.monotonic()
+            self._pending.append(pending)
+        return pending
+
+    def has_pending(self) -> bool:
+        """Whether statistics are waiting to be read."""
+        return bool(self._pending)
+
+    def due(self) -> bool:
+        """Whether the batch should be read now (full, or its oldest entry is BATCH_SECONDS old)."""
+        pending = self._pending
+        return bool(pending) and (len(pending) >= self.BATCH_RECORDS
+                                  or time.monotonic() - self._since >= self.BATCH_SECONDS)
+
+    def resolve(self) -> None:
+        """Read every pending statistics back (one copy per device) and fill them in place."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+            if not pending:
+                return
+            torch = _torch_types().torch
+            by_device = {}  # type: dict
+            for item in pending:
+                by_device.setdefault(item.values.device, []).append(item)
+            for items in by_device.values():
+                host = torch.stack([item.values for item in items]).cpu().tolist()
+                self.transfers += 1
+                for item, numbers in zip(items, host):
+                    item[:] = numbers
+                    item.values = None  # the device memory goes now
+
+
+def defers_on(tensor: Any) -> bool:
+    """Whether the statistics of ``tensor`` are read back in batches: on any device but the CPU, where
+    reading a number is a plain memory read (``DEFERRED_ON_CPU`` makes the CPU defer too: tests)."""
+    device = getattr(tensor, "device", None)
+    return device is not None and (device.type != "cpu" or DEFERRED_ON_CPU)
+
+
+# Tests set this to run the deferred path on CPU tensors (there is no accelerator in CI).
+DEFERRED_ON_CPU = False
 
 
 # Below this magnitude neither the sum nor the sum of squares of _SMALL float32 values can overflow

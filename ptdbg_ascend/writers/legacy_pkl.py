@@ -22,7 +22,8 @@ import os
 import shutil
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.dump.statistics import EMPTY, array_statistics, scalar_statistics, tensor_statistics
+from ptdbg_ascend.dump.statistics import (EMPTY, DeviceStatisticsBatch, PendingDeviceStatistics, array_statistics, defers_on,
+                                         scalar_statistics, tensor_statistics)
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
@@ -146,6 +147,11 @@ class LegacyPklWriter(object):
         # The middle of every tensor line: '", {dump_step}, [], "'.
         self._step_text = '", {}, [], "'.format(dump_step)
         self._numbers = _NumbersText()
+        # Statistics of accelerator tensors read back in batches (dump/statistics.DeviceStatisticsBatch),
+        # and the lines held until their batch is read (statistics only; with a writer thread its jobs
+        # read the batch).
+        self._device_batch = None  # type: Optional[DeviceStatisticsBatch]
+        self._held = []  # type: List[Any]
 
     # -- records -------------------------------------------------------------------------------
     def write_record(self, name: str, value: Any, statistics: Optional[List[Optional[float]]] = None,
@@ -204,7 +210,15 @@ class LegacyPklWriter(object):
             raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
         if self._failed is not None:
             raise DumpWriteError(self._failed)
+        batch = self._device_batch
         if not files and self._background is None:  # statistics only: straight to the file
+            if batch is not None and (self._held or batch.has_pending()):
+                # Lines waiting for device statistics, and every line after them (order), are held
+                # until the batch is read: at BATCH_RECORDS tensors, after BATCH_SECONDS, at flush.
+                self._held.extend(lines)
+                if batch.due():
+                    self._write_held()
+                return
             self._write_line("".join(lines))
             return
         head = self._step_text
@@ -212,6 +226,8 @@ class LegacyPklWriter(object):
         def job() -> None:
             if self._failed is not None:  # queued before the failure: nothing more is written
                 return
+            if batch is not None:
+                batch.resolve()  # on the writer thread: the training thread never waits for the device
             for array, pending in reductions:
                 pending[:] = array_statistics(array)
             written = []  # type: List[str]
@@ -264,6 +280,10 @@ class LegacyPklWriter(object):
                     elif deferring and dtype in _DEFERRED_DTYPES and value.numel() >= _DEFERRED_MIN_ELEMENTS \
                             and value.device.type == "cpu":  # an accelerator reduces on the device, nearly free
                         statistics, same_as = lookup(value, name, _new_pending)
+                    elif defers_on(value):
+                        # An accelerator: reduced on the device now, read back with a batch (one sync
+                        # per batch instead of one per tensor).
+                        statistics, same_as = lookup(value, name, self._device_statistics().add)
                     else:
                         # Small tensors on the calling thread: a writer thread would fight training for the GIL.
                         statistics, same_as = lookup(value, name)
@@ -288,6 +308,9 @@ class LegacyPklWriter(object):
                         reductions.append((array, statistics))
                     lines.append((name, dtype, shape, statistics))
                     continue
+                if type(statistics) is PendingDeviceStatistics:  # formatted once its batch is read
+                    lines.append((name, dtype, shape, statistics))
+                    continue
             else:
                 # The original writes a Python scalar's shape as the string "[]" (a 0-d tensor's as []).
                 dtype, shape = str(type(value)), '"[]"'
@@ -304,6 +327,7 @@ class LegacyPklWriter(object):
 
     def flush(self) -> None:
         """Wait until every record given so far is on disk (raises DumpWriteError on a failed write)."""
+        self._write_held()
         if self._background is not None:
             self._background.flush()
 
@@ -311,7 +335,10 @@ class LegacyPklWriter(object):
         """Write what is queued and close the pkl. Idempotent."""
         if self._closed:
             return
-        self._closed = True
+        try:
+            self._write_held()
+        finally:
+            self._closed = True
         try:
             if self._background is not None:
                 if self._own_background:
@@ -322,6 +349,21 @@ class LegacyPklWriter(object):
             os.close(self._descriptor)
 
     # -- internals -----------------------------------------------------------------------------
+    def _device_statistics(self) -> DeviceStatisticsBatch:
+        if self._device_batch is None:
+            self._device_batch = DeviceStatisticsBatch()
+        return self._device_batch
+
+    def _write_held(self) -> None:
+        """Read the pending device statistics and write the lines held for them (statistics only)."""
+        if not self._held:
+            return
+        held, self._held = self._held, []
+        self._device_batch.resolve()
+        if self._failed is None:
+            head = self._step_text
+            self._write_line("".join(line if isinstance(line, str) else _line_text(line, head) for line in held))
+
     def _submit(self, job, nbytes: int) -> None:
         if self._background is None:
             job()

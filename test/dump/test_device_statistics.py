@@ -1,0 +1,131 @@
+"""Statistics of accelerator tensors read back in batches (issue 11 part 6), run on the CPU.
+
+There is no accelerator here: ``statistics.DEFERRED_ON_CPU`` sends CPU tensors down the same deferred
+path an accelerator's take (reductions queued on the tensor's device, four numbers per tensor kept
+there, read back with one copy per batch). The dumps must be the dumps of the synchronous path, with
+far fewer read-backs than records.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
+from ptdbg_ascend.dump import statistics
+from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
+from fake_torch_npu.fixtures import clean_session
+
+
+@pytest.fixture
+def deferred(monkeypatch):
+    """The deferred path on CPU tensors; returns the list of batch sizes read back (one per transfer)."""
+    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", True)
+    sizes = []
+    original = DeviceStatisticsBatch.resolve
+
+    def counting(self):
+        if self._pending:
+            sizes.append(len(self._pending))
+        original(self)
+
+    monkeypatch.setattr(DeviceStatisticsBatch, "resolve", counting)
+    return sizes
+
+
+@pytest.mark.parametrize("tensor, expected", [
+    (torch.tensor([[1.0, -2.0], [3.0, 0.5]]), [3.0, -2.0, 0.625, math.sqrt(14.25)]),
+    (torch.tensor(-2.5), [-2.5, -2.5, -2.5, 2.5]),
+    (torch.tensor(1e30), [1e30, 1e30, 1e30, 1e30]),  # the norm of a value is its magnitude (no v*v overflow)
+    (torch.tensor([1, 2, 6]), [6.0, 1.0, 3.0, math.sqrt(41.0)]),
+    (torch.tensor([True, False]), [1.0, 0.0, 0.5, 1.0]),
+    (torch.tensor([3 + 4j, 0j]), [5.0, 0.0, 2.5, 5.0]),  # complex: of the magnitude
+    (torch.tensor([1.5, -0.5], dtype=torch.bfloat16), [1.5, -0.5, 0.5, math.sqrt(2.5)]),
+])
+def test_a_batch_gives_the_statistics_of_each_tensor_after_one_read(deferred, tensor, expected):
+    batch = DeviceStatisticsBatch()
+    pending = batch.add(tensor)
+    assert type(pending) is PendingDeviceStatistics and list(pending) == [None] * 4  # nothing read yet
+    assert batch.has_pending()
+    batch.resolve()
+    np.testing.assert_allclose(list(pending), expected, rtol=1e-6)
+    assert deferred == [1] and not batch.has_pending()
+
+
+def test_an_empty_tensor_needs_no_read(deferred):
+    batch = DeviceStatisticsBatch()
+    assert batch.add(torch.zeros(0, 3)) == [None, None, None, None]
+    assert not batch.has_pending()
+
+
+def test_a_batch_is_due_when_full_or_old(deferred, monkeypatch):
+    batch = DeviceStatisticsBatch()
+    for _ in range(DeviceStatisticsBatch.BATCH_RECORDS - 1):
+        batch.add(torch.ones(3))
+    assert not batch.due()
+    batch.add(torch.ones(3))
+    assert batch.due()
+    batch.resolve()
+    monkeypatch.setattr(DeviceStatisticsBatch, "BATCH_SECONDS", 0.0)
+    batch.add(torch.ones(3))
+    assert batch.due()
+
+
+def _dump_lines(tmp_path, model, train, tag, **switch):
+    set_dump_path(str(tmp_path / tag / "npu_dump.pkl"), dump_tag=tag)
+    register_hook(model, acc_cmp_dump)
+    set_dump_switch("ON", **switch)
+    train(model)
+    set_dump_switch("OFF")
+    rank_dir = tmp_path / tag / "{}_v1.0".format(tag) / "rank0"
+    pkl = next(rank_dir.glob("*.pkl"))
+    return pkl.read_text(encoding="utf-8").splitlines()
+
+
+def _same_dump(reference, candidate, pkl_records_of):
+    """Same lines in the same order; statistics equal to float32 rounding (the device path divides
+    the sum on the device, the CPU path in float64)."""
+    assert len(candidate) == len(reference)
+    for expected, got in zip(pkl_records_of(reference), pkl_records_of(candidate)):
+        assert got[:5] == expected[:5]
+        if got[0].endswith("_stack_info"):
+            continue
+        np.testing.assert_allclose(np.array(got[5], dtype=float), np.array(expected[5], dtype=float),
+                                   rtol=2e-6, atol=1e-7, err_msg=got[0])
+
+
+def _records(lines):
+    import json
+
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("switch", [
+    dict(mode="all", summary_only=True),  # statistics only: lines held until their batch is read
+    dict(mode="api_stack"),  # npy files: the writer thread reads the batch
+])
+def test_a_real_dump_is_the_same_with_batched_statistics(tmp_path, dump_session, model, train, deferred, switch,
+                                                          monkeypatch):
+    initial = {key: value.clone() for key, value in model.state_dict().items()}
+    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", False)
+    reference = _dump_lines(tmp_path, model, train, "sync", **switch)
+    assert deferred == []  # the CPU path reads nothing back in batches
+    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", True)
+    clean_session(dump_session)  # counters from 0 again: the same names
+    model.load_state_dict(initial)
+    batched = _dump_lines(tmp_path, model, train, "batched", **switch)
+    _same_dump(reference, batched, _records)
+    tensors = sum(1 for line in batched if not line.startswith('["') or "_stack_info" not in line.split(",")[0])
+    assert sum(deferred) >= tensors // 2  # most tensor records went through a batch...
+    assert len(deferred) < sum(deferred) / 4  # ...and a batch reads many tensors at once
+
+
+def test_lines_wait_for_their_batch_and_are_all_written_at_off(tmp_path, dump_session, model, train, deferred):
+    """Statistics only: nothing is lost at OFF even when the batch never filled up."""
+    lines = _dump_lines(tmp_path, model, train, "held", mode="all", summary_only=True)
+    assert len(lines) > 20 and all(line.endswith("]") for line in lines)
+    assert all("null" not in line for line in lines if "_stack_info" not in line)
+    assert max(deferred) <= DeviceStatisticsBatch.BATCH_RECORDS + 16  # bounded: read when full (plus one call)
