@@ -13,8 +13,12 @@ One rank directory, or every ``rank*`` directory of a tag/step directory. What o
   writes them; the ``.pt`` of a bf16 tensor becomes a float32 ``.npy`` (the pkl dtype
   stays ``torch.bfloat16``), and a float32 ``.npy`` of a bf16 tensor goes back to a bf16 ``.pt``.
 
-Nothing is written halfway: the output is built in a temporary directory beside the target and renamed
-into place at the end. torch is imported only to read or write ``.pt`` files.
+Nothing is written halfway: the output is built in a temporary directory with an unpredictable name
+(``tempfile.mkdtemp``) beside the target and renamed into place at the end. Nothing is written outside
+the target, nothing is read outside the input's data directory (``compat.convert_fs``): a record whose
+name is not a plain file name is skipped with a warning naming it, a tensor file that resolves outside
+the dump is not read (warning; the record keeps its statistics). torch is imported only to read or
+write ``.pt`` files.
 """
 
 from __future__ import annotations
@@ -28,10 +32,15 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.comparison.distributed import RANK_DIR
 from ptdbg_ascend.comparison.readers.legacy_pkl import read_lines
+from ptdbg_ascend.comparison.records import file_name_problem
+from ptdbg_ascend.compat.convert_fs import (TensorDir, check_plain_name, check_target, make_dirs,
+                                           move_into_place, output_path, read_tensor, relative_parts, save_npy,
+                                           save_pt, write_bytes)
 from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.naming import STACK_SUFFIX, parse_record_name, to_dotted, to_legacy
+from ptdbg_ascend.writers.safe_fs import check_path_text
 
 SCALAR_TYPES = {"<class 'int'>": "int", "<class 'float'>": "float", "<class 'bool'>": "bool"}
 LEGACY_SCALAR_DTYPES = {value: key for key, value in SCALAR_TYPES.items()}
@@ -111,29 +120,32 @@ def convert(source: str, target: str, *, name: str = "dump") -> ConvertResult:
             or a directory of ``rank*`` directories (a legacy ``ptdbg_dump_v1.0`` tag directory becomes
             ``target/step0/rank{R}/``; an msprobe ``step{N}`` directory becomes ``target/rank{R}/``, plain
             ``rank`` becoming ``rank0``).
-        target: a directory that does not exist yet (or is empty).
+        target: a directory that does not exist yet (or is empty); a symlink there is refused.
         name: msprobe -> legacy only: the pkl stem, giving ``{name}.pkl`` + ``{name}/``. Default "dump".
+            One plain directory name (no separator, not ``.``/``..``), checked in both directions.
+
+    Every file is written inside ``target`` (resolved); tensor files are read only inside the input's
+    data directory (resolved). A record whose name cannot be a file name is skipped with a warning.
     """
+    _check_path_args(source, target)
+    check_plain_name("name", name)
     plan = _plan(source)
-    if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
-        raise ParameterError("target", target, "a new or empty directory", "Nothing was written.")
+    check_target(target)
     parent = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(parent):
         raise DumpPathError("Cannot write {}: the directory {} does not exist.".format(target, parent))
+    # An unpredictable name (mode 0700) in the target's parent: nobody can plant links inside it.
     work = tempfile.mkdtemp(prefix=".ptdbg-convert-", dir=parent)
     results = []
     try:
         for files, relative in plan:
-            out = os.path.join(work, relative)
-            os.makedirs(out, exist_ok=True)
+            out = make_dirs(work, *relative_parts(relative))
             if files.kind == "legacy":
-                result = _legacy_to_msprobe(files, out, os.path.join(target, relative, "dump_tensor_data"))
+                result = _legacy_to_msprobe(files, work, out, os.path.join(target, relative, "dump_tensor_data"))
             else:
-                result = _msprobe_to_legacy(files, out, name)
+                result = _msprobe_to_legacy(files, work, out, name)
             results.append((files, result))
-        if os.path.isdir(target):
-            os.rmdir(target)
-        os.rename(work, target)
+        move_into_place(work, target)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -151,16 +163,37 @@ def convert(source: str, target: str, *, name: str = "dump") -> ConvertResult:
     return ConvertResult(written[0], tensors, dropped, tuple(written))
 
 
+def _check_path_args(source: str, target: str) -> None:
+    """NUL bytes, non-str and over-long paths are a :class:`ParameterError` naming the argument."""
+    check_path_text("source", source)
+    check_path_text("target", target)
+
+
+def _unsafe_name(name: Any, suffix: str = "") -> Optional[str]:
+    """Why the name from an input file cannot become a file name (None when it can)."""
+    if not isinstance(name, str):
+        return "the name {!r} is not a string".format(name)
+    return file_name_problem(name + suffix)
+
+
+def _skip(where: str, what: str, name: Any, problem: str) -> None:
+    logger.warning("{}: skipped {} {!r}: {}; nothing was converted for it.".format(where, what, name, problem))
+
+
 # --- legacy -> msprobe -------------------------------------------------------------------------------
 
-def _legacy_to_msprobe(files: DumpFiles, work: str, final_tensor_dir: str) -> ConvertResult:
+def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir: str) -> ConvertResult:
     data: Dict[str, Dict[str, Any]] = {}
     stacks: Dict[str, List[str]] = {}
-    tensor_dir = os.path.join(work, "dump_tensor_data")
+    tensors = TensorDir(root, work, "dump_tensor_data")
     saved = 0
     steps = set()
     for number, line in read_lines(files.metadata):
         name = line[0]
+        problem = _unsafe_name(name, ".npy")
+        if problem is not None:
+            _skip("Line {} of {}".format(number, files.metadata), "the record", name, problem)
+            continue
         if name.endswith(STACK_SUFFIX):
             call = to_dotted(name[:-len(STACK_SUFFIX)])
             if call is not None:
@@ -174,7 +207,8 @@ def _legacy_to_msprobe(files: DumpFiles, work: str, final_tensor_dir: str) -> Co
         steps.add(line[1])
         call = to_dotted(record.call)
         entry = data.setdefault(call, _new_entry(record.direction))
-        leaf, saved_one = _legacy_leaf(line, files.data_dir, tensor_dir, to_dotted(name))
+        leaf, saved_one = _legacy_leaf(line, files, tensors, to_dotted(name),
+                                       "Line {} of {}".format(number, files.metadata))
         saved += saved_one
         _place(entry, _entry_key(record.direction, record.side), record.path or (0,), leaf)
     if steps - {0}:
@@ -182,10 +216,10 @@ def _legacy_to_msprobe(files: DumpFiles, work: str, final_tensor_dir: str) -> Co
             files.metadata, sorted(steps - {0})))
     dump = {"task": "tensor" if files.data_dir else "statistics", "level": "L1",
             "dump_data_dir": final_tensor_dir if saved else None, "data": data}
-    metadata = os.path.join(work, "dump.json")
+    metadata = output_path(work, "dump.json")
     _write_json(metadata, dump)
-    _write_json(os.path.join(work, "stack.json"), stacks)
-    _write_json(os.path.join(work, "construct.json"), {})
+    _write_json(output_path(work, "stack.json"), stacks)
+    _write_json(output_path(work, "construct.json"), {})
     return ConvertResult(metadata, saved, {})
 
 
@@ -213,7 +247,8 @@ def _place(entry: Dict[str, Any], key: str, path: Tuple[int, ...], leaf: Any) ->
             container = container[index]
 
 
-def _legacy_leaf(line: list, npy_dir: Optional[str], tensor_dir: str, dotted: str) -> Tuple[Dict[str, Any], int]:
+def _legacy_leaf(line: list, files: DumpFiles, tensors: TensorDir, dotted: str,
+                 where: str) -> Tuple[Dict[str, Any], int]:
     dtype, shape = str(line[3]), line[4] if isinstance(line[4], list) else []  # a scalar's shape is "[]"
     statistics = list(line[5]) if len(line) > 5 and isinstance(line[5], list) else []
     statistics += [None] * (4 - len(statistics))
@@ -224,13 +259,18 @@ def _legacy_leaf(line: list, npy_dir: Optional[str], tensor_dir: str, dotted: st
         return {"type": kind, "value": value}, 0
     leaf: Dict[str, Any] = {"type": "torch.Tensor", "dtype": dtype, "shape": shape}
     leaf.update(zip(STATISTICS_KEYS, statistics[:4]))
-    npy = os.path.join(npy_dir, line[0] + ".npy") if npy_dir else None
-    if npy and os.path.isfile(npy):
-        data_name = dotted + ".pt"
-        _npy_to_pt(npy, os.path.join(tensor_dir, data_name), dtype)
-        leaf["data_name"] = data_name
-        return leaf, 1
-    return leaf, 0
+    if not files.data_dir:
+        return leaf, 0
+    try:  # line[0] was checked to be a plain file name
+        array = read_tensor(os.path.join(files.data_dir, line[0] + ".npy"), files.data_dir, line[0], where)
+    except FileNotFoundError:
+        return leaf, 0  # a record without its npy (filtered, or a summary dump): statistics only
+    if array is None:
+        return leaf, 0
+    data_name = dotted + ".pt"
+    _npy_to_pt(array, tensors.file(data_name), dtype)
+    leaf["data_name"] = data_name
+    return leaf, 1
 
 
 def _stack_line(frame: Any) -> str:
@@ -238,34 +278,33 @@ def _stack_line(frame: Any) -> str:
     return "File {}, line {}, in {}, \n {}".format(parts[0], parts[1], parts[2], "" if parts[3] is None else parts[3])
 
 
-def _npy_to_pt(npy: str, pt: str, dtype: str) -> None:
+def _npy_to_pt(array: Any, pt: str, dtype: str) -> None:
     import numpy as np
     import torch
 
-    try:
-        array = np.load(npy, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise FileFormatError("Cannot read {}: {}".format(npy, error)) from None
     tensor = torch.from_numpy(np.array(array, order="C"))  # (ascontiguousarray turns 0-d into 1-d)
     target_dtype = getattr(torch, dtype[len("torch."):], None) if dtype.startswith("torch.") else None
     if isinstance(target_dtype, torch.dtype) and tensor.dtype != target_dtype:
         tensor = tensor.to(target_dtype)  # the pkl dtype is authoritative (bf16 npy files hold float32)
-    os.makedirs(os.path.dirname(pt), exist_ok=True)
-    torch.save(tensor, pt)
+    save_pt(pt, tensor)
 
 
 # --- msprobe -> legacy -------------------------------------------------------------------------------
 
-def _msprobe_to_legacy(files: DumpFiles, work: str, name: str) -> ConvertResult:
+def _msprobe_to_legacy(files: DumpFiles, root: str, work: str, name: str) -> ConvertResult:
     dump = _read_json(files.metadata)
     if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
         raise FileFormatError("Dump file {} has no \"data\" object: not an msprobe dump.json.".format(files.metadata))
     stacks = _read_json(files.stack) if files.stack else {}
-    npy_dir = os.path.join(work, name)
+    npy_dir = TensorDir(root, work, name)
     lines: List[str] = []
     dropped: Dict[str, int] = {}
     saved = 0
     for dotted, entry in dump["data"].items():
+        problem = _unsafe_name(dotted)
+        if problem is not None:
+            _skip(files.metadata, "the entry", dotted, problem)
+            continue
         call = to_legacy(dotted)
         if call is None and str(dotted).startswith("Module."):
             dropped["Module entry (L0/mix)"] = dropped.get("Module entry (L0/mix)", 0) + 1
@@ -273,16 +312,15 @@ def _msprobe_to_legacy(files: DumpFiles, work: str, name: str) -> ConvertResult:
         if call is None or not isinstance(entry, dict):
             raise FileFormatError("Entry {!r} of {} is not an API call.".format(dotted, files.metadata))
         for record_name, leaf in _entry_leaves(call, entry):
-            line, saved_one = _json_leaf(record_name, leaf, files.data_dir, npy_dir, dropped)
+            line, saved_one = _json_leaf(record_name, leaf, files, npy_dir, dropped)
             if line is not None:
                 lines.append(line)
                 saved += saved_one
         if isinstance(stacks, dict) and dotted in stacks:
             frames = [_parse_stack_line(text) for text in stacks[dotted]]
             lines.append(json.dumps([call + STACK_SUFFIX, frames]))
-    metadata = os.path.join(work, name + ".pkl")
-    with open(metadata, "w", encoding="utf-8") as handle:
-        handle.write("".join(line + "\n" for line in lines))
+    metadata = output_path(work, name + ".pkl")
+    write_bytes(metadata, "".join(line + "\n" for line in lines).encode("utf-8"))
     return ConvertResult(metadata, saved, dropped)
 
 
@@ -316,12 +354,12 @@ def _flatten(name: str, value: Any, out: List[Tuple[str, Any]]) -> None:
         out.append((name, value))
 
 
-def _json_leaf(name: str, leaf: Any, tensor_dir: Optional[str], npy_dir: str,
+def _json_leaf(name: str, leaf: Any, files: DumpFiles, npy_dir: TensorDir,
                dropped: Dict[str, int]) -> Tuple[Optional[str], int]:
     kind = leaf.get("type") if isinstance(leaf, dict) else None
     if kind in LEGACY_SCALAR_DTYPES and isinstance(leaf.get("value"), (int, float, bool)):
         value = float(leaf["value"])
-        _save_npy(os.path.join(npy_dir, name + ".npy"), leaf["value"])
+        save_npy(npy_dir.file(name + ".npy"), leaf["value"])
         # the shape of a Python scalar is the string "[]", as the original writes it
         return json.dumps([name, 0, [], LEGACY_SCALAR_DTYPES[kind], "[]", [value, value, value, abs(value)]]), 0
     if kind != "torch.Tensor":
@@ -331,13 +369,23 @@ def _json_leaf(name: str, leaf: Any, tensor_dir: Optional[str], npy_dir: str,
     statistics = [leaf.get(key) for key in STATISTICS_KEYS]
     line = json.dumps([name, 0, [], str(leaf.get("dtype")), list(leaf.get("shape") or []), statistics])
     data_name = leaf.get("data_name")
-    if data_name and tensor_dir:
-        pt = os.path.join(tensor_dir, data_name)
-        if not os.path.isfile(pt):
-            raise FileFormatError("Tensor file {} named by {} does not exist.".format(pt, name))
-        _pt_to_npy(pt, os.path.join(npy_dir, name + ".npy"))
-        return line, 1
-    return line, 0
+    tensor_dir = files.data_dir
+    if not (data_name and tensor_dir):
+        return line, 0
+    problem = _unsafe_name(data_name)
+    if problem is not None:
+        logger.warning("{}: record {} keeps its statistics but not its tensor: its data_name {}; nothing was read."
+                       .format(files.metadata, name, problem))
+        return line, 0
+    pt = os.path.join(tensor_dir, data_name)
+    try:
+        array = read_tensor(pt, tensor_dir, name, files.metadata)
+    except FileNotFoundError:
+        raise FileFormatError("Tensor file {} named by {} does not exist.".format(pt, name)) from None
+    if array is None:
+        return line, 0
+    save_npy(npy_dir.file(name + ".npy"), array)
+    return line, 1
 
 
 def _parse_stack_line(text: str) -> List[str]:
@@ -349,31 +397,9 @@ def _parse_stack_line(text: str) -> List[str]:
     return [path_part[len("File "):] if path_part.startswith("File ") else path_part, line_no, function, code.strip()]
 
 
-def _pt_to_npy(pt: str, npy: str) -> None:
-    import torch
-
-    try:
-        tensor = torch.load(pt, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises many kinds for a corrupt file
-        raise FileFormatError("Cannot read {}: {}".format(pt, error)) from None
-    if not isinstance(tensor, torch.Tensor):
-        raise FileFormatError("{} does not hold a tensor.".format(pt))
-    if tensor.dtype == torch.bfloat16:
-        tensor = tensor.float()  # numpy has no bf16; the pkl keeps the dtype
-    _save_npy(npy, tensor.detach().contiguous().numpy())
-
-
-def _save_npy(path: str, value: Any) -> None:
-    import numpy as np
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    np.save(path, np.asarray(value), allow_pickle=False)
-
-
 def _read_json(path: str) -> Any:
     return load_json(path, "msprobe dump file")
 
 
 def _write_json(path: str, value: Any) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(value, handle, indent=1)
+    write_bytes(path, json.dumps(value, indent=1).encode("utf-8"))

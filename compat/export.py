@@ -16,28 +16,34 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.compat.mapping import Caveat, MappingResult, map_calls
 from ptdbg_ascend.compat.recording import LegacyCall, clear_calls, recorded_calls
-from ptdbg_ascend.errors import DumpPathError, ParameterError
+from ptdbg_ascend.errors import DumpPathError, DumpWriteError, ParameterError
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.writers.safe_fs import check_path_text, replace_file, write_all
 
 
 def write_config(result: MappingResult, config_path: str) -> None:
-    """Write ``result.config`` as JSON (indent 4) to ``config_path``, atomically (a temporary file is
-    renamed into place, so a failure never leaves half a config)."""
+    """Write ``result.config`` as JSON (indent 4) to ``config_path``, atomically: a temporary file with an
+    unpredictable name beside it (``O_EXCL``) is renamed into place, so a failure never leaves half a
+    config and a link planted at a predictable temporary name is never written through.
+
+    An existing symlink at ``config_path`` is a :class:`DumpPathError` (the tool does not write through
+    links, and replacing the link would surprise whoever made it): remove it or give its target.
+    """
     if not isinstance(config_path, str) or not config_path:
         raise ParameterError("config_path", config_path, "a non-empty file path such as './config.json'")
+    check_path_text("config_path", config_path)
     directory = os.path.dirname(os.path.abspath(config_path))
     if not os.path.isdir(directory):
         raise DumpPathError("Cannot write {}: the directory {} does not exist.".format(config_path, directory))
-    temporary = config_path + ".tmp"
+    if os.path.islink(config_path):
+        raise DumpPathError("Cannot write {}: it is a symlink (to {}); ptdbg_ascend does not write through links. "
+                            "Remove the link, or pass the file it points to.".format(
+                                config_path, os.readlink(config_path)))
+    text = json.dumps(result.config, indent=4) + "\n"
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(result.config, handle, indent=4)
-            handle.write("\n")
-        os.replace(temporary, config_path)
-    except OSError as error:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise DumpPathError("Cannot write {}: {}".format(config_path, error)) from None
+        replace_file(config_path, lambda descriptor: write_all(descriptor, text.encode("utf-8")), "the config")
+    except DumpWriteError as error:
+        raise DumpPathError(str(error)) from None
 
 
 def export_config(config_path: str = "./config.json", calls: Optional[Sequence[LegacyCall]] = None) -> Tuple[Caveat, ...]:

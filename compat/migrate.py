@@ -26,6 +26,7 @@ import difflib
 import inspect
 import json
 import os
+import stat
 from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 from ptdbg_ascend import legacy
@@ -33,6 +34,8 @@ from ptdbg_ascend.compat.export import write_config
 from ptdbg_ascend.compat.mapping import MappingResult, map_calls
 from ptdbg_ascend.compat.recording import RECORDED_FUNCTIONS, LegacyCall
 from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
+from ptdbg_ascend.log import logger
+from ptdbg_ascend.writers.safe_fs import check_path_text, remove_quietly, temporary_beside, write_all
 
 HOOK_NAMES = ("acc_cmp_dump", "overflow_check")
 REMOVABLE_IMPORTS = set(RECORDED_FUNCTIONS) | set(HOOK_NAMES)
@@ -325,10 +328,15 @@ def migrate_file(path: str, *, config_path: Optional[str] = None, output: Option
         path: the legacy script.
         config_path: where config.json goes. Default None: ``config.json`` beside the script (written
             into the script as ``"./config.json"``); an explicit path is written into the script as given.
-        output: where the migrated script goes. Default None: over ``path``.
+        output: where the migrated script goes. Default None: over ``path``. A symlink there (or at
+            ``path``) is kept and its target rewritten; a symlink at the config path is an error.
         write: False (default) only computes the rewrite; True writes the config and the script, both
             or neither (never when there are issues).
     """
+    check_path_text("script", path)
+    for parameter, value in (("config_path", config_path), ("output", output)):
+        if value is not None:
+            check_path_text(parameter, value)
     if not os.path.isfile(path):
         raise ParameterError("script", path, "an existing Python file")
     try:
@@ -339,19 +347,42 @@ def migrate_file(path: str, *, config_path: Optional[str] = None, output: Option
     config_file = config_path or os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
     migration = migrate_source(source, path, config_path or "./config.json")
     if write and migration.ok and migration.new_source != source:
-        _write_both(migration, config_file, output or path)
+        _write_both(migration, config_file, output or path, path)
     return migration
 
 
-def _write_both(migration: Migration, config_file: str, script_file: str) -> None:
-    temporary = script_file + ".ptdbg-migrate.tmp"
+def _write_both(migration: Migration, config_file: str, script_file: str, mode_from: str) -> None:
+    """Write the migrated script to an unpredictable temporary name beside it (``safe_fs.temporary_beside``,
+    ``O_EXCL``: a link planted at a predictable name is never written through), then the config
+    (``write_config``), then rename the script into place: a failure before the rename (a config that is a
+    symlink included) leaves the script as it was and removes the temporary file. (Not ``replace_file``:
+    the config must be written between the script's write and its rename.)
+
+    The script is the user's own file: when ``script_file`` is a symlink, its target (``realpath``) is
+    rewritten and the link kept (logged). The new file gets the mode of ``mode_from`` (the original script).
+    """
+    real = os.path.realpath(script_file)
+    if os.path.islink(script_file):
+        logger.info("{} is a symlink: the migrated script is written to its target {}; the link is kept.".format(
+            script_file, real))
     try:
-        with open(temporary, "w", encoding="utf-8", newline="") as handle:
-            handle.write(migration.new_source)
+        mode = stat.S_IMODE(os.stat(mode_from).st_mode)
+    except OSError:
+        mode = None
+    temporary = None
+    try:
+        descriptor, temporary = temporary_beside(real)
+        try:
+            if mode is not None:
+                os.fchmod(descriptor, mode)  # an executable script stays executable
+            write_all(descriptor, migration.new_source.encode("utf-8"))
+        finally:
+            os.close(descriptor)
         write_config(migration.mapping, config_file)
-        os.replace(temporary, script_file)
+        os.replace(temporary, real)
+        temporary = None
     except OSError as error:
         raise DumpPathError("Cannot write {}: {}".format(script_file, error)) from None
     finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+        if temporary is not None:
+            remove_quietly(temporary)

@@ -14,7 +14,8 @@ from ptdbg_ascend.errors import PtdbgError
 from ptdbg_ascend.version import __version__
 
 # Modules that define sub-commands; a module that does not exist yet is skipped.
-COMMAND_MODULES = ("ptdbg_ascend.comparison.cli", "ptdbg_ascend.compat.cli", "ptdbg_ascend.acl.cli")
+COMMAND_MODULES = ("ptdbg_ascend.comparison.cli", "ptdbg_ascend.compat.cli", "ptdbg_ascend.acl.cli",
+                   "ptdbg_ascend.precheck.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

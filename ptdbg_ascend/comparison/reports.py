@@ -33,19 +33,21 @@ def open_new(path: str):
 MAX_SAME_SECOND = 1000  # reports of one stem in one directory before giving up
 
 
-def claim_report(output_path: str, tail: str, others: Sequence[str] = ()) -> Tuple[str, str, IO[str]]:
+def claim_report(output_path: str, tail: str, others: Sequence[str] = (),
+                 stem: str = "compare_result_") -> Tuple[str, str, IO[str]]:
     """Claim a fresh report name: ``compare_result_{tail}.csv`` when free (the legacy name), else
     ``compare_result_{tail}_1.csv``, ``_2``... The csv is created with ``O_EXCL``, so two compares in one
     second (two processes included) never replace each other's reports; a name is taken only when the
     files named ``{prefix}{tail}`` for each ``prefix + extension`` in ``others`` (``"advisor_" ".txt"``...,
     given as ``(prefix, extension)`` pairs) are free too. Returns ``(tail, csv path, open csv handle)``.
+    ``stem`` replaces ``compare_result_`` for other reports (the pre-check's ``api_precision_compare_result_``).
     """
     for number in range(MAX_SAME_SECOND):
         candidate = tail if number == 0 else "{}_{}".format(tail, number)
         if any(os.path.lexists(os.path.join(output_path, prefix + candidate + extension))
                for prefix, extension in others):
             continue
-        path = os.path.join(output_path, "compare_result_" + candidate + ".csv")
+        path = os.path.join(output_path, stem + candidate + ".csv")
         try:
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         except FileExistsError:
@@ -53,8 +55,8 @@ def claim_report(output_path: str, tail: str, others: Sequence[str] = ()) -> Tup
         except OSError as error:
             raise DumpWriteError("Cannot write the compare result {}: {}".format(path, error)) from None
         return candidate, path, os.fdopen(descriptor, "w", newline="", encoding="utf-8")
-    raise DumpWriteError("Cannot write the compare result in {}: compare_result_{}.csv and {} more of that name "
-                         "exist already.".format(output_path, tail, MAX_SAME_SECOND - 1))
+    raise DumpWriteError("Cannot write the compare result in {}: {}{}.csv and {} more of that name "
+                         "exist already.".format(output_path, stem, tail, MAX_SAME_SECOND - 1))
 
 
 def _statistics_cells(prefix_columns: Sequence[str], record: Optional[TensorRecord]) -> Dict[str, object]:

@@ -12,6 +12,7 @@ import math
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Set
 
+from ptdbg_ascend import numpy_view
 from ptdbg_ascend.dump import tensor_kinds
 from ptdbg_ascend.dump.statistics import tensor_statistics
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
@@ -67,12 +68,7 @@ def _finite_extremes(tensor: Any) -> List[float]:
 
 def crc32_hex(tensor: Any) -> str:
     """msprobe's "md5" summary: CRC-32 of the raw bytes (bf16 as float32), 8 lowercase hex digits."""
-    import torch
-
-    data = tensor.detach()
-    if data.dtype == torch.bfloat16 or data.dtype == torch.complex32 or str(data.dtype).startswith("torch.float8"):
-        data = data.to(torch.complex64 if data.is_complex() else torch.float32)  # numpy has no such types
-    array = data.cpu().contiguous().numpy()
+    array = numpy_view.tensor_to_numpy(tensor)  # bf16, float8, complex32 widened (numpy has no such types)
     return "{:08x}".format(zlib.crc32(array.tobytes()) & 0xFFFFFFFF)
 
 

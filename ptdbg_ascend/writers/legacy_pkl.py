@@ -26,6 +26,7 @@ from ptdbg_ascend.dump.statistics import (EMPTY, DeviceStatisticsBatch, PendingD
                                          scalar_statistics, tensor_statistics)
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
+from ptdbg_ascend.numpy_view import numpy_wider
 from ptdbg_ascend.writers.background import BackgroundWriter
 from ptdbg_ascend.writers.safe_fs import open_new, own_dir, own_dirs, remove_quietly, replace_file, write_all
 
@@ -441,30 +442,13 @@ def _kind_note(kind: str) -> Optional[str]:
     return "Records of {} tensors hold their values as doc/dump_guide.md describes.".format(kind)
 
 
-# dtypes numpy has no type for, and the numpy-readable dtype their npy holds (exactly representable).
-_NPY_WIDER = {}  # type: Dict[Any, Any]
-
-
-def _npy_wider(dtype: Any) -> Any:
-    """The torch dtype an npy of ``dtype`` is saved in (None: numpy reads ``dtype`` itself)."""
-    if not _NPY_WIDER:
-        import torch
-
-        wider = {torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
-        for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
-            if hasattr(torch, name):
-                wider[getattr(torch, name)] = torch.float32
-        _NPY_WIDER.update(wider)
-    return _NPY_WIDER.get(dtype)
-
-
 def _host_copy(tensor: Any) -> Any:
     """A numpy copy of ``tensor`` that later in-place changes cannot alter (bf16 and float8 -> float32,
     complex32 -> complex64: numpy has no such types)."""
     import torch
 
     data = tensor.detach()  # no autograd history: nothing below records a graph
-    wider = _npy_wider(data.dtype)
+    wider = numpy_wider(data.dtype)
     if wider is None and data.device.type == "cpu":
         try:
             # numpy's copy of the shared memory: one copy, C-ordered (the npy fast path), without

@@ -90,9 +90,10 @@ def _same_dump(reference, candidate, pkl_records_of):
     the sum on the device, the CPU path in float64)."""
     assert len(candidate) == len(reference)
     for expected, got in zip(pkl_records_of(reference), pkl_records_of(candidate)):
-        assert got[:5] == expected[:5]
+        assert got[0] == expected[0]
         if got[0].endswith("_stack_info"):
-            continue
+            continue  # the frames name this test's two call lines
+        assert got[:5] == expected[:5]
         np.testing.assert_allclose(np.array(got[5], dtype=float), np.array(expected[5], dtype=float),
                                    rtol=2e-6, atol=1e-7, err_msg=got[0])
 

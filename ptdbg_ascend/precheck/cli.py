@@ -1,0 +1,143 @@
+"""``ptdbg run-ut`` and ``ptdbg api-precision-compare``, with msprobe 1.0.4's flag spellings
+(``msprobe -f pytorch run_ut -api_info ... -o ...``) and their long forms.
+
+Exit status (the one error boundary is ``ptdbg_ascend/cli.py``): 0 no API is an error (warnings alone
+included), 1 at least one API's accuracy is an error (run-ut) / an API is judged error against the GPU
+(api-precision-compare), 2 a usage or input error (one line on stderr, nothing half-written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+
+def _device(args: argparse.Namespace) -> str:
+    """msprobe's ``-d 0`` is a device id: the accelerator present here with that index, else an error
+    (no silent CPU fallback); a device name passes through to run_ut's check."""
+    value = args.device
+    if value is None:
+        return "cpu"
+    if str(value).isdigit():
+        from ptdbg_ascend.device import torch_npu_module
+        from ptdbg_ascend.errors import ParameterError
+
+        if torch_npu_module() is not None:
+            return "npu:" + value
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda:" + value
+        raise ParameterError("-d/--device", value, "a device id needs an NPU or a GPU on this machine; use "
+                                                   "\"cpu\" (the default) here")
+    return value
+
+
+def _run_ut(args: argparse.Namespace) -> int:
+    from ptdbg_ascend.log import logger
+    from ptdbg_ascend.precheck.run_ut import run_ut
+
+    white_list: List[str] = list(args.white_list or [])
+    black_list: List[str] = list(args.black_list or [])
+    error_data_path: Optional[str] = args.error_data_path
+    if args.config_path:
+        from ptdbg_ascend.config import load_config
+
+        config = load_config(args.config_path, task="run_ut")
+        white_list = white_list or list(config.white_list)
+        black_list = black_list or list(config.black_list)
+        error_data_path = error_data_path or config.error_data_path
+    if args.jit_compile:
+        logger.warning("-j/--jit_compile only applies to an NPU run; it has no effect on {}.".format(_device(args)))
+    outcome = run_ut(args.api_info_file, out_path=args.out_path or ".", save_error_data=args.save_error_data,
+                     filter_same=args.filter_api, result_csv_path=args.result_csv_path or None,
+                     white_list=white_list, black_list=black_list, error_data_path=error_data_path,
+                     random_data=args.random_data, seed=args.seed, progress=not args.no_progress,
+                     dumped_outputs=args.dumped_outputs, device=_device(args))
+    print(outcome.summary())
+    return 1 if outcome.failed else 0
+
+
+def _api_precision_compare(args: argparse.Namespace) -> int:
+    import csv
+
+    from ptdbg_ascend.precheck.device_compare import api_precision_compare
+
+    result, details = api_precision_compare(args.npu_csv_path, args.gpu_csv_path, args.out_path or ".")
+    print("api_precision_compare: result  {}\n                       details {}".format(result, details))
+    with open(result, encoding="utf-8-sig", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    failing = [row for row in rows if "error" in (row.get("Forward Test Success"), row.get("Backward Test Success"))]
+    for row in failing[:15]:
+        print("  error  {}".format(row.get("API Name")))
+    return 1 if failing else 0
+
+
+def add_commands(subparsers) -> None:
+    """Register ``run-ut`` and ``api-precision-compare``."""
+    run = subparsers.add_parser(
+        "run-ut", help="API pre-check: re-run every dumped API in float64 and in its dtype, judge it (run_ut())",
+        description="run_ut(api_info, out_path, ...): rebuilds every API call of a PrecisionDebugger dump.json "
+                    "(task tensor, level L1), runs it on the CPU in float64 (benchmark) and in the dumped dtypes, "
+                    "forward and backward, and writes accuracy_checking_result_{ts}.csv and "
+                    "accuracy_checking_details_{ts}.csv. A statistics dump runs on random inputs. Exit status: 0 no "
+                    "API is an error, 1 an API is an error, 2 a usage or input error.")
+    run.add_argument("-api_info", "--api_info_file", dest="api_info_file", required=True,
+                     help="the dump.json (dump_path/step0/rank0/dump.json)")
+    run.add_argument("-o", "--out_path", dest="out_path", default="",
+                     help="directory for the CSVs, created if absent (default: the current directory)")
+    run.add_argument("-save_error_data", "--save_error_data", dest="save_error_data", action="store_true",
+                     help="write inputs/outputs of APIs judged error or warning as .pt under "
+                          "ERROR_DATA_PATH/ut_error_data{ts}/")
+    run.add_argument("-csv_path", "--result_csv_path", dest="result_csv_path", default="",
+                     help="resume an interrupted run: its accuracy_checking_result_{ts}.csv")
+    run.add_argument("-f", "--filter_api", dest="filter_api", action="store_true",
+                     help="skip calls identical to an earlier one in everything but Max/Min")
+    run.add_argument("-white_list", "--white_list", dest="white_list", nargs="+", default=None, metavar="API",
+                     help="check only these APIs (names of the wrap list: conv2d or Functional.conv2d)")
+    run.add_argument("-black_list", "--black_list", dest="black_list", nargs="+", default=None, metavar="API",
+                     help="never check these APIs (wins over the white list)")
+    run.add_argument("-error_data_path", "--error_data_path", dest="error_data_path", default=None,
+                     help="existing directory for -save_error_data (default: the output directory)")
+    run.add_argument("-config", "--config_path", dest="config_path", default="",
+                     help="a config.json whose run_ut section gives white_list, black_list, error_data_path "
+                          "(the flags win)")
+    run.add_argument("-d", "--device", dest="device", default=None,
+                     help="where the dumped-dtype run happens: cpu (default), cuda:0..., or msprobe's device id "
+                          "(needs an NPU/GPU here)")
+    run.add_argument("-j", "--jit_compile", dest="jit_compile", action="store_true",
+                     help="msprobe's NPU jit-compile switch; no effect without an NPU")
+    run.add_argument("--random-data", "--random_data", dest="random_data", action="store_const", const=True,
+                     default=None, help="run on random inputs within the recorded Max/Min even if tensors were "
+                                        "dumped (default: only for a statistics dump)")
+    run.add_argument("--dumped-outputs", "--dumped_outputs", dest="dumped_outputs", action="store_true",
+                     help="judge the outputs held in the dump (e.g. an NPU dump on a machine without an NPU) "
+                          "against the float64 benchmark instead of re-running in the dumped dtypes")
+    run.add_argument("--seed", type=int, default=1234, help="seed of the runs and of random data (default 1234)")
+    run.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bar")
+    run.set_defaults(handler=_run_ut)
+
+    compare = subparsers.add_parser(
+        "api-precision-compare", help="NPU pre-check details against GPU details (api_precision_compare())",
+        description="api_precision_compare(npu_csv, gpu_csv, out_path): judges each NPU output against the GPU's "
+                    "error w.r.t. the same CPU benchmark; writes api_precision_compare_result_{ts}.csv and "
+                    "api_precision_compare_details_{ts}.csv. Exit status 1 when an API is an error.")
+    compare.add_argument("-npu", "--npu_csv_path", dest="npu_csv_path", required=True,
+                         help="accuracy_checking_details_{ts}.csv of the NPU run")
+    compare.add_argument("-gpu", "--gpu_csv_path", dest="gpu_csv_path", required=True,
+                         help="accuracy_checking_details_{ts}.csv of the GPU run")
+    compare.add_argument("-o", "--out_path", dest="out_path", default="",
+                         help="directory for the results (default: the current directory)")
+    compare.set_defaults(handler=_api_precision_compare)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m ptdbg_ascend.precheck.cli run-ut ...``: the same as ``ptdbg run-ut ...``."""
+    from ptdbg_ascend.cli import main as ptdbg_main
+
+    return ptdbg_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""Running one dumped API call twice: the benchmark (CPU, every floating tensor, float dtype argument and
+gradient promoted to float64) and the device run (the dumped dtypes, on ``device``; default the CPU,
+the only device this tool re-runs on today), forward and, with the dumped output gradients, backward.
+
+- :func:`static_skip_reason`: the calls that are SKIPped without running, with the reason: random APIs
+  (dropout, rand*, normal, bernoulli, multinomial...), outputs of uninitialised memory (empty*), in-place
+  ops that change a tensor's view/metadata (resize_, set_, transpose_...), collectives (Distributed.*).
+- :func:`resolve`: ``Functional.linear`` -> ``torch.nn.functional.linear``, ``Tensor.__add__`` ->
+  ``torch.Tensor.__add__``, ``Torch.matmul`` -> ``torch.matmul``, ``VF.x`` -> ``torch._VF.x``,
+  ``NPU.x`` -> ``torch_npu.x`` (when installed), ``Aten.op.overload`` -> ``torch.ops.aten``. A dump
+  wrapper of this tool is looked through (its ``__ptdbg_original__``), and the runs happen inside the
+  "inside a wrapped API" state, so a debugger still installed in the process neither counts nor dumps.
+- :func:`execute`: both runs; ``torch.manual_seed(seed)`` before each, so what torch can make
+  deterministic is. A run that raises (an op missing on the CPU, a dtype it refuses) is a SKIP reason.
+
+Backward: the dump's ``X.n.backward`` entry has ``input`` = the gradients arriving at the outputs (one
+per tensor output) and ``output`` = the gradients w.r.t. the inputs (one per tensor input, positional
+then keyword, ``null`` for an input without gradient). The re-run computes ``torch.autograd.grad`` of
+the tensor outputs with those gradients w.r.t. every input tensor recorded with ``requires_grad``, and
+numbers the results by the tensor input's position, as the dump numbers its ``output`` block.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ptdbg_ascend.precheck.api_inputs import (ApiCall, DeviceArg, MissingInput, Source, flatten, forward_inputs,
+                                              recorded_values, tensor_leaves)
+
+DEFAULT_DEVICE = "cpu"
+
+# Random by nature: the two runs draw different numbers (msprobe compares dropout only by its zero share).
+_RANDOM_EXACT = frozenset((
+    "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "normal", "normal_",
+    "bernoulli", "bernoulli_", "multinomial", "uniform_", "exponential_", "geometric_", "log_normal_", "cauchy_",
+    "random_", "poisson", "rrelu", "rrelu_", "gumbel_softmax", "native_dropout", "fused_dropout",
+    "npu_dropout", "npu_dropout_with_add_softmax", "npu_dropout_do_mask", "npu_dropout_gen_mask",
+))
+_RANDOM_PATTERN = re.compile(r"dropout")
+# Uninitialised memory: any two runs differ.
+_UNINITIALISED = frozenset(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"))
+# In-place ops that change a tensor's view or metadata (msprobe's not_detach_set and their kin): re-run on
+# a copy they do not act on the tensor the user held, and their backward needs the original view chain.
+_VIEW_INPLACE = frozenset(("resize_", "resize_as_", "set_", "transpose_", "t_", "squeeze_", "unsqueeze_",
+                           "as_strided_", "swapdims_", "swapaxes_", "detach_"))
+
+
+class Unrunnable(Exception):
+    """The call cannot be re-run here (the message is the SKIP reason)."""
+
+
+def static_skip_reason(prefix: str, api: str) -> Optional[str]:
+    """The SKIP reason of a call known without running it, None when it can be run."""
+    if prefix == "Distributed":
+        return "Collective communication (Distributed.{}) is not re-run: it needs the other ranks.".format(api)
+    base = api.split(".")[0]
+    if base in _RANDOM_EXACT or _RANDOM_PATTERN.search(base):
+        return "Random API {}.{}: two runs draw different numbers, it is not compared.".format(prefix, api)
+    if base in _UNINITIALISED:
+        return "{}.{} returns uninitialised memory: nothing to compare.".format(prefix, api)
+    if base in _VIEW_INPLACE:
+        return ("In-place op {}.{} changes a tensor's view/metadata: a re-run on a copy does not reproduce it."
+                .format(prefix, api))
+    return None
+
+
+def _unwrap(function: Any) -> Any:
+    seen = 0
+    while getattr(function, "__ptdbg_original__", None) is not None and seen < 8:
+        function = function.__ptdbg_original__
+        seen += 1
+    return function
+
+
+def resolve(prefix: str, api: str) -> Callable[..., Any]:
+    """The callable behind ``prefix.api``; Unrunnable with the reason when this process has none."""
+    import torch
+    import torch.nn.functional
+
+    function: Any = None
+    if prefix == "Functional":
+        function = getattr(torch.nn.functional, api, None)
+    elif prefix == "Tensor":
+        function = getattr(torch.Tensor, api, None)
+    elif prefix == "Torch":
+        function = getattr(torch, api, None)
+        if function is None:
+            function = getattr(torch._C._VariableFunctions, api, None)
+    elif prefix == "VF":
+        function = getattr(torch._VF, api, None)
+    elif prefix == "NPU":
+        from ptdbg_ascend.device import torch_npu_module
+
+        module = torch_npu_module()
+        if module is None:
+            raise Unrunnable("NPU.{} needs torch_npu, which is not installed here: it cannot run on the CPU."
+                             .format(api))
+        function = getattr(module, api, None)
+    elif prefix == "Aten":
+        op, _, overload = api.partition(".")
+        packet = getattr(torch.ops.aten, op, None)
+        function = getattr(packet, overload or "default", None) if packet is not None else None
+    elif prefix == "Distributed":
+        raise Unrunnable(static_skip_reason(prefix, api) or "")
+    if function is None or not callable(function):
+        raise Unrunnable("{}.{} does not exist in this torch ({}): it cannot be re-run.".format(
+            prefix, api, torch.__version__))
+    return _unwrap(function)
+
+
+def _index_as_tuple(api: str, args: List[Any]) -> List[Any]:
+    """The dump writes tuples as lists: ``x[:, 1:]`` is recorded as ``[slice, slice]``. An index list of
+    slices/None/Ellipsis/tensors is made a tuple again (as a list it would be a different index); a list
+    of ints only stays a list (``x[[0, 2]]``, fancy indexing), as the dump cannot tell it from ``x[0, 2]``."""
+    if api not in ("__getitem__", "__setitem__") or len(args) < 2 or not isinstance(args[1], list):
+        return args
+    if all(isinstance(item, int) and not isinstance(item, bool) for item in args[1]):
+        return args
+    return [args[0], tuple(args[1])] + list(args[2:])
+
+
+@dataclass
+class Runs:
+    """What one call produced. Forward lists are the flat leaves of the result (``.forward.output.i``);
+    backward dicts map a tensor input's position to its gradient (``.backward.output.i``), only for the
+    inputs recorded with ``requires_grad``. ``*_skip``: why that direction was not compared (None: it
+    was). ``args``/``kwargs``/``grads``: the rebuilt inputs (for save_error_data)."""
+
+    forward_bench: List[Any] = field(default_factory=list)
+    forward_device: List[Any] = field(default_factory=list)
+    backward_bench: Dict[int, Any] = field(default_factory=dict)
+    backward_device: Dict[int, Any] = field(default_factory=dict)
+    forward_skip: Optional[str] = None
+    backward_skip: Optional[str] = None
+    has_backward: bool = False
+    args: List[Any] = field(default_factory=list)
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    grads: List[Any] = field(default_factory=list)
+
+
+def _bench_dtype(dtype: Any) -> Any:
+    import torch
+
+    if dtype.is_complex:
+        return torch.complex128
+    if dtype.is_floating_point:
+        return torch.float64
+    return dtype
+
+
+def _convert(value: Any, tensor: Callable[[Any], Any], dtype: Callable[[Any], Any], device: str) -> Any:
+    """A fresh copy of an argument structure: every tensor through ``tensor``, every torch.dtype through
+    ``dtype``, a recorded device as ``device``."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return tensor(value)
+    if isinstance(value, torch.dtype):
+        return dtype(value)
+    if isinstance(value, DeviceArg):
+        return torch.device(device)
+    if isinstance(value, torch.Size):
+        return value
+    if isinstance(value, list):
+        return [_convert(item, tensor, dtype, device) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_convert(item, tensor, dtype, device) for item in value)
+    if isinstance(value, dict):
+        return {key: _convert(item, tensor, dtype, device) for key, item in value.items()}
+    return value
+
+
+class _Side(object):
+    """One run's inputs: leaf copies (where gradients land) and what is passed (a non-leaf clone of a
+    leaf that requires grad, so in-place APIs may write to it)."""
+
+    def __init__(self, args: List[Any], kwargs: Dict[str, Any], bench: bool, device: str, need_grad: bool) -> None:
+        self.leaves: List[Any] = []
+
+        def tensor(value: Any) -> Any:
+            target = _bench_dtype(value.dtype) if bench else value.dtype
+            leaf = value.detach().to(device=device, dtype=target, copy=True)
+            wants_grad = need_grad and value.requires_grad
+            if wants_grad:
+                leaf.requires_grad_(True)
+            self.leaves.append(leaf)
+            return leaf.clone() if wants_grad else leaf
+
+        def dtype(value: Any) -> Any:
+            return _bench_dtype(value) if bench else value
+
+        self.args = _convert(args, tensor, dtype, device)
+        self.kwargs = _convert(kwargs, tensor, dtype, device)
+
+
+def _call(function: Callable[..., Any], side: _Side, seed: int, need_grad: bool) -> Any:
+    import torch
+
+    from ptdbg_ascend.dump.interception import Inside
+
+    torch.manual_seed(seed)
+    with Inside(), torch.set_grad_enabled(need_grad):
+        return function(*side.args, **side.kwargs)
+
+
+def _error_text(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return "{}: {}".format(type(error).__name__, text)
+
+
+def _pair_gradients(outputs: List[Any], grads: List[Any], bench: bool, device: str) -> Tuple[List[Any], List[Any]]:
+    """The (output, gradient) pairs to differentiate: tensor outputs with a grad_fn and a recorded
+    gradient, the gradient as float64 (bench) or its dumped dtype (device) on ``device``."""
+    import torch
+
+    tensors = [out for out in outputs if isinstance(out, torch.Tensor)]
+    if len(grads) != len(tensors):
+        raise Unrunnable("The dump holds {} output gradient(s), the call returned {} tensor(s): they cannot be "
+                         "paired.".format(len(grads), len(tensors)))
+    chosen_outputs, chosen_grads = [], []
+    for out, grad in zip(tensors, grads):
+        if grad is None or not isinstance(grad, torch.Tensor) or out.grad_fn is None:
+            continue
+        if tuple(grad.shape) != tuple(out.shape):
+            raise Unrunnable("The dumped output gradient of shape {} does not fit the output of shape {}.".format(
+                tuple(grad.shape), tuple(out.shape)))
+        target = _bench_dtype(grad.dtype) if bench else grad.dtype
+        chosen_outputs.append(out)
+        chosen_grads.append(grad.detach().to(device=device, dtype=target, copy=True))
+    if not chosen_outputs:
+        raise Unrunnable("No output of the re-run has a gradient path to the inputs.")
+    return chosen_outputs, chosen_grads
+
+
+def _backward(side: _Side, outputs: List[Any], grads: List[Any], bench: bool, device: str) -> Dict[int, Any]:
+    import torch
+
+    from ptdbg_ascend.dump.interception import Inside
+
+    chosen_outputs, chosen_grads = _pair_gradients(outputs, grads, bench, device)
+    wanted = [(index, leaf) for index, leaf in enumerate(side.leaves) if leaf.requires_grad]
+    with Inside():
+        results = torch.autograd.grad(chosen_outputs, [leaf for _, leaf in wanted], chosen_grads,
+                                      allow_unused=True)
+    return {index: (None if grad is None else grad.detach()) for (index, _), grad in zip(wanted, results)}
+
+
+def _detached(values: List[Any]) -> List[Any]:
+    import torch
+
+    return [value.detach() if isinstance(value, torch.Tensor) else value for value in values]
+
+
+def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAULT_DEVICE,
+            dumped_outputs: bool = False) -> Runs:
+    """Run ``call`` (see the module doc). ``dumped_outputs`` (default False): the device side is the
+    dump's own outputs (forward ``output``, backward ``output``) instead of a re-run, for a dump made on
+    a device this machine lacks (an NPU dump judged on a machine without an NPU). Never raises for a
+    call that cannot run: the reasons are in ``forward_skip``/``backward_skip``."""
+    runs = Runs()
+    reason = static_skip_reason(call.prefix, call.api)
+    if reason:
+        runs.forward_skip = reason
+        return runs
+    try:
+        function = resolve(call.prefix, call.api)
+        args, kwargs = forward_inputs(call, source)
+    except (Unrunnable, MissingInput) as error:
+        runs.forward_skip = str(error)
+        return runs
+    args = _index_as_tuple(call.api, args)
+    runs.args, runs.kwargs = args, kwargs
+    inputs = tensor_leaves(args) + tensor_leaves(kwargs)
+    runs.has_backward = bool(call.backward) and any(t.requires_grad for t in inputs)
+    grads: List[Any] = []
+    if runs.has_backward:
+        try:
+            grads = recorded_values(call.backward.get("input"), source, call.full_name + ".backward.input")
+        except MissingInput as error:
+            runs.backward_skip = str(error)
+        if not runs.backward_skip and not any(grad is not None for grad in grads):
+            runs.backward_skip = "The dump holds no output gradient of this call."
+    need_grad = runs.has_backward and runs.backward_skip is None
+    runs.grads = grads
+
+    bench = _Side(args, kwargs, True, "cpu", need_grad)
+    try:
+        bench_out = flatten(_call(function, bench, seed, need_grad))
+    except Exception as error:  # noqa: BLE001 -- any failure of the user's API is a SKIP reason, not a crash
+        runs.forward_skip = "The float64 benchmark run on the CPU raises {}".format(_error_text(error))
+        return runs
+    if dumped_outputs:
+        try:
+            device_out = recorded_values(call.forward.get("output"), source, call.full_name + ".forward.output")
+        except MissingInput as error:
+            runs.forward_skip = str(error)
+            return runs
+        dside = None
+    else:
+        dside = _Side(args, kwargs, False, device, need_grad)
+        try:
+            device_out = flatten(_call(function, dside, seed, need_grad))
+        except Exception as error:  # noqa: BLE001
+            runs.forward_skip = "The run in the dumped dtypes on {} raises {}".format(device, _error_text(error))
+            return runs
+    runs.forward_bench = _detached(bench_out)
+    runs.forward_device = [value.detach().cpu() if hasattr(value, "detach") else value
+                           for value in device_out]
+    if not need_grad:
+        return runs
+    try:
+        runs.backward_bench = _backward(bench, bench_out, grads, True, "cpu")
+        if dside is None:
+            recorded = recorded_values(call.backward.get("output"), source, call.full_name + ".backward.output")
+            runs.backward_device = {index: (recorded[index] if index < len(recorded) else None)
+                                    for index in runs.backward_bench}
+        else:
+            device_grads = _backward(dside, device_out, grads, False, device)
+            runs.backward_device = {index: (None if grad is None else grad.cpu())
+                                    for index, grad in device_grads.items()}
+    except (Unrunnable, MissingInput) as error:
+        runs.backward_skip = str(error)
+    except Exception as error:  # noqa: BLE001
+        runs.backward_skip = "The backward re-run raises {}".format(_error_text(error))
+    return runs

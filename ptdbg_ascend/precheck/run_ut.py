@@ -1,0 +1,382 @@
+"""``run_ut``: the offline API pre-check of one dump (msprobe 1.0.4 ``run_ut``).
+
+Every API call of a ``dump.json`` (written by ``PrecisionDebugger(task="tensor", level="L1")``) is rebuilt
+from its dumped inputs (``api_inputs``), run on the CPU in float64 (the benchmark) and in its dumped dtypes
+(``execution``), forward and backward, and each output is judged (``judge``). Results go to
+``accuracy_checking_result_{ts}.csv`` (one row per API) and ``accuracy_checking_details_{ts}.csv`` (one row
+per output) in ``out_path``, line by line (a SIGKILL loses at most the API in flight; ``result_csv_path``
+resumes). A statistics-only dump is run on random inputs within the recorded ranges (seeded).
+
+``dumped_outputs=True`` judges the outputs the dump holds (the device's own forward outputs and input
+gradients) against the float64 CPU benchmark instead of re-running in the dumped dtypes: this is what a
+user with an NPU dump on a machine without an NPU needs (the re-run in the dumped dtypes would measure the
+CPU, not the NPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+from ptdbg_ascend.errors import ParameterError
+from ptdbg_ascend.log import logger
+from ptdbg_ascend.precheck import columns as col
+from ptdbg_ascend.precheck import csv_files, ut_files
+from ptdbg_ascend.precheck.api_inputs import ApiCall, Dump, Source, open_dump
+
+# statistics that may differ between calls filter_same still takes for identical
+_FILTER_IGNORED = frozenset(("Max", "Min", "Max_except_inf_nan", "Min_except_inf_nan", "data_name"))
+SUMMARY_FAILURES = 15  # failing APIs listed by the summary (one screen)
+
+
+@dataclass
+class FailingApi:
+    """An API whose forward or backward is error/warning: its worst row and the user's code line."""
+
+    name: str
+    forward: str
+    backward: str
+    status: str
+    severity: float
+    worst_row: str
+    message: str
+    code_line: Optional[str]
+
+
+@dataclass
+class RunUtOutcome:
+    """What a run_ut produced. ``counts``: APIs by overall status (pass / warning / error / SKIP) over
+    the whole result CSV (a resumed run included); ``failures``: error then warning APIs, worst first;
+    ``skipped``: (API, reason); ``apis_run``/``seconds``: this invocation's work."""
+
+    result_csv: str
+    details_csv: str
+    counts: Dict[str, int] = field(default_factory=dict)
+    failures: List[FailingApi] = field(default_factory=list)
+    skipped: List[Tuple[str, str]] = field(default_factory=list)
+    apis_run: int = 0
+    apis_resumed: int = 0
+    seconds: float = 0.0
+    random_data: bool = False
+    error_data_dir: Optional[str] = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether an API's accuracy is an error (warnings alone are not a failure)."""
+        return self.counts.get(col.ERROR, 0) > 0
+
+    def summary(self) -> str:
+        """The one-screen summary: counts, then the failing APIs worst first with their code lines."""
+        total = sum(self.counts.values())
+        rate = self.apis_run / self.seconds if self.seconds > 0 else float("nan")
+        lines = ["run_ut: {} APIs: {} pass, {} warning, {} error, {} SKIP{} ({} run now in {:.1f} s, {:.1f} APIs/s{})"
+                 .format(total, self.counts.get(col.PASS, 0), self.counts.get(col.WARNING, 0),
+                         self.counts.get(col.ERROR, 0), self.counts.get(col.SKIP, 0),
+                         "; random inputs" if self.random_data else "", self.apis_run, self.seconds, rate,
+                         "; {} done before".format(self.apis_resumed) if self.apis_resumed else ""),
+                 "  result:  " + self.result_csv, "  details: " + self.details_csv]
+        if self.error_data_dir:
+            lines.append("  error data: " + self.error_data_dir)
+        if self.failures:
+            lines.append("Failing APIs, worst first (severity 1 = at the error threshold of the dtype):")
+            for failure in self.failures[:SUMMARY_FAILURES]:
+                severity = "-" if math.isnan(failure.severity) else "{:.3g}".format(failure.severity)
+                lines.append("  {:<7} {}  forward {} / backward {}  severity {}".format(
+                    failure.status, failure.name, failure.forward, failure.backward.strip() or "-", severity))
+                lines.append("          {}".format(failure.code_line or "(no stack.json line)"))
+            if len(self.failures) > SUMMARY_FAILURES:
+                lines.append("  ... and {} more in the result CSV.".format(len(self.failures) - SUMMARY_FAILURES))
+        else:
+            lines.append("No failing API.")
+        if self.skipped:
+            reasons: Dict[str, int] = {}
+            for _, reason in self.skipped:
+                reasons[reason[:90]] = reasons.get(reason[:90], 0) + 1
+            lines.append("SKIP reasons: " + "; ".join("{}x {}".format(n, r) for r, n in
+                                                     sorted(reasons.items(), key=lambda item: -item[1])[:5]))
+        return "\n".join(lines)
+
+
+# --- white/black lists ------------------------------------------------------------------------------------
+
+def known_api_names() -> Set[str]:
+    """Every API name of the wrap lists (``dump/wrapped_apis.txt`` + ``wrapped_apis_extra.txt``), bare
+    (``linear``) and with its prefix (``Functional.linear``)."""
+    from ptdbg_ascend.dump.interception import _EXTRA_FILE, read_wrapped_names
+
+    names: Set[str] = set()
+    for listed in (read_wrapped_names(), read_wrapped_names(_EXTRA_FILE)):
+        for prefix, apis in listed.items():
+            for api in apis:
+                names.add(api)
+                names.add(prefix + "." + api)
+    return names
+
+
+def check_api_list(parameter: str, values: Sequence[str]) -> Tuple[str, ...]:
+    """The names of a white/black list, each checked against the wrap lists."""
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise ParameterError(parameter, values, "must be a list of API names, e.g. [\"conv2d\", \"Functional.linear\"]")
+    known = known_api_names()
+    unknown = [name for name in values if name not in known]
+    if unknown:
+        raise ParameterError(parameter, list(values), "every name must be a wrapped API, bare (\"linear\") or with its "
+                             "prefix (\"Functional.linear\"); not in the wrap list: {}".format(", ".join(unknown)),
+                             "The list is ptdbg_ascend/dump/wrapped_apis.txt (+ wrapped_apis_extra.txt).")
+    return tuple(values)
+
+
+def _listed(call: ApiCall, names: Sequence[str]) -> bool:
+    return call.api in names or call.api_key in names
+
+
+# --- filter_same ------------------------------------------------------------------------------------------
+
+def _without_extremes(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_extremes(v) for k, v in value.items() if k not in _FILTER_IGNORED}
+    if isinstance(value, list):
+        return [_without_extremes(v) for v in value]
+    return value
+
+
+def same_call_key(call: ApiCall) -> str:
+    """What two calls must share to be "the same" for filter_same: the API and every recorded input in
+    everything but Max/Min (and the tensor file name, which holds the counter)."""
+    inputs = {"args": call.forward.get("input_args"), "kwargs": call.forward.get("input_kwargs")}
+    return call.api_key + json.dumps(_without_extremes(inputs), sort_keys=True, default=str)
+
+
+def select_calls(dump: Dump, white_list: Sequence[str], black_list: Sequence[str], filter_same: bool,
+                 done: Set[str]) -> List[ApiCall]:
+    """The calls to run now, in dump order (black list first, then white list, then filter_same, then
+    the APIs a resumed run has done)."""
+    chosen, seen = [], set()
+    for call in dump.calls:
+        if black_list and _listed(call, black_list):
+            continue
+        if white_list and not _listed(call, white_list):
+            continue
+        if filter_same:
+            key = same_call_key(call)
+            if key in seen:
+                continue
+            seen.add(key)
+        if call.full_name in done:
+            continue
+        chosen.append(call)
+    return chosen
+
+
+# --- one API ----------------------------------------------------------------------------------------------
+
+def _device(device: str) -> str:
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ParameterError("device", device, "must be a torch device: \"cpu\" (default) or an accelerator "
+                             "present here, e.g. \"cuda:0\"") from None
+    if parsed.type != "cpu":
+        module = getattr(torch, parsed.type, None)
+        available = getattr(module, "is_available", None)
+        if available is None or not available():
+            raise ParameterError("device", device, "must be a device present on this machine (\"cpu\" always is)")
+    return str(parsed)
+
+
+def judge_call(call: ApiCall, runs: Any) -> Tuple[List[Any], List[Any], str, str, str]:
+    """(forward judgements, backward judgements, forward status, backward status, message)."""
+    from ptdbg_ascend.precheck.judge import api_status, judge_output, skipped
+
+    forward_name = call.full_name + ".forward.output."
+    backward_name = call.full_name + ".backward.output."
+    if runs.forward_skip:
+        row = skipped(forward_name + "0", call.api_key, runs.forward_skip)
+        return [row], [], col.SKIP, col.SKIP, runs.forward_skip
+    count = max(len(runs.forward_bench), len(runs.forward_device))
+    forward = [judge_output(forward_name + str(i), call.api_key, _at(runs.forward_bench, i),
+                            _at(runs.forward_device, i)) for i in range(count)]
+    backward: List[Any] = []
+    message = ""
+    if runs.backward_skip:
+        backward = [skipped(backward_name + "0", call.api_key, runs.backward_skip)]
+        message = "backward: " + runs.backward_skip
+    else:
+        backward = [judge_output(backward_name + str(i), call.api_key, runs.backward_bench[i],
+                                 runs.backward_device.get(i)) for i in sorted(runs.backward_bench)]
+    backward_status = api_status(backward)  # SPACE without rows: the call has no backward
+    return forward, backward, api_status(forward), backward_status, message
+
+
+def _at(values: List[Any], index: int) -> Any:
+    return values[index] if index < len(values) else None
+
+
+def _save_error_data(directory: str, call: ApiCall, runs: Any) -> None:
+    from ptdbg_ascend.precheck.api_inputs import tensor_leaves
+
+    base = call.full_name
+    for index, tensor in enumerate(tensor_leaves(runs.args) + tensor_leaves(runs.kwargs)):
+        ut_files.save_tensor(directory, "{}.forward.input.{}".format(base, index), tensor)
+    for side, values in (("bench", runs.forward_bench), ("device", runs.forward_device)):
+        for index, value in enumerate(values):
+            ut_files.save_tensor(directory, "{}.forward.output.{}.{}".format(base, side, index), value)
+    for index, grad in enumerate(runs.grads):
+        ut_files.save_tensor(directory, "{}.backward.input.{}".format(base, index), grad)
+    for side, grads in (("bench", runs.backward_bench), ("device", runs.backward_device)):
+        for index, grad in grads.items():
+            ut_files.save_tensor(directory, "{}.backward.output.{}.{}".format(base, side, index), grad)
+
+
+# --- the run ----------------------------------------------------------------------------------------------
+
+def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, filter_same: bool = False,
+           result_csv_path: Optional[str] = None, white_list: Sequence[str] = (), black_list: Sequence[str] = (),
+           error_data_path: Optional[str] = None, random_data: Optional[bool] = None, seed: int = 1234,
+           progress: bool = True, dumped_outputs: bool = False, device: str = "cpu") -> RunUtOutcome:
+    """Pre-check every API call of the dump ``api_info`` (see the module doc).
+
+    Args:
+        api_info: the ``dump.json`` (``dump_path/step0/rank0/dump.json``); its ``dump_tensor_data/`` and
+            ``stack.json`` are read from beside it.
+        out_path: directory for the CSVs (created if absent). Default ".".
+        save_error_data: write the inputs, outputs and gradients of APIs judged error or warning as
+            ``.pt`` under ``{error_data_path}/ut_error_data{ts}/``. Default False.
+        filter_same: run only the first of calls identical in everything but the statistics Max/Min.
+            Default False.
+        result_csv_path: an interrupted run's ``accuracy_checking_result_{ts}.csv``: append to it and its
+            details CSV, skipping the APIs it holds (``out_path`` is then not used). Default None: a new pair.
+        white_list / black_list: API names of the wrap list (``conv2d`` or ``Functional.conv2d``): run only /
+            never these; the black list wins. Default (): every API.
+        error_data_path: existing directory for save_error_data. Default None: ``out_path`` (or the resumed
+            CSV's directory).
+        random_data: True: random inputs within the recorded Max/Min; False: the dumped tensors; None
+            (default): the dumped tensors if the dump has them, else random data.
+        seed: seeds the runs (``torch.manual_seed`` per API) and random data. Default 1234.
+        progress: show a tqdm progress bar on stderr. Default True.
+        dumped_outputs: judge the dump's own outputs against the benchmark instead of re-running in the
+            dumped dtypes. Default False.
+        device: where the device-dtype run happens. Default "cpu".
+
+    Raises (before anything is written): ParameterError (a list name not in the wrap list, a bad
+    result_csv_path, error_data_path missing, random_data=False on a dump without tensors, an unknown
+    device), FileFormatError (dump.json missing/corrupt/legacy pkl, tensor directory missing).
+    """
+    from ptdbg_ascend.precheck.execution import execute
+
+    white_list = check_api_list("white_list", white_list)
+    black_list = check_api_list("black_list", black_list)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ParameterError("seed", seed, "must be an int")
+    device = _device(device)
+    dump = open_dump(api_info)
+    use_random = (not dump.has_tensors) if random_data is None else bool(random_data)
+    if not use_random and not dump.has_tensors:
+        raise ParameterError("random_data", random_data, "must be True (or None) for {}: it holds statistics only, "
+                             "no tensors to re-run from".format(api_info))
+    if use_random and dumped_outputs:
+        raise ParameterError("dumped_outputs", dumped_outputs, "needs the dumped tensors; random data has no "
+                             "device outputs to judge")
+    if use_random and random_data is None:
+        logger.info("{} holds statistics only: the APIs run on random inputs within the recorded Max/Min "
+                    "(seed {}).".format(api_info, seed))
+    if result_csv_path:
+        ut_files.check_resumable(result_csv_path)
+        base_dir = os.path.dirname(os.path.abspath(result_csv_path))
+    else:
+        base_dir = csv_files.ensure_out_dir(out_path)
+    if save_error_data:
+        error_data_path = base_dir if error_data_path is None else error_data_path
+        if not isinstance(error_data_path, str) or not os.path.isdir(error_data_path):
+            raise ParameterError("error_data_path", error_data_path, "must be an existing directory (save_error_data "
+                                                                     "writes the failing APIs' data under it)")
+
+    if result_csv_path:
+        files, done = ut_files.resume_pair(result_csv_path)
+    else:
+        files, done = ut_files.new_pair(base_dir), set()
+    outcome = RunUtOutcome(files.result_path, files.details_path, random_data=use_random, apis_resumed=len(done))
+    loop_started = time.time()
+    try:
+        error_dir = ut_files.error_data_dir(error_data_path, files.tail) if save_error_data else None
+        outcome.error_data_dir = error_dir
+        source = Source(dump.data_dir, seed if use_random else None)
+        calls = select_calls(dump, white_list, black_list, filter_same, done)
+        logger.info("run_ut: {} API calls to run ({} done before); results in {}".format(
+            len(calls), len(done), files.result_path))
+        loop_started = time.time()  # the rate counts the API runs, not reading the dump
+        for call in _progress(calls, progress):
+            runs = execute(call, source, seed=seed, device=device, dumped_outputs=dumped_outputs)
+            forward, backward, fwd_status, bwd_status, message = judge_call(call, runs)
+            files.write_api([call.full_name, fwd_status, bwd_status, message],
+                            [j.detail_row() for j in forward + backward])
+            outcome.apis_run += 1
+            if error_dir and (col.ERROR in (fwd_status, bwd_status) or col.WARNING in (fwd_status, bwd_status)):
+                _save_error_data(error_dir, call, runs)
+    finally:
+        files.close()
+    outcome.seconds = time.time() - loop_started
+    _tally(outcome, files, {call.full_name: call for call in dump.calls})
+    return outcome
+
+
+def _progress(calls: List[ApiCall], enabled: bool) -> Any:
+    if not enabled:
+        return calls
+    from tqdm import tqdm
+
+    return tqdm(calls, desc="run_ut", unit="API", smoothing=0, dynamic_ncols=True)
+
+
+def overall_status(forward: str, backward: str) -> str:
+    """One status per API: SKIP when nothing was compared, else the worse of forward and backward."""
+    statuses = [s for s in (forward, backward) if s not in (col.SPACE, "", col.SKIP)]
+    if not statuses:
+        return col.SKIP
+    for status in (col.ERROR, col.WARNING):
+        if status in statuses:
+            return status
+    return col.PASS
+
+
+def _tally(outcome: RunUtOutcome, files: ut_files.UtFiles, calls: Dict[str, ApiCall]) -> None:
+    """Counts and the failing APIs from the CSVs as written (so a resumed run's summary is complete)."""
+    results, details = ut_files.read_results(files)
+    worst: Dict[str, Tuple[float, str, str]] = {}
+    for row in details:
+        if len(row) < len(col.DETAIL_COLUMNS):
+            continue
+        cells = dict(zip(col.DETAIL_COLUMNS, row))
+        if cells[col.STATUS] not in (col.ERROR, col.WARNING):
+            continue
+        try:
+            severity = float(cells[col.SEVERITY])
+        except ValueError:
+            severity = float("nan")
+        api = ut_files.api_of_row(cells[col.API_NAME])
+        rank = -1.0 if math.isnan(severity) else severity
+        if api not in worst or rank > worst[api][0]:
+            worst[api] = (rank, cells[col.API_NAME], cells[col.MESSAGE])
+    for row in results:
+        if len(row) < 3:
+            continue
+        name, forward, backward = row[0], row[1], row[2]
+        status = overall_status(forward, backward)
+        outcome.counts[status] = outcome.counts.get(status, 0) + 1
+        if status == col.SKIP:
+            outcome.skipped.append((name, row[3] if len(row) > 3 else ""))
+        elif status in (col.ERROR, col.WARNING):
+            rank, row_name, message = worst.get(name, (-1.0, "", ""))
+            call = calls.get(name)
+            outcome.failures.append(FailingApi(name, forward, backward, status,
+                                               float("nan") if rank < 0 else rank, row_name, message,
+                                               call.code_line if call else None))
+    order = {col.ERROR: 0, col.WARNING: 1}
+    outcome.failures.sort(key=lambda f: (order[f.status], -(f.severity if not math.isnan(f.severity) else -1.0),
+                                         f.name))
