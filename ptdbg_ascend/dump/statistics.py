@@ -202,15 +202,19 @@ class DeviceStatisticsBatch(object):
     def add(self, tensor: Any) -> Statistics:
         """The statistics of ``tensor``: pending when it lives on an accelerator and needs reductions,
         else computed now (empty, special kinds)."""
+        from ptdbg_ascend.dump.interception import Inside
+
         types = _torch_types()
-        try:
-            reduced = _reductions(tensor.detach(), types, host_shortcuts=False)
-        except (RuntimeError, TypeError, ValueError, NotImplementedError):
-            return special_statistics(tensor)
-        if not isinstance(reduced, tuple):
-            return reduced
-        pending = PendingDeviceStatistics((None, None, None, None))
-        pending.values = _stacked(types, reduced)
+        # Inside(): the tool's own torch calls are not API calls of the script (no record, no counter).
+        with Inside():
+            try:
+                reduced = _reductions(tensor.detach(), types, host_shortcuts=False)
+            except (RuntimeError, TypeError, ValueError, NotImplementedError):
+                return special_statistics(tensor)
+            if not isinstance(reduced, tuple):
+                return reduced
+            pending = PendingDeviceStatistics((None, None, None, None))
+            pending.values = _stacked(types, reduced)
         with self._lock:
             if not self._pending:
                 self._since = time.monotonic()
@@ -228,8 +232,11 @@ class DeviceStatisticsBatch(object):
                                   or time.monotonic() - self._since >= self.BATCH_SECONDS)
 
     def resolve(self) -> None:
-        """Read every pending statistics back (one copy per device) and fill them in place."""
-        with self._lock:
+        """Read every pending statistics back (one copy per device) and fill them in place. Safe on any
+        thread (the writer's, or the training thread at OFF): its torch calls are never recorded."""
+        from ptdbg_ascend.dump.interception import Inside
+
+        with self._lock, Inside():
             pending, self._pending = self._pending, []
             if not pending:
                 return
