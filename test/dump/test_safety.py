@@ -298,6 +298,8 @@ ZYGOTE = textwrap.dedent('''
     register_hook(model, acc_cmp_dump)  # wrapping once here keeps each trial short
 
     def child(out):
+        # The child says its own pid: a line the parent printed could interleave with the child's log.
+        print("PID {}".format(os.getpid()), flush=True)
         session = get_session()
         session.pid, session.in_forked_child = os.getpid(), False  # this child is the training process
         set_dump_path(os.path.join(out, "npu_dump.pkl"), dump_tag="run")
@@ -318,7 +320,6 @@ ZYGOTE = textwrap.dedent('''
                 child(out)
             finally:
                 os._exit(0)
-        print("PID {}".format(pid), flush=True)
         os.waitpid(pid, 0)
         print("DONE", flush=True)
 ''')
