@@ -128,20 +128,34 @@ class _Side(object):
 
 
 def _forward_between_backward(calls: Sequence[CallRecord]) -> Set[int]:
-    """ids of the forward calls in a run that has backward calls right before and right after it: the
-    forward re-computed by gradient checkpointing during backward (an optimizer step after backward is
-    followed by the next step's forward, so it is not such a run)."""
+    """ids of the forward calls re-computed by gradient checkpointing while backward runs: a forward run
+    between two backward calls whose following backward pass does not start where the run's first
+    backward pass started.
+
+    Every training step's backward starts at the loss (the root of the graph), so the forward run of the
+    next step (an optimizer step, then the next forward) is followed by the loss's backward again; a
+    re-computed segment is followed by the backward of the segment's own last call (another API, or the
+    same API with other shapes). A run with no backward after it (the last step, a killed run) is never a
+    re-computation: so a killed dump and a full one flag the same calls."""
     found: Set[int] = set()
     run: List[int] = []
+    root = None  # (API, structure) of the first backward call: where a step's backward starts
     after_backward = False
     for call in calls:
         if call.name.endswith("_backward"):
-            if run and after_backward:
+            key = _backward_start_key(call)
+            if root is None:
+                root = key
+            if run and after_backward and key != root:
                 found.update(run)
             run, after_backward = [], True
         else:
             run.append(id(call))
     return found
+
+
+def _backward_start_key(call: CallRecord) -> Tuple:
+    return split_call_name(call.name).api, tuple((r.name[len(call.name):], tuple(r.shape or ())) for r in call.records)
 
 
 def _distrust_shifted_counters(npu_side: "_Side", bench_side: "_Side") -> None:

@@ -579,3 +579,23 @@ def test_without_fuzzy_match_the_same_pairs_carry_no_fuzzy_message(legacy_dump, 
     rows = read_csv(compare(npu.param(bench), output_dir, auto_analyze=False, xlsx=False).csv_path)
     assert [r["Bench Name"] for r in rows[2:4]] == ["Torch_add_0_forward_input.0", "Torch_add_0_forward_output"]
     assert all(FUZZY not in r["Err_message"] for r in rows)
+
+
+def test_a_killed_run_pairs_its_last_forward_with_the_full_run():
+    # Three steps (forward, loss, backward of the loss and both layers). The NPU run was killed during
+    # step 2's forward: its last forward run has no backward after it. The next
+    # step's forward is not a re-computation on either side (its backward starts at the loss again), so the
+    # killed run's last calls pair with the full run's.
+    def step(k):
+        b_back, a_back = _backward(2 * k, 2 * k + 1)
+        return _layers(2 * k, 2 * k + 1) + [_loss(k), _loss_backward(k)] + b_back + a_back
+
+    full = step(0) + step(1) + step(2)
+    killed = step(0) + step(1) + _layers(4, 5)[:3]
+    pairs = names(align_calls(killed, full))
+    assert ("Functional_linear_2_forward", "Functional_linear_2_forward") in pairs  # step 1, between backward calls
+    assert ("Functional_linear_4_forward", "Functional_linear_4_forward") in pairs  # the killed step
+    assert ("Functional_relu_4_forward", "Functional_relu_4_forward") in pairs
+    assert ("Functional_linear_5_forward", "Functional_linear_5_forward") in pairs
+    assert [pair[1] for pair in pairs if pair[0] is None and pair[1].endswith("_forward")] == [
+        "Functional_relu_5_forward", "Functional_mse_loss_2_forward"]
