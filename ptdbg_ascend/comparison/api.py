@@ -11,6 +11,7 @@ import time
 from typing import Any, Dict, Mapping, Optional, Union
 
 from ptdbg_ascend.comparison import advisor, columns, engine, reports
+from ptdbg_ascend.comparison.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import check_api_mapping, check_bool, check_output_path, parse_input_param
 from ptdbg_ascend.comparison.matching import pair_rows
 from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts, Finding
@@ -43,7 +44,9 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     (``{"NPU_npu_rms_norm": "Functional_rms_norm"}``), as a dict or the path of a JSON/YAML file.
 
     Returns a :class:`CompareOutcome`: ``bool(outcome)`` is True when no compared tensor failed the
-    robust verdict and enough tensors could be compared.
+    robust verdict and enough tensors could be compared. A dump whose rank directory still holds the
+    writer's lock (still being written, or killed) is compared as far as it got, with a warning; see
+    ``outcome.torn`` (:mod:`ptdbg_ascend.comparison.dump_state`).
     """
     for name, value in (("stack_mode", stack_mode), ("auto_analyze", auto_analyze), ("fuzzy_match", fuzzy_match),
                         ("xlsx", xlsx)):
@@ -55,6 +58,10 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     inputs = parse_input_param(input_param)
     npu_calls = read_dump(inputs.npu_dump, inputs.npu_data_dir, inputs.stack_path)
     bench_calls = read_dump(inputs.bench_dump, inputs.bench_data_dir, None)
+    # A dump still being written or cut short by a kill is compared as far as it got, with a warning.
+    torn = tuple(dump for dump in (check_dump("NPU", inputs.npu_dump, inputs.npu_data_dir, npu_calls),
+                                   check_dump("Bench", inputs.bench_dump, inputs.bench_data_dir, bench_calls))
+                 if dump is not None)
     has_stack = any(call.stack for call in npu_calls)
     if stack_mode and not has_stack:
         raise CompareError("The current file does not contain stack information, please turn off the stack_mode "
@@ -75,6 +82,8 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     counts = Counts.of(rows)
     failing = advisor.first_failure(rows)
     advice, finding = advisor.diagnose(rows, counts, failing)
+    if torn:
+        advice = advice._replace(body=advice.body + tuple("Note: " + dump.describe() for dump in torn))
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
     tail = "{}_{}".format(suffix, stamp) if suffix else stamp
     table = reports.table_of(rows, column_names, stack_mode)
@@ -91,7 +100,7 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     if auto_analyze:
         advisor_path = advisor.write_advice(advice, output_path, "advisor_" + tail)
     first = None if failing is None else rows[failing].name
-    outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts)
+    outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts, torn)
     logger.info("Compare outcome: {}".format(outcome))
     return outcome
 

@@ -1,5 +1,9 @@
 """``compare_distributed``: pair the ``rank{N}`` directories of two tag directories numerically and run
-``compare`` on each pair, writing ``compare_result_rank{n}-rank{m}_{timestamp}.csv``."""
+``compare`` on each pair, writing ``compare_result_rank{n}-rank{m}_{timestamp}.csv``.
+
+Every file it hands to ``compare`` is resolved and must lie inside the dump directory the user gave: a
+rank pair with a symlinked rank directory, dump file or data directory pointing elsewhere is skipped with
+a warning naming it (the pairing of the other ranks is unchanged)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from ptdbg_ascend.comparison.metrics import resolve_inside
 from ptdbg_ascend.errors import CompareError, ParameterError
+from ptdbg_ascend.log import logger
 
 RANK_DIR = re.compile(r"^rank(\d*)$")  # msprobe writes a plain "rank" without torch.distributed
 ALLOWED_KWARGS = ("stack_mode", "auto_analyze", "fuzzy_match", "is_print_compare_log", "xlsx", "api_mapping")
@@ -60,7 +66,8 @@ def rank_files(rank_dir: str) -> Tuple[str, Optional[str], Optional[str]]:
 def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str, **kwargs: Any) -> List[Any]:
     """Compare rank by rank. kwargs: every compare option (``stack_mode``, ``auto_analyze``,
     ``fuzzy_match``, plus ``is_print_compare_log``, default True); ``suffix`` is refused (the rank pair is
-    the suffix). Returns one CompareOutcome per rank pair."""
+    the suffix). Returns one CompareOutcome per compared rank pair; a pair with files outside the dump
+    directories is skipped with a warning (CompareError when no pair is left)."""
     from ptdbg_ascend.comparison.api import compare
 
     if "suffix" in kwargs:
@@ -77,11 +84,46 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
                            "bench: {}. Please use another folder to compare or use compare() api and manually match "
                            "the ranks.".format([n for _, n, _ in npu_ranks], [n for _, n, _ in bench_ranks]))
     outcomes = []
+    skipped = []
     for (_, npu_name, npu_dir), (_, bench_name, bench_dir) in zip(npu_ranks, bench_ranks):
-        npu_dump, npu_data, npu_stack = rank_files(npu_dir)
-        bench_dump, bench_data, _ = rank_files(bench_dir)
+        pair = "{}-{}".format(npu_name, bench_name)
+        try:
+            npu_dump, npu_data, npu_stack = confined_rank_files(npu_dir, npu_dump_dir, "npu_dump_dir")
+            bench_dump, bench_data, _ = confined_rank_files(bench_dir, bench_dump_dir, "bench_dump_dir")
+        except OutsideDumpDir as error:
+            logger.warning("Skipped the rank pair {}: {}. Nothing of this pair was read.".format(pair, error))
+            skipped.append(pair)
+            continue
         param: Dict[str, Any] = {"npu_pkl_path": npu_dump, "bench_pkl_path": bench_dump,
                                  "npu_dump_data_dir": npu_data, "bench_dump_data_dir": bench_data,
                                  "stack_path": npu_stack, "is_print_compare_log": print_log}
-        outcomes.append(compare(param, output_path, suffix="{}-{}".format(npu_name, bench_name), **kwargs))
+        outcomes.append(compare(param, output_path, suffix=pair, **kwargs))
+    if not outcomes:
+        raise CompareError("No rank pair could be compared: every pair ({}) has files outside the dump directories "
+                           "(see the warnings above).".format(", ".join(skipped)))
     return outcomes
+
+
+def confined_rank_files(rank_dir: str, dump_dir: str, parameter: str) -> Tuple[str, Optional[str], Optional[str]]:
+    """:func:`rank_files` of ``rank_dir``, every path resolved (symlinks followed) and checked to lie inside
+    ``dump_dir`` (the directory the user gave as ``parameter``): the rank directory itself is checked before
+    it is listed, so a symlinked rank directory or dump file pointing elsewhere is never read.
+
+    :raises OutsideDumpDir: a path resolves outside ``dump_dir``; the message names it.
+    :raises CompareError: the rank directory does not hold one dump (see :func:`rank_files`).
+    """
+    what = "{} (the dump directory given)".format(parameter)
+
+    def inside(path: str) -> str:
+        try:
+            return resolve_inside(path, dump_dir, what)
+        except ValueError as error:
+            raise OutsideDumpDir(str(error)) from None
+
+    dump, data, stack = rank_files(inside(rank_dir))
+    return inside(dump), (None if data is None else inside(data)), (None if stack is None else inside(stack))
+
+
+class OutsideDumpDir(Exception):
+    """A file of a rank resolves outside the dump directory given: compare_distributed skips that rank
+    pair with a warning (never raised to the caller)."""

@@ -120,6 +120,19 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.einsum("i,i->", x, y))
 
 
+def resolve_inside(path: str, root: str, what: str = "the data directory") -> str:
+    """``path`` resolved (``os.path.realpath``: every symlink followed), which must lie inside the resolved
+    ``root``; ``what`` names ``root`` in the message (default "the data directory").
+
+    :raises ValueError: it resolves to a place outside ``root``.
+    """
+    real = os.path.realpath(path)
+    real_root = os.path.realpath(root)
+    if os.path.commonpath([real, real_root]) != real_root:
+        raise ValueError("{} resolves to {}, outside {} {}; it is not read".format(path, real, what, root))
+    return real
+
+
 def open_inside(path: str, root: Optional[str] = None):
     """``path`` opened for binary reading, after resolving it (``os.path.realpath``): with ``root`` (the
     data directory the user gave) the resolved file must lie inside the resolved ``root``; it must be a
@@ -129,12 +142,7 @@ def open_inside(path: str, root: Optional[str] = None):
     :raises ValueError: the file lies outside ``root`` or is not a regular file.
     :raises OSError: it cannot be opened (FileNotFoundError when missing).
     """
-    real = os.path.realpath(path)
-    if root is not None:
-        real_root = os.path.realpath(root)
-        if os.path.commonpath([real, real_root]) != real_root:
-            raise ValueError("{} resolves to {}, outside the data directory {}; it is not read".format(
-                path, real, root))
+    real = resolve_inside(path, root) if root is not None else os.path.realpath(path)
     descriptor = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
@@ -168,11 +176,9 @@ def load_tensor(path: str, root: Optional[str] = None) -> np.ndarray:
             raise ValueError("{} holds Python objects besides tensors; it is not unpickled".format(path)) from None
     if not isinstance(tensor, torch.Tensor):
         raise ValueError("{} does not hold a tensor".format(path))
-    tensor = tensor.detach()
-    try:
-        return tensor.numpy()
-    except TypeError:  # dtypes numpy has no type for (bf16, float8, complex32): widened exactly, as the npy files
-        return tensor.to(torch.complex64 if tensor.is_complex() else torch.float32).numpy()
+    from ptdbg_ascend.numpy_view import tensor_to_numpy
+
+    return tensor_to_numpy(tensor)  # bf16, float8, complex32 widened exactly, as the npy files
 
 
 def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Tolerance] = None) -> Metrics:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence, Tuple
 
+from ptdbg_ascend.comparison.dump_state import ENDED, RUNNING, TornDump
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.verdicts import NOT_COMPARED, WARNING
 
@@ -71,7 +72,9 @@ class Finding(NamedTuple):
 class CompareOutcome(NamedTuple):
     """What one compare wrote and found. ``first_failure``: NPU record name of the first failing row or
     None. ``rows``: the number of report rows. ``bool(outcome)``: True when nothing failed and enough
-    tensors were compared (see :class:`Counts`)."""
+    tensors were compared (see :class:`Counts`). ``torn``: the dumps read that were not closed cleanly
+    (still being written, or killed), with how far each got (default: none); they do not change ``bool()``:
+    what was read was compared."""
 
     csv_path: str
     xlsx_path: Optional[str]
@@ -80,6 +83,7 @@ class CompareOutcome(NamedTuple):
     rows: int
     finding: Optional[Finding] = None
     counts: Optional[Counts] = None
+    torn: Tuple[TornDump, ...] = ()
 
     def __bool__(self) -> bool:
         if self.counts is None:
@@ -90,11 +94,19 @@ class CompareOutcome(NamedTuple):
         counts = self.counts
         tally = "" if counts is None else " ({} of {} paired tensors compared, {} failing)".format(
             counts.compared, counts.paired, counts.failed)
+        torn = "".join(" [{} dump torn: {}]".format(dump.side, _torn_summary(dump)) for dump in self.torn)
         if self.finding is not None:
-            return "first failure {} (line {}): {} at {}{}".format(
-                self.finding.record, self.finding.line, self.finding.kind, self.finding.call, tally)
+            return "first failure {} (line {}): {} at {}{}{}".format(
+                self.finding.record, self.finding.line, self.finding.kind, self.finding.call, tally, torn)
         if self.first_failure is not None:
-            return "first failure {}{}".format(self.first_failure, tally)
+            return "first failure {}{}{}".format(self.first_failure, tally, torn)
         if counts is not None and not counts.enough_compared:
-            return "not enough could be compared{}".format(tally)
-        return "all compared tensors reached the accuracy{}".format(tally)
+            return "not enough could be compared{}{}".format(tally, torn)
+        return "all compared tensors reached the accuracy{}{}".format(tally, torn)
+
+
+def _torn_summary(dump: TornDump) -> str:
+    state = {RUNNING: "still being written", ENDED: "ended without a clean close"}.get(dump.state,
+                                                                                 "lock of another host")
+    last = ", last {}".format(dump.last_call) if dump.last_call else ""
+    return "{}, {} calls read{}".format(state, dump.calls, last)

@@ -27,8 +27,13 @@ def parse_lines(pkl_file: str, module_name_prefix: str) -> List[str]:
     if not isinstance(module_name_prefix, str) or not module_name_prefix:
         raise ParameterError("module_name_prefix", module_name_prefix,
                              "The parameter:module_name_prefix is not a string", "e.g. 'Torch_batch_norm_0_forward'")
+    from ptdbg_ascend.comparison.dump_state import check_dump
+
     lines: List[str] = []
-    for call in read_dump(os.fspath(pkl_file), overflow_statistics=True):
+    calls = read_dump(os.fspath(pkl_file), overflow_statistics=True)
+    # A torn dump (still being written, or killed): one warning saying how far it got.
+    check_dump("The", os.fspath(pkl_file), None, calls, "parse shows what is there.")
+    for call in calls:
         if not _matches(call.name, module_name_prefix):
             continue
         if call.stack:

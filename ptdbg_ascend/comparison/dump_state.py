@@ -1,0 +1,167 @@
+"""Is a dump complete? Tell compare/parse users when the dump they read ended torn (no clean close).
+
+The dump writers mark a rank directory while they write: ``.ptdbg.lock`` (``"{pid} {host}"``, see
+:class:`ptdbg_ascend.writers.safe_fs.DumpLock`) exists from the first write of a window to its clean close,
+and every final file is written under a temporary ``.{name}.XXXXXXXX.tmp`` name and renamed. So a rank
+directory that still holds the lock, or a temporary file, was not closed cleanly: the writer is still
+running, or it was killed (SIGKILL, OOM killer, a crash of the machine).
+
+:func:`check_dump` reads those marks next to a dump that was just read and, when it is torn, logs one
+warning saying which case it is and how far the dump got (complete calls and records read, the last
+complete call, a partial last pkl line, leftover temporary files) and returns a :class:`TornDump` for the
+report. Compare still runs on what is there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import NamedTuple, Optional, Sequence, Set
+
+from ptdbg_ascend.comparison.records import CallRecord
+from ptdbg_ascend.errors import DumpPathError
+from ptdbg_ascend.log import logger
+from ptdbg_ascend.writers.safe_fs import LOCK_NAME, TEMP_SUFFIX, DumpLock, _host, _pid_alive
+
+RUNNING = "running"  # the lock's holder is alive on this host
+ENDED = "ended"  # the lock's holder is gone, or no lock but leftover temporary files
+UNKNOWN = "unknown"  # a lock of another host (a copied dump) or an unreadable lock
+
+TAIL_BYTES = 65536  # how much of a pkl's end is read to find a partial last line (one line is far shorter)
+CALL_AT_LINE_START = re.compile(r'^\["(?P<call>[^"]+?_\d+_(?:forward|backward))')
+
+
+class TornDump(NamedTuple):
+    """A dump that was not closed cleanly, and how far it got.
+
+    ``state``: ``"running"`` (the writer holds the lock and is alive: ``pid`` on ``host``), ``"ended"`` (the
+    writer is gone: killed or crashed) or ``"unknown"`` (the lock names another host, or cannot be read:
+    ``note`` says which). ``calls``/``records``: complete calls and tensor records read. ``last_call``: the last
+    complete call (legacy record-name grammar; None when none). ``partial_line``: a legacy pkl ends in a
+    partial line (the reader skips it). ``temp_files``: leftover ``.*.tmp`` files in the rank and data
+    directories."""
+
+    side: str
+    dump_path: str
+    state: str
+    pid: Optional[int]
+    host: Optional[str]
+    calls: int
+    records: int
+    last_call: Optional[str]
+    partial_line: bool
+    temp_files: int
+    note: str = ""
+
+    def describe(self) -> str:
+        """One sentence for the log and the reports."""
+        if self.state == RUNNING:
+            head = "is still being written by pid {} on {}".format(self.pid, self.host)
+        elif self.state == ENDED and self.pid is not None:
+            head = "ended without a clean close (pid {} on host {} is gone)".format(self.pid, self.host)
+        elif self.state == ENDED:
+            head = "ended without a clean close"
+        else:
+            head = "may be incomplete: {}".format(self.note)
+        got = "{} complete call{} ({} tensor record{})".format(
+            self.calls, "" if self.calls == 1 else "s", self.records, "" if self.records == 1 else "s")
+        # dump.json is rewritten whole now and then (atomic replace): what is read is its last flush.
+        got = "its last flush holds " + got if self.dump_path.endswith(".json") else got + " read"
+        if self.last_call is not None:
+            got += ", the last complete call is {}".format(self.last_call)
+        extras = []
+        if self.partial_line:
+            extras.append("the pkl ends in a partial line (skipped)")
+        if self.temp_files:
+            extras.append("{} leftover temporary file{} (.*{})".format(
+                self.temp_files, "" if self.temp_files == 1 else "s", TEMP_SUFFIX))
+        return "{} dump {} {}: {}{}.".format(
+            self.side, self.dump_path, head, got, "; " + "; ".join(extras) if extras else "")
+
+
+def check_dump(side: str, dump_path: str, data_dir: Optional[str], calls: Sequence[CallRecord],
+               consequence: str = "Compare runs on what is there.") -> Optional[TornDump]:
+    """Look for the marks of a torn dump around ``dump_path`` (its directory is the rank directory) and
+    ``data_dir`` (default when None: the dump's own tensor directory, ``{stem}/`` beside a pkl or
+    ``dump_tensor_data/`` beside a dump.json). ``calls``: what the reader read from ``dump_path``.
+    ``side`` names the dump in the message ("NPU", "Bench"...); ``consequence`` ends the warning (default:
+    "Compare runs on what is there."). Logs one warning and returns the
+    :class:`TornDump` when the dump is torn; None (and no log) when it was closed cleanly."""
+    rank_dir = os.path.dirname(os.path.abspath(dump_path))
+    lock = _lock_state(rank_dir)
+    temp_files = _count_temp_files({rank_dir, data_dir or _default_data_dir(dump_path)})
+    if lock is None and not temp_files:
+        return None
+    state, pid, host, note = lock if lock is not None else (ENDED, None, None, "")
+    partial, partial_call = _partial_last_line(dump_path) if not dump_path.endswith(".json") else (False, None)
+    complete = list(calls)
+    # The pkl's last line was cut inside a call: that call is not complete.
+    if partial and complete and complete[-1].name == partial_call:
+        complete = complete[:-1]
+    torn = TornDump(side, dump_path, state, pid, host, len(complete), sum(len(call.records) for call in complete),
+                    complete[-1].name if complete else None, partial, temp_files, note)
+    logger.warning(torn.describe() + " " + consequence)
+    return torn
+
+
+def _lock_state(rank_dir: str):
+    """``(state, pid, host, note)`` of ``rank_dir``'s lock, or None when there is none."""
+    path = os.path.join(rank_dir, LOCK_NAME)
+    if not os.path.lexists(path):
+        return None
+    try:
+        holder = DumpLock(rank_dir)._holder()  # reads it with O_NOFOLLOW, parses "pid host"
+    except DumpPathError as error:
+        return UNKNOWN, None, None, "its directory holds a dump lock that cannot be read ({})".format(error)
+    if holder is None:  # removed between the two calls: the writer closed just now
+        return None
+    pid, host = holder
+    if pid < 0:  # an empty lock: its writer is creating it right now
+        return RUNNING, None, "this host", ""
+    if host != _host():
+        return UNKNOWN, pid, host, ("its directory holds the dump lock of pid {} on host {}, another host: that "
+                                    "writer is still running there or ended without a clean close".format(pid, host))
+    return (RUNNING if _pid_alive(pid) else ENDED), pid, host, ""
+
+
+def _default_data_dir(dump_path: str) -> str:
+    if dump_path.endswith(".json"):
+        return os.path.join(os.path.dirname(os.path.abspath(dump_path)), "dump_tensor_data")
+    return os.path.splitext(os.path.abspath(dump_path))[0]
+
+
+def _count_temp_files(directories: Set[str]) -> int:
+    """Leftover ``.{name}.XXXXXXXX.tmp`` files (writers/safe_fs.temporary_beside) in ``directories``."""
+    count = 0
+    seen = set()
+    for directory in directories:
+        real = os.path.realpath(directory)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            with os.scandir(directory) as entries:
+                count += sum(1 for entry in entries if entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX))
+        except OSError:  # no such directory (summary-only dump) or unreadable: nothing to count
+            continue
+    return count
+
+
+def _partial_last_line(path: str):
+    """``(partial, call)``: whether the file's last byte is not a newline (the writer puts a whole line, or
+    a whole call's lines, in one write: only a write cut short by a kill or a full disk ends mid-line) and
+    the call the partial line starts with (None when its name is cut too)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size == 0:
+                return False, None
+            handle.seek(max(0, size - TAIL_BYTES))
+            tail = handle.read()
+    except OSError:
+        return False, None
+    if tail.endswith(b"\n"):
+        return False, None
+    last = tail.rsplit(b"\n", 1)[-1].decode("utf-8", "replace")
+    match = CALL_AT_LINE_START.match(last)
+    return True, match.group("call") if match else None
