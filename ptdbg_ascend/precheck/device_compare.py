@@ -10,9 +10,12 @@ algorithm (standards.standard_of) and the NPU's ``DEVICE Dtype``, in this order:
    pass, else error.
 4. absolute threshold: inf/nan error rate, relative error rate, absolute error rate all 0 -> pass,
    else error.
-5. ULP (float16/bfloat16/float32): NPU share of ULP errors above the threshold below the GPU's -> pass;
-   else float32: mean ULP error < 64 or share < 0.05 -> pass; float16/bfloat16: share < 0.001 -> pass;
-   else error. Inconsistent inf/nan in the ULP metrics -> error.
+5. ULP (float16/bfloat16/float32): NPU share of ULP errors above the threshold at most the GPU's
+   (share ratio <= 1, ``ULP_EQUAL_SHARE``) -> pass; else float32: mean ULP error < 64 or share < 0.05 ->
+   pass; float16/bfloat16: share < 0.001 -> pass; else error. Inconsistent inf/nan in the ULP metrics ->
+   error. The ULP metric itself is 1.0.4's (metrics.ulp_metrics): the ULP of the bench's binade, floored
+   only at the format's smallest normal exponent, so a near-zero bench (a bias gradient after
+   cancellation) gives huge ULP errors on both devices; the share ratio is what makes that fair.
 6. benchmark (float16/bfloat16/float32): each of small-value error share, RMSE, max and mean relative
    error as the NPU/GPU ratio (0/0 -> 1; x/0 -> 10000); ratio > error threshold -> error, > 1 -> warning
    (thresholds: standards.BENCHMARK_RATIO_THRESHOLDS: 2, 2, 10, 2); a NaN/inf on one side only -> error,
@@ -27,6 +30,17 @@ Differences from 1.0.4 (deliberate):
 - ``ULP_FLOAT32_RULE``: 1.0.4 compares the dtype *string* of the CSV with ``torch.float32`` (never
   equal), so it applies the float16 rule (share < 0.001) to float32 outputs; we apply the seed's float32
   rule (mean < 64 or share < 0.05 or below the GPU's).
+- ``ULP_EQUAL_SHARE``: an NPU whose share of ULP errors equals the GPU's passes (share ratio <= 1); the
+  seed and 1.0.4 ask for a share strictly below the GPU's, so an NPU exactly as accurate as the GPU was
+  an error wherever both miss the absolute limits (e.g. a float32 bias gradient whose bench is near zero
+  after cancellation: share 0.27, mean ULP ~2.4e6 on both). The benchmark ratios need no such change:
+  the seed already passes a ratio <= 1 (0/0 counts 1). The two-party rules (binary consistency,
+  absolute threshold) judge the NPU against the CPU bench alone, by the seed's design; the GPU row does
+  not enter them, so identical NPU and GPU rows can still fail there.
+- ``THOUSANDTH_NO_WORSE_THAN_GPU``: a conv1d/conv2d output that misses the dual-thousandth limit passes
+  when the GPU's dual-thousandth ratio is no better: both then show the same round-off (a conv bias
+  gradient in front of a batch norm is 0 in float64 and float32 residue of ~1e-7 on any device, ratio
+  0); the seed judges the NPU alone there, so such an output was an error on every device.
 - ``MISSING_GPU_ROW``: an NPU output absent from the GPU CSV is a SKIP row saying so (1.0.4 drops it
   with a log line).
 - a metric cell that is not a number makes that row SKIP with a message naming the column (1.0.4 does
@@ -154,7 +168,7 @@ def _ulp(npu: Mapping[str, str], gpu: Mapping[str, str], dtype: str, out: Dict[s
     out[col.MEAN_ULP_ERR], out[col.ULP_ERR_PROPORTION], out[col.ULP_ERR_PROPORTION_RATIO] = mean_npu, share, share_ratio
     if not consistent:
         status = ERROR
-    elif share_ratio < 1:
+    elif share_ratio <= 1:  # ULP_EQUAL_SHARE: as accurate as the GPU is not an error
         status = PASS
     elif dtype == std.FLOAT32:  # ULP_FLOAT32_RULE
         status = PASS if (mean_npu < std.ULP_FLOAT32_MEAN_LIMIT or share < std.ULP_FLOAT32_PROPORTION_LIMIT) else ERROR
@@ -208,9 +222,13 @@ def judge_pair(npu: Mapping[str, str], gpu: Optional[Mapping[str, str]]) -> Dict
         if standard == std.THOUSANDTH:
             value = _number(npu, col.REL_ERR_THOUSANDTH)
             status = PASS if value >= std.THOUSANDTH_PASS_RATIO else ERROR
+            message = "ERROR: 双千指标不达标" if status == ERROR else ""
+            if status == ERROR and value >= _number(gpu, col.REL_ERR_THOUSANDTH):
+                # THOUSANDTH_NO_WORSE_THAN_GPU: both miss it the same way (round-off of a value that is
+                # zero in float64, such as a conv bias gradient in front of a batch norm).
+                status, message = PASS, "THOUSANDTH_NO_WORSE_THAN_GPU: the GPU's dual-thousandth ratio is no better."
             out[col.REL_ERR_THOUSANDTH], out[col.REL_ERR_THOUSANDTH_STATUS] = value, status
-            return finish(status, std.ALGORITHM_TITLES[std.THOUSANDTH],
-                          "ERROR: 双千指标不达标" if status == ERROR else "")
+            return finish(status, std.ALGORITHM_TITLES[std.THOUSANDTH], message)
         if dtype not in std.BINARY_UNSUPPORTED_DTYPES or standard == std.BINARY:
             value = _number(npu, col.ERROR_RATE)
             status = PASS if value == 0 else ERROR
