@@ -35,7 +35,28 @@ __all__ = [
 ]
 
 
+# The API pre-check (msprobe's run_ut / multi_run_ut / api_precision_compare), loaded on first use like
+# PrecisionDebugger: ``from ptdbg_ascend import run_ut`` gives the real function (signature, docstring)
+# and ``import ptdbg_ascend`` stays free of torch. Not in __all__: ``import *`` keeps the legacy names.
+_PRECHECK = {
+    "run_ut": "ptdbg_ascend.precheck.run_ut",
+    "multi_run_ut": "ptdbg_ascend.precheck.multi_run_ut",
+    "api_precision_compare": "ptdbg_ascend.precheck.device_compare",
+}
+
+
 def __getattr__(name):  # PEP 562: load the msprobe-style front-end only when it is used
+    if name in _PRECHECK:
+        import importlib
+
+        try:
+            module = importlib.import_module(_PRECHECK[name])
+        except ModuleNotFoundError as error:
+            if error.name != _PRECHECK[name]:
+                raise  # a dependency is missing: say which, do not hide it
+            raise AttributeError("module 'ptdbg_ascend' has no attribute {!r} ({} is not installed)"
+                                 .format(name, _PRECHECK[name])) from None
+        return getattr(module, name)
     if name == "PrecisionDebugger":
         from ptdbg_ascend.debugger import PrecisionDebugger
 

@@ -54,6 +54,15 @@ class CompareError(PtdbgError, ValueError):
     """Two dumps cannot be compared as asked (files do not fit together, ranks do not line up)."""
 
 
+class OverflowLimitReached(PtdbgError, ValueError, RuntimeError):
+    """The overflow check saw its ``overflow_nums``-th overflowing call: training stops here, and the
+    dump of the overflows is complete on disk. Raised by both front-ends (``register_hook(model,
+    overflow_check)`` and ``PrecisionDebugger(task="overflow_check")``).
+
+    A ValueError, as the original tool's stop (legacy scripts catch ``ValueError``), and a RuntimeError,
+    as this tool's earlier msprobe-side class (scripts written against it catch ``RuntimeError``)."""
+
+
 class DeviceUnavailableError(PtdbgError, RuntimeError):
     """The requested feature needs hardware or a package that is not present (ACL dump needs an
     Ascend NPU with torch_npu)."""
@@ -61,3 +70,9 @@ class DeviceUnavailableError(PtdbgError, RuntimeError):
 
 class NotYetAvailableError(PtdbgError, NotImplementedError):
     """A documented function whose feature is not built yet."""
+
+
+class WorkerProcessError(PtdbgError, RuntimeError):
+    """A worker process of a parallel run (``multi_run_ut``) could not start or raised an unexpected
+    error; the message names the worker, the API it ran and the cause. What was already written stays
+    (the run resumes)."""

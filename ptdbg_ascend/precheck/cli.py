@@ -35,8 +35,27 @@ def _device(args: argparse.Namespace) -> str:
 
 
 def _run_ut(args: argparse.Namespace) -> int:
-    from ptdbg_ascend.log import logger
     from ptdbg_ascend.precheck.run_ut import run_ut
+
+    outcome = run_ut(args.api_info_file, device=_device(args), **_run_ut_options(args))
+    print(outcome.summary())
+    return 1 if outcome.failed else 0
+
+
+def _multi_run_ut(args: argparse.Namespace) -> int:
+    from ptdbg_ascend.precheck.multi_run_ut import multi_run_ut
+
+    devices = [_device(argparse.Namespace(device=value)) for value in (args.device or [None])]
+    outcome = multi_run_ut(args.api_info_file, n=args.num_splits, devices=devices, preload=args.preload or (),
+                           start_method=args.start_method, threads_per_worker=args.threads_per_worker,
+                           **_run_ut_options(args))
+    print(outcome.summary())
+    return 1 if outcome.failed else 0
+
+
+def _run_ut_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments run_ut and multi_run_ut share, from the flags (and -config's run_ut section)."""
+    from ptdbg_ascend.log import logger
 
     white_list: List[str] = list(args.white_list or [])
     black_list: List[str] = list(args.black_list or [])
@@ -49,14 +68,11 @@ def _run_ut(args: argparse.Namespace) -> int:
         black_list = black_list or list(config.black_list)
         error_data_path = error_data_path or config.error_data_path
     if args.jit_compile:
-        logger.warning("-j/--jit_compile only applies to an NPU run; it has no effect on {}.".format(_device(args)))
-    outcome = run_ut(args.api_info_file, out_path=args.out_path or ".", save_error_data=args.save_error_data,
-                     filter_same=args.filter_api, result_csv_path=args.result_csv_path or None,
-                     white_list=white_list, black_list=black_list, error_data_path=error_data_path,
-                     random_data=args.random_data, seed=args.seed, progress=not args.no_progress,
-                     dumped_outputs=args.dumped_outputs, device=_device(args))
-    print(outcome.summary())
-    return 1 if outcome.failed else 0
+        logger.warning("-j/--jit_compile only applies to an NPU run; it has no effect here.")
+    return dict(out_path=args.out_path or ".", save_error_data=args.save_error_data, filter_same=args.filter_api,
+                result_csv_path=args.result_csv_path or None, white_list=white_list, black_list=black_list,
+                error_data_path=error_data_path, random_data=args.random_data, seed=args.seed,
+                progress=not args.no_progress, dumped_outputs=args.dumped_outputs, compare_csv=args.compare_csv)
 
 
 def _api_precision_compare(args: argparse.Namespace) -> int:
@@ -74,8 +90,49 @@ def _api_precision_compare(args: argparse.Namespace) -> int:
     return 1 if failing else 0
 
 
+def _add_run_ut_arguments(parser: argparse.ArgumentParser, device_nargs: Optional[str] = None) -> None:
+    """The flags of run-ut, shared by multi-run-ut (whose -d takes a list: msprobe's ``-d 0 1``)."""
+    parser.add_argument("-api_info", "--api_info_file", dest="api_info_file", required=True,
+                        help="the dump.json (dump_path/step0/rank0/dump.json)")
+    parser.add_argument("-o", "--out_path", dest="out_path", default="",
+                        help="directory for the CSVs, created if absent (default: the current directory)")
+    parser.add_argument("-save_error_data", "--save_error_data", dest="save_error_data", action="store_true",
+                        help="write inputs/outputs of APIs judged error or warning as .pt under "
+                             "ERROR_DATA_PATH/ut_error_data{ts}/")
+    parser.add_argument("-csv_path", "--result_csv_path", dest="result_csv_path", default="",
+                        help="resume an interrupted run: its accuracy_checking_result_{ts}.csv")
+    parser.add_argument("-f", "--filter_api", dest="filter_api", action="store_true",
+                        help="skip calls identical to an earlier one in everything but Max/Min")
+    parser.add_argument("-white_list", "--white_list", dest="white_list", nargs="+", default=None, metavar="API",
+                        help="check only these APIs (names of the wrap list: conv2d or Functional.conv2d)")
+    parser.add_argument("-black_list", "--black_list", dest="black_list", nargs="+", default=None, metavar="API",
+                        help="never check these APIs (wins over the white list)")
+    parser.add_argument("-error_data_path", "--error_data_path", dest="error_data_path", default=None,
+                        help="existing directory for -save_error_data (default: the output directory)")
+    parser.add_argument("-config", "--config_path", dest="config_path", default="",
+                        help="a config.json whose run_ut section gives white_list, black_list, error_data_path "
+                             "(the flags win)")
+    parser.add_argument("-d", "--device", dest="device", default=None, nargs=device_nargs,
+                        help="where the dumped-dtype run happens: cpu (default), cuda:0..., or msprobe's device id "
+                             "(needs an NPU/GPU here)")
+    parser.add_argument("-j", "--jit_compile", dest="jit_compile", action="store_true",
+                        help="msprobe's NPU jit-compile switch; no effect without an NPU")
+    parser.add_argument("--random-data", "--random_data", dest="random_data", action="store_const", const=True,
+                        default=None, help="run on random inputs within the recorded Max/Min even if tensors were "
+                                           "dumped (default: only for a statistics dump)")
+    parser.add_argument("--dumped-outputs", "--dumped_outputs", dest="dumped_outputs", action="store_true",
+                        help="judge the outputs held in the dump (e.g. an NPU dump on a machine without an NPU) "
+                             "against the float64 benchmark instead of re-running in the dumped dtypes")
+    parser.add_argument("--compare", "--compare_csv", dest="compare_csv", default=None, metavar="COMPARE_CSV",
+                        help="the compare_result_{ts}.csv of the same run (NPU side = this dump): link each failing "
+                             "API to it (failing / passing / absent there, and its place relative to the advisor's "
+                             "suspect)")
+    parser.add_argument("--seed", type=int, default=1234, help="seed of the runs and of random data (default 1234)")
+    parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bar")
+
+
 def add_commands(subparsers) -> None:
-    """Register ``run-ut`` and ``api-precision-compare``."""
+    """Register ``run-ut``, ``multi-run-ut`` and ``api-precision-compare``."""
     run = subparsers.add_parser(
         "run-ut", help="API pre-check: re-run every dumped API in float64 and in its dtype, judge it (run_ut())",
         description="run_ut(api_info, out_path, ...): rebuilds every API call of a PrecisionDebugger dump.json "
@@ -83,40 +140,27 @@ def add_commands(subparsers) -> None:
                     "forward and backward, and writes accuracy_checking_result_{ts}.csv and "
                     "accuracy_checking_details_{ts}.csv. A statistics dump runs on random inputs. Exit status: 0 no "
                     "API is an error, 1 an API is an error, 2 a usage or input error.")
-    run.add_argument("-api_info", "--api_info_file", dest="api_info_file", required=True,
-                     help="the dump.json (dump_path/step0/rank0/dump.json)")
-    run.add_argument("-o", "--out_path", dest="out_path", default="",
-                     help="directory for the CSVs, created if absent (default: the current directory)")
-    run.add_argument("-save_error_data", "--save_error_data", dest="save_error_data", action="store_true",
-                     help="write inputs/outputs of APIs judged error or warning as .pt under "
-                          "ERROR_DATA_PATH/ut_error_data{ts}/")
-    run.add_argument("-csv_path", "--result_csv_path", dest="result_csv_path", default="",
-                     help="resume an interrupted run: its accuracy_checking_result_{ts}.csv")
-    run.add_argument("-f", "--filter_api", dest="filter_api", action="store_true",
-                     help="skip calls identical to an earlier one in everything but Max/Min")
-    run.add_argument("-white_list", "--white_list", dest="white_list", nargs="+", default=None, metavar="API",
-                     help="check only these APIs (names of the wrap list: conv2d or Functional.conv2d)")
-    run.add_argument("-black_list", "--black_list", dest="black_list", nargs="+", default=None, metavar="API",
-                     help="never check these APIs (wins over the white list)")
-    run.add_argument("-error_data_path", "--error_data_path", dest="error_data_path", default=None,
-                     help="existing directory for -save_error_data (default: the output directory)")
-    run.add_argument("-config", "--config_path", dest="config_path", default="",
-                     help="a config.json whose run_ut section gives white_list, black_list, error_data_path "
-                          "(the flags win)")
-    run.add_argument("-d", "--device", dest="device", default=None,
-                     help="where the dumped-dtype run happens: cpu (default), cuda:0..., or msprobe's device id "
-                          "(needs an NPU/GPU here)")
-    run.add_argument("-j", "--jit_compile", dest="jit_compile", action="store_true",
-                     help="msprobe's NPU jit-compile switch; no effect without an NPU")
-    run.add_argument("--random-data", "--random_data", dest="random_data", action="store_const", const=True,
-                     default=None, help="run on random inputs within the recorded Max/Min even if tensors were "
-                                        "dumped (default: only for a statistics dump)")
-    run.add_argument("--dumped-outputs", "--dumped_outputs", dest="dumped_outputs", action="store_true",
-                     help="judge the outputs held in the dump (e.g. an NPU dump on a machine without an NPU) "
-                          "against the float64 benchmark instead of re-running in the dumped dtypes")
-    run.add_argument("--seed", type=int, default=1234, help="seed of the runs and of random data (default 1234)")
-    run.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bar")
+    _add_run_ut_arguments(run)
     run.set_defaults(handler=_run_ut)
+
+    multi = subparsers.add_parser(
+        "multi-run-ut", help="run-ut on N worker processes (and across machines under torchrun); resumable",
+        description="multi_run_ut(api_info, n, out_path, ...): run-ut with N worker processes, each loading only "
+                    "the tensors of the API it runs; the CSVs are those run-ut writes (same rows, dump order). A "
+                    "worker that dies loses only its API in flight (retried once, then an error row). Under "
+                    "torchrun (RANK/WORLD_SIZE set) every rank runs its share and rank 0 writes the CSVs. "
+                    "-csv_path resumes. Exit status as run-ut.")
+    _add_run_ut_arguments(multi, device_nargs="+")
+    multi.add_argument("-n", "--num_splits", dest="num_splits", type=int, default=8,
+                       metavar="N", help="worker processes (per rank under torchrun), 1..64 (default 8)")
+    multi.add_argument("--preload", dest="preload", nargs="+", default=None, metavar="MODULE",
+                       help="modules every worker imports first (custom ops, patches active in the dumped run)")
+    multi.add_argument("--start-method", "--start_method", dest="start_method", default="forkserver",
+                       choices=("forkserver", "spawn"), help="how workers start (default forkserver; never fork)")
+    multi.add_argument("--threads-per-worker", "--threads_per_worker", dest="threads_per_worker", type=int,
+                       default=None, help="torch intra-op threads per worker (default: run-ut's, which keeps the "
+                                          "CSVs identical to run-ut's; 1 avoids oversubscribing the cores)")
+    multi.set_defaults(handler=_multi_run_ut)
 
     compare = subparsers.add_parser(
         "api-precision-compare", help="NPU pre-check details against GPU details (api_precision_compare())",

@@ -27,6 +27,7 @@ from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import csv_files, ut_files
 from ptdbg_ascend.precheck.api_inputs import ApiCall, Dump, Source, open_dump
+from ptdbg_ascend.precheck.compare_link import drop_link_column, link_outcome, read_compare, times_allowed
 
 # statistics that may differ between calls filter_same still takes for identical
 _FILTER_IGNORED = frozenset(("Max", "Min", "Max_except_inf_nan", "Min_except_inf_nan", "data_name"))
@@ -45,6 +46,7 @@ class FailingApi:
     worst_row: str
     message: str
     code_line: Optional[str]
+    link: Optional[Any] = None  # compare_link.CompareLink when run with compare_csv
 
 
 @dataclass
@@ -63,6 +65,7 @@ class RunUtOutcome:
     seconds: float = 0.0
     random_data: bool = False
     error_data_dir: Optional[str] = None
+    compare: Optional[Any] = None  # compare_link.CompareReport when run with compare_csv
 
     @property
     def failed(self) -> bool:
@@ -81,13 +84,17 @@ class RunUtOutcome:
                  "  result:  " + self.result_csv, "  details: " + self.details_csv]
         if self.error_data_dir:
             lines.append("  error data: " + self.error_data_dir)
+        if self.compare is not None:
+            lines.append("  linked to " + self.compare.describe())
         if self.failures:
-            lines.append("Failing APIs, worst first (severity 1 = at the error threshold of the dtype):")
+            lines.append("Failing APIs, worst first (by error size; 1x = at the error threshold of the dtype):")
             for failure in self.failures[:SUMMARY_FAILURES]:
-                severity = "-" if math.isnan(failure.severity) else "{:.3g}".format(failure.severity)
-                lines.append("  {:<7} {}  forward {} / backward {}  severity {}".format(
-                    failure.status, failure.name, failure.forward, failure.backward.strip() or "-", severity))
+                lines.append("  {:<7} {}  forward {} / backward {}  {}".format(
+                    failure.status, failure.name, failure.forward, failure.backward.strip() or "-",
+                    times_allowed(failure.severity)))
                 lines.append("          {}".format(failure.code_line or "(no stack.json line)"))
+                if failure.link is not None:
+                    lines.append("          compare: " + failure.link.text())
             if len(self.failures) > SUMMARY_FAILURES:
                 lines.append("  ... and {} more in the result CSV.".format(len(self.failures) - SUMMARY_FAILURES))
         else:
@@ -234,12 +241,114 @@ def _save_error_data(directory: str, call: ApiCall, runs: Any) -> None:
             ut_files.save_tensor(directory, "{}.backward.output.{}.{}".format(base, side, index), grad)
 
 
+# --- the plan of a run (shared with multi_run_ut) ----------------------------------------------------------
+
+@dataclass
+class UtPlan:
+    """The checked options of one run (:func:`plan_run`); ``error_data_path`` None: save_error_data off."""
+
+    dump: Dump
+    white_list: Tuple[str, ...]
+    black_list: Tuple[str, ...]
+    filter_same: bool
+    seed: int
+    device: str
+    use_random: bool
+    dumped_outputs: bool
+    base_dir: str
+    result_csv_path: Optional[str]
+    error_data_path: Optional[str]
+    compare_report: Optional[Any] = None
+
+    def source(self) -> Source:
+        """Where the tensors come from: the dump's files, or random data seeded by ``seed``."""
+        return Source(self.dump.data_dir, self.seed if self.use_random else None)
+
+    def error_dir(self, tail: str) -> Optional[str]:
+        """``{error_data_path}/ut_error_data{tail}`` (created) when saving error data, else None."""
+        return ut_files.error_data_dir(self.error_data_path, tail) if self.error_data_path is not None else None
+
+
+def plan_run(api_info: str, out_path: str = ".", save_error_data: bool = False, filter_same: bool = False,
+             result_csv_path: Optional[str] = None, white_list: Sequence[str] = (), black_list: Sequence[str] = (),
+             error_data_path: Optional[str] = None, random_data: Optional[bool] = None, seed: int = 1234,
+             dumped_outputs: bool = False, device: str = "cpu", compare_csv: Optional[Any] = None,
+             writes_csv: bool = True) -> UtPlan:
+    """Check the options of :func:`run_ut` (same meanings and errors) and open the dump; nothing is
+    written but ``out_path`` (created). ``writes_csv=False`` (a torchrun rank other than 0, which writes no
+    CSV): ``result_csv_path`` is not read and ``out_path`` is created only for save_error_data."""
+    white_list = check_api_list("white_list", white_list)
+    black_list = check_api_list("black_list", black_list)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ParameterError("seed", seed, "must be an int")
+    device = _device(device)
+    compare_report = read_compare(compare_csv) if compare_csv is not None and writes_csv else None
+    dump = open_dump(api_info)
+    use_random = (not dump.has_tensors) if random_data is None else bool(random_data)
+    if not use_random and not dump.has_tensors:
+        raise ParameterError("random_data", random_data, "must be True (or None) for {}: it holds statistics only, "
+                             "no tensors to re-run from".format(api_info))
+    if use_random and dumped_outputs:
+        raise ParameterError("dumped_outputs", dumped_outputs, "needs the dumped tensors; random data has no "
+                             "device outputs to judge")
+    if use_random and random_data is None and writes_csv:
+        logger.info("{} holds statistics only: the APIs run on random inputs within the recorded Max/Min "
+                    "(seed {}).".format(api_info, seed))
+    if result_csv_path and writes_csv:
+        drop_link_column(result_csv_path)  # a linked (finished) run resumes like any other
+        ut_files.check_resumable(result_csv_path)
+        base_dir = os.path.dirname(os.path.abspath(result_csv_path))
+    elif result_csv_path:
+        base_dir = os.path.dirname(os.path.abspath(result_csv_path))
+    elif writes_csv or save_error_data:
+        base_dir = csv_files.ensure_out_dir(out_path)
+    else:
+        base_dir = os.path.realpath(out_path or ".")
+    if save_error_data:
+        error_data_path = base_dir if error_data_path is None else error_data_path
+        if not isinstance(error_data_path, str) or not os.path.isdir(error_data_path):
+            raise ParameterError("error_data_path", error_data_path, "must be an existing directory (save_error_data "
+                                                                     "writes the failing APIs' data under it)")
+    else:
+        error_data_path = None
+    return UtPlan(dump, white_list, black_list, bool(filter_same), seed, device, use_random, bool(dumped_outputs),
+                  base_dir, (result_csv_path or None) if writes_csv else None, error_data_path, compare_report)
+
+
+def open_files(plan: UtPlan) -> Tuple[ut_files.UtFiles, Set[str]]:
+    """The CSV pair of the run (resumed, or new in ``base_dir``) and the APIs it already holds."""
+    if plan.result_csv_path:
+        return ut_files.resume_pair(plan.result_csv_path)
+    return ut_files.new_pair(plan.base_dir), set()
+
+
+def check_call(call: ApiCall, source: Source, plan: UtPlan,
+               error_dir: Optional[str] = None) -> Tuple[List[Any], List[List[Any]]]:
+    """Run and judge one call: ``(result row, details rows)`` as the CSVs hold them; writes the call's
+    error data under ``error_dir`` (None: not) when it is error or warning."""
+    from ptdbg_ascend.precheck.execution import execute
+
+    runs = execute(call, source, seed=plan.seed, device=plan.device, dumped_outputs=plan.dumped_outputs)
+    forward, backward, fwd_status, bwd_status, message = judge_call(call, runs)
+    if error_dir and (col.ERROR in (fwd_status, bwd_status) or col.WARNING in (fwd_status, bwd_status)):
+        _save_error_data(error_dir, call, runs)
+    return [call.full_name, fwd_status, bwd_status, message], [j.detail_row() for j in forward + backward]
+
+
+def finish(outcome: RunUtOutcome, files: ut_files.UtFiles, plan: UtPlan) -> None:
+    """Counts and failing APIs from the CSVs as written, then the compare link (when asked for)."""
+    _tally(outcome, files, {call.full_name: call for call in plan.dump.calls})
+    if plan.compare_report is not None:
+        link_outcome(outcome, plan.compare_report)
+
+
 # --- the run ----------------------------------------------------------------------------------------------
 
 def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, filter_same: bool = False,
            result_csv_path: Optional[str] = None, white_list: Sequence[str] = (), black_list: Sequence[str] = (),
            error_data_path: Optional[str] = None, random_data: Optional[bool] = None, seed: int = 1234,
-           progress: bool = True, dumped_outputs: bool = False, device: str = "cpu") -> RunUtOutcome:
+           progress: bool = True, dumped_outputs: bool = False, device: str = "cpu",
+           compare_csv: Optional[Any] = None) -> RunUtOutcome:
     """Pre-check every API call of the dump ``api_info`` (see the module doc).
 
     Args:
@@ -263,66 +372,37 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
         dumped_outputs: judge the dump's own outputs against the benchmark instead of re-running in the
             dumped dtypes. Default False.
         device: where the device-dtype run happens. Default "cpu".
+        compare_csv: the compare of the same run (a ``compare_result_{ts}.csv`` path or the CompareOutcome
+            of ``compare()``): each failing API is linked to it (``compare_link``: failing / passing / absent
+            there, and where it stands to the advisor's suspect), in the summary and in a ``Compare Link``
+            column appended to the result CSV. Default None: no link.
 
     Raises (before anything is written): ParameterError (a list name not in the wrap list, a bad
     result_csv_path, error_data_path missing, random_data=False on a dump without tensors, an unknown
     device), FileFormatError (dump.json missing/corrupt/legacy pkl, tensor directory missing).
     """
-    from ptdbg_ascend.precheck.execution import execute
-
-    white_list = check_api_list("white_list", white_list)
-    black_list = check_api_list("black_list", black_list)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ParameterError("seed", seed, "must be an int")
-    device = _device(device)
-    dump = open_dump(api_info)
-    use_random = (not dump.has_tensors) if random_data is None else bool(random_data)
-    if not use_random and not dump.has_tensors:
-        raise ParameterError("random_data", random_data, "must be True (or None) for {}: it holds statistics only, "
-                             "no tensors to re-run from".format(api_info))
-    if use_random and dumped_outputs:
-        raise ParameterError("dumped_outputs", dumped_outputs, "needs the dumped tensors; random data has no "
-                             "device outputs to judge")
-    if use_random and random_data is None:
-        logger.info("{} holds statistics only: the APIs run on random inputs within the recorded Max/Min "
-                    "(seed {}).".format(api_info, seed))
-    if result_csv_path:
-        ut_files.check_resumable(result_csv_path)
-        base_dir = os.path.dirname(os.path.abspath(result_csv_path))
-    else:
-        base_dir = csv_files.ensure_out_dir(out_path)
-    if save_error_data:
-        error_data_path = base_dir if error_data_path is None else error_data_path
-        if not isinstance(error_data_path, str) or not os.path.isdir(error_data_path):
-            raise ParameterError("error_data_path", error_data_path, "must be an existing directory (save_error_data "
-                                                                     "writes the failing APIs' data under it)")
-
-    if result_csv_path:
-        files, done = ut_files.resume_pair(result_csv_path)
-    else:
-        files, done = ut_files.new_pair(base_dir), set()
-    outcome = RunUtOutcome(files.result_path, files.details_path, random_data=use_random, apis_resumed=len(done))
+    plan = plan_run(api_info, out_path=out_path, save_error_data=save_error_data, filter_same=filter_same,
+                    result_csv_path=result_csv_path, white_list=white_list, black_list=black_list,
+                    error_data_path=error_data_path, random_data=random_data, seed=seed,
+                    dumped_outputs=dumped_outputs, device=device, compare_csv=compare_csv)
+    files, done = open_files(plan)
+    outcome = RunUtOutcome(files.result_path, files.details_path, random_data=plan.use_random, apis_resumed=len(done))
     loop_started = time.time()
     try:
-        error_dir = ut_files.error_data_dir(error_data_path, files.tail) if save_error_data else None
+        error_dir = plan.error_dir(files.tail)
         outcome.error_data_dir = error_dir
-        source = Source(dump.data_dir, seed if use_random else None)
-        calls = select_calls(dump, white_list, black_list, filter_same, done)
+        source = plan.source()
+        calls = select_calls(plan.dump, plan.white_list, plan.black_list, plan.filter_same, done)
         logger.info("run_ut: {} API calls to run ({} done before); results in {}".format(
             len(calls), len(done), files.result_path))
         loop_started = time.time()  # the rate counts the API runs, not reading the dump
         for call in _progress(calls, progress):
-            runs = execute(call, source, seed=seed, device=device, dumped_outputs=dumped_outputs)
-            forward, backward, fwd_status, bwd_status, message = judge_call(call, runs)
-            files.write_api([call.full_name, fwd_status, bwd_status, message],
-                            [j.detail_row() for j in forward + backward])
+            files.write_api(*check_call(call, source, plan, error_dir))
             outcome.apis_run += 1
-            if error_dir and (col.ERROR in (fwd_status, bwd_status) or col.WARNING in (fwd_status, bwd_status)):
-                _save_error_data(error_dir, call, runs)
     finally:
         files.close()
     outcome.seconds = time.time() - loop_started
-    _tally(outcome, files, {call.full_name: call for call in dump.calls})
+    finish(outcome, files, plan)
     return outcome
 
 

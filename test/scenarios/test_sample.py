@@ -25,3 +25,22 @@ def test_end_to_end_sample_names_the_planted_bf16_linear(tmp_path):
     # The conv bias gradient (zero before BatchNorm up to round-off) is never named.
     assert "conv2d" not in advice.split("Compared:")[0], advice
     assert "Outcome: first failure" in result.stdout and "at Functional_linear_1_forward" in result.stdout
+
+
+def test_precheck_demo_names_the_planted_gelu_and_links_it_to_the_compare(tmp_path):
+    """``sample/precheck_demo.py``: run_ut on one dump names the planted gelu (and nothing else), and the
+    linked run says the compare of the two runs fails there too, with gelu as the advisor's suspect."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "sample", "precheck_demo.py"), "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
+    assert result.returncode == 0, result.stdout
+    alone, linked = result.stdout.split("== 1. run_ut on the NPU run's dump alone ==")[1].split("== 2. ")
+    for part in (alone, linked):
+        failing = [line for line in part.splitlines() if line.startswith(("  error ", "  warning "))]
+        assert len(failing) == 1 and failing[0].startswith(
+            "  error   Functional.gelu.0  forward error / backward error  "), part
+        assert failing[0].endswith("x the allowed error"), part
+        assert "precheck_demo.py:" in part and "torch.nn.functional.gelu(self.fc1(self.norm(x)))" in part
+    assert "compare:" not in alone
+    assert "the advisor's suspect is Functional_gelu_0_forward" in linked, linked
+    assert "          compare: failing there too: error (Relative error" in linked, linked
+    assert linked.rstrip().endswith("; it is the advisor's suspect"), linked

@@ -1,0 +1,382 @@
+"""Does a pre-check failure matter in this run? Link each failing API of ``run_ut`` to the compare of the
+same run (beyond msprobe 1.0.4).
+
+``run_ut`` says "this API computes inaccurately in isolation" (its device result against a float64 CPU
+benchmark, from the dumped inputs). ``compare`` says "this tensor differs between two runs". The two
+together answer the user's real question: is the inaccurate API the one that breaks *this* run?
+
+For each failing API (error or warning in run_ut) this module looks up the output rows of the same call
+in a compare report (``compare_result_{ts}.csv`` written by ``compare()`` / ``ptdbg compare``), in the
+directions that failed (forward: ``..._forward_output``; backward: ``..._backward_output``, the gradients
+the backward computes, as run_ut's ``.backward.output.`` rows), and says:
+
+- ``failing``: a compare row of that output is an error there too (its Result and Err_message);
+- ``passing``: every such row passes: inaccurate in isolation, but within tolerance in this run;
+- ``not judged``: the rows exist but the compare could not judge them (unmatched, not compared);
+- ``absent``: the compare has no such row (the call is not in the compare's NPU dump, or another range).
+
+and where the call stands relative to the compare advisor's suspect: it *is* the suspect, it *precedes*
+it (it ran before the suspect in the dump order: a candidate for the root cause) or it *follows* it (the
+run already differed before it ran). The suspect (the advisor traces propagations back through the
+records, which the CSV does not hold) comes from the ``CompareOutcome`` that ``compare()`` returned or
+from the ``advisor_{ts}.txt`` the same compare wrote beside its CSV; without either, the position is
+given relative to the compare's first failing row instead, and says so.
+
+Row names: the legacy names our compare writes (``Functional_gelu_0_forward_output``,
+``Tensor___add___1_forward_input.0``) and msprobe's dotted names (``Functional.gelu.0.forward.output.0``).
+Row verdicts: the ``Result`` column (``error`` fails; ``pass``/``warning`` pass -- our compare's warning
+passes; msprobe's summary-mode ``Warning``, "Need double check api accuracy", fails), else ``Accuracy
+Reached or Not`` (``No`` fails, ``Yes`` passes); anything else is not judged.
+
+No torch, no numpy: the csv module only.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ptdbg_ascend.errors import FileFormatError, ParameterError
+from ptdbg_ascend.naming import PREFIXES, parse_call_name, parse_record_name
+from ptdbg_ascend.precheck import columns as col
+from ptdbg_ascend.writers.safe_fs import replace_file, write_all
+
+# the column appended to accuracy_checking_result_{ts}.csv, after 1.0.4's four
+LINK_COLUMN = "Compare Link"
+FAILING, PASSING, NOT_JUDGED, ABSENT = "failing", "passing", "not judged", "absent"
+IS_SUSPECT, PRECEDES, FOLLOWS = "is", "precedes", "follows"
+SUSPECT, FIRST_FAILURE = "the advisor's suspect", "the compare's first failing call"
+PASSING_TEXT = "inaccurate in isolation, but within tolerance in this run"
+
+# compare CSV columns (ptdbg_ascend/comparison/columns.py; msprobe 1.0.4 uses the same titles)
+NPU_NAME, RESULT, ACCURACY, ERR_MESSAGE = "NPU Name", "Result", "Accuracy Reached or Not", "Err_message"
+COMPARE_STEM, ADVISOR_STEM = "compare_result_", "advisor_"
+_SUSPECT_LINE = re.compile(r"^Suspect API: (?P<call>\S+)", re.MULTILINE)
+_DOTTED_ROW = re.compile(r"^(?P<call>(?:" + "|".join(PREFIXES) + r")\.(?P<api>.+?)\.(?P<index>\d+))"
+                         r"\.(?P<direction>forward|backward)\.(?P<side>input|output|kwargs|parameters)(?:\..*)?$")
+_DOTTED_CALL = re.compile(r"^(?P<call>(?:" + "|".join(PREFIXES) + r")\..+?\.\d+)\.(?P<direction>forward|backward)$")
+_ALLOWED = ("a compare_result_{timestamp}.csv written by compare() / ptdbg compare of the same run (its NPU side "
+            "is the dump run_ut checks), or the CompareOutcome compare() returned")
+
+
+@dataclass(frozen=True)
+class CompareRowVerdict:
+    """One compare row as the link needs it. ``call``: the run_ut API name (``Functional.gelu.0``);
+    ``side``: input/output; ``verdict``: FAILING / PASSING / NOT_JUDGED; ``order``: the row's position."""
+
+    name: str
+    call: str
+    direction: str
+    side: str
+    verdict: str
+    result: str
+    message: str
+    order: int
+
+
+@dataclass(frozen=True)
+class CompareReport:
+    """A compare report read for linking. ``anchor``: (call, direction) of the advisor's suspect, or of
+    the first failing row when the suspect is not known (``anchor_kind`` says which; None: nothing
+    failed in the compare); ``anchor_order``: the first row of that call and direction."""
+
+    path: str
+    rows: Dict[str, List[CompareRowVerdict]] = field(default_factory=dict)
+    anchor: Optional[Tuple[str, str]] = None
+    anchor_kind: str = SUSPECT
+    anchor_order: int = -1
+    anchor_name: str = ""
+
+    def describe(self) -> str:
+        """One line for the run_ut summary."""
+        if self.anchor is None:
+            return "compare {}: no failing row".format(self.path)
+        return "compare {}: {} is {}".format(self.path, self.anchor_kind, self.anchor_name)
+
+
+@dataclass(frozen=True)
+class CompareLink:
+    """What the compare of the same run says about one failing API (see the module doc).
+    ``position``: IS_SUSPECT / PRECEDES / FOLLOWS relative to ``anchor_kind``, None when unknown."""
+
+    state: str
+    directions: Tuple[str, ...]
+    row: str = ""
+    result: str = ""
+    message: str = ""
+    inputs_failing: bool = False
+    position: Optional[str] = None
+    anchor_kind: str = SUSPECT
+
+    def _position_text(self) -> str:
+        if self.position is None:
+            return ""
+        if self.position == IS_SUSPECT:
+            return "; it is {}".format(self.anchor_kind)
+        return "; it {} {}".format("runs before" if self.position == PRECEDES else "runs after", self.anchor_kind)
+
+    def text(self) -> str:
+        """The summary line: ``failing there too: error (Relative error ...); it is the advisor's suspect``."""
+        if self.state == FAILING:
+            head = "failing there too: {} ({}){}".format(self.result, self.message or "no message", " [its inputs "
+                                                         "already differ there]" if self.inputs_failing else "")
+        elif self.state == PASSING:
+            head = "passing there: " + PASSING_TEXT
+        elif self.state == NOT_JUDGED:
+            head = "not judged there: {}{}".format(self.result, " ({})".format(self.message) if self.message else "")
+        else:
+            head = "absent: the compare has no {} output row of this call".format("/".join(self.directions))
+        return head + self._position_text()
+
+    def cell(self) -> str:
+        """The Compare Link cell of the result CSV: ``failing: error: <Err_message>; it is the advisor's
+        suspect`` (the state first, so a spreadsheet filter on the prefix works)."""
+        if self.state == FAILING:
+            head = "failing: {}: {}{}".format(self.result, self.message, "; inputs already differ"
+                                              if self.inputs_failing else "")
+        elif self.state == PASSING:
+            head = "passing: " + PASSING_TEXT
+        elif self.state == NOT_JUDGED:
+            head = "not judged: " + self.result
+        else:
+            head = ABSENT
+        return head + self._position_text()
+
+
+# --- reading a compare ------------------------------------------------------------------------------------
+
+def row_call(name: str) -> Optional[Tuple[str, str, str]]:
+    """``(run_ut API name, direction, side)`` of a compare row name, legacy or dotted; None for other
+    names (stack rows, modules). ``Functional_gelu_0_forward_output`` and
+    ``Functional.gelu.0.forward.output.0`` -> ``("Functional.gelu.0", "forward", "output")``."""
+    record = parse_record_name(name)
+    if record is not None:
+        if record.side == "stack":
+            return None
+        return "{}.{}.{}".format(record.prefix, record.api, record.index), record.direction, record.side
+    match = _DOTTED_ROW.match(name)
+    if match is None:
+        return None
+    side = "output" if match.group("side") == "output" else "input"  # kwargs/parameters are inputs too
+    return match.group("call"), match.group("direction"), side
+
+
+def call_of(name: str) -> Optional[Tuple[str, str]]:
+    """``(run_ut API name, direction)`` of a call name: ``Functional_gelu_0_forward`` or
+    ``Functional.gelu.0.forward``; None otherwise."""
+    parsed = parse_call_name(name)
+    if parsed is not None:
+        prefix, api, index, direction = parsed
+        return "{}.{}.{}".format(prefix, api, index), direction
+    match = _DOTTED_CALL.match(name)
+    return (match.group("call"), match.group("direction")) if match else None
+
+
+def row_verdict(cells: Dict[str, str]) -> Tuple[str, str]:
+    """(FAILING / PASSING / NOT_JUDGED, the verdict word shown) of one compare row (see the module doc)."""
+    result = (cells.get(RESULT) or "").strip()
+    if result:
+        if result.lower() == "error" or result == "Warning":  # msprobe's summary "Warning": double check
+            return FAILING, result
+        if result in ("pass", "warning"):
+            return PASSING, result
+        return NOT_JUDGED, result
+    accuracy = (cells.get(ACCURACY) or "").strip()
+    if accuracy == "No":
+        return FAILING, "Accuracy Reached or Not: No"
+    if accuracy == "Yes":
+        return PASSING, "Accuracy Reached or Not: Yes"
+    if RESULT in cells and ACCURACY not in cells:  # msprobe summary mode: an empty Result is no finding
+        return PASSING, "no finding"
+    return NOT_JUDGED, accuracy or "not judged"
+
+
+def _read_rows(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            reader = csv.DictReader(handle)
+            header = list(reader.fieldnames or [])
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise FileFormatError("Cannot read the compare report {}: {}".format(path, error)) from None
+    if NPU_NAME not in header or not (RESULT in header or ACCURACY in header):
+        raise FileFormatError("{} is not a compare report: it lacks the column {!r} and one of {!r} / {!r} (expected "
+                              "a compare_result_{{timestamp}}.csv of compare() or ptdbg compare).".format(
+                                  path, NPU_NAME, RESULT, ACCURACY))
+    return header, rows
+
+
+def advisor_path_of(csv_path: str) -> Optional[str]:
+    """The ``advisor_{tail}.txt`` compare wrote beside ``compare_result_{tail}.csv``; None when the file
+    is not named so or has no advisor file beside it (``auto_analyze=False``)."""
+    name = os.path.basename(csv_path)
+    if not (name.startswith(COMPARE_STEM) and name.endswith(".csv")):
+        return None
+    path = os.path.join(os.path.dirname(csv_path), ADVISOR_STEM + name[len(COMPARE_STEM):-len(".csv")] + ".txt")
+    return path if os.path.isfile(path) else None
+
+
+def _suspect_from_advisor(path: Optional[str]) -> Optional[str]:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            match = _SUSPECT_LINE.search(handle.read())
+    except (OSError, UnicodeDecodeError):
+        return None  # the CSV alone still links states; the position then uses the first failing row
+    return match.group("call") if match else None
+
+
+def read_compare(compare: Any) -> CompareReport:
+    """Read a compare report for linking: ``compare`` is the path (str or PathLike) of a
+    ``compare_result_{ts}.csv`` or the ``CompareOutcome`` ``compare()`` returned (its ``csv_path`` and
+    ``finding``). For a path, the suspect is read from the ``advisor_{ts}.txt`` beside the CSV when it is
+    there (default behaviour; without it the anchor is the first failing row).
+
+    Raises ParameterError naming ``compare_csv`` for anything else (a missing file, an xlsx), and
+    FileFormatError naming the file when it is not a compare CSV."""
+    suspect: Optional[str] = None
+    if isinstance(compare, os.PathLike):
+        compare = os.fspath(compare)
+    if isinstance(compare, str):
+        path = compare
+        if not path.endswith(".csv") or not os.path.isfile(path):
+            raise ParameterError("compare_csv", compare, _ALLOWED, "Pass the .csv (not the .xlsx) of the compare."
+                                 if path.endswith(".xlsx") else None)
+        suspect = _suspect_from_advisor(advisor_path_of(path))
+    elif isinstance(getattr(compare, "csv_path", None), str) and hasattr(compare, "finding"):
+        path = compare.csv_path
+        if not os.path.isfile(path):
+            raise ParameterError("compare_csv", path, _ALLOWED, "The CompareOutcome's csv_path no longer exists.")
+        suspect = compare.finding.call if compare.finding is not None else None
+    else:
+        raise ParameterError("compare_csv", compare, _ALLOWED)
+    _, table = _read_rows(path)
+    rows: Dict[str, List[CompareRowVerdict]] = {}
+    first_fail: Optional[CompareRowVerdict] = None
+    for order, cells in enumerate(table):
+        parsed = row_call((cells.get(NPU_NAME) or "").strip())
+        if parsed is None:
+            continue  # bench-only rows ("N/A"), stack rows, modules: nothing of the NPU dump's APIs
+        verdict, shown = row_verdict(cells)
+        row = CompareRowVerdict(cells[NPU_NAME].strip(), parsed[0], parsed[1], parsed[2], verdict, shown,
+                                (cells.get(ERR_MESSAGE) or "").strip(), order)
+        rows.setdefault(row.call, []).append(row)
+        if first_fail is None and verdict == FAILING:
+            first_fail = row
+    anchor, kind, name = None, SUSPECT, ""
+    if suspect is not None and call_of(suspect) is not None:
+        anchor, name = call_of(suspect), suspect
+    elif first_fail is not None:
+        anchor, kind, name = (first_fail.call, first_fail.direction), FIRST_FAILURE, first_fail.name
+    order = -1
+    if anchor is not None:
+        orders = [r.order for r in rows.get(anchor[0], []) if r.direction == anchor[1]]
+        order = min(orders) if orders else -1
+    return CompareReport(os.path.abspath(path), rows, anchor, kind, order, name)
+
+
+# --- linking ----------------------------------------------------------------------------------------------
+
+def link(api: str, forward: str, backward: str, report: CompareReport) -> CompareLink:
+    """The link of the run_ut API ``api`` (``Functional.gelu.0``) whose Forward/Backward Test Success
+    are ``forward``/``backward``: only the directions that are error or warning are looked up."""
+    directions = tuple(d for d, status in (("forward", forward), ("backward", backward))
+                       if status in (col.ERROR, col.WARNING)) or ("forward", "backward")
+    rows = [r for r in report.rows.get(api, []) if r.direction in directions]
+    outputs = [r for r in rows if r.side == "output"]
+    inputs_failing = any(r.verdict == FAILING for r in rows if r.side == "input")
+    position = _position(api, directions, rows, report)
+    base = dict(directions=directions, inputs_failing=inputs_failing, position=position,
+                anchor_kind=report.anchor_kind)
+    if not outputs:
+        return CompareLink(ABSENT, **base)
+    for state in (FAILING, PASSING, NOT_JUDGED):
+        chosen = [r for r in outputs if r.verdict == state]
+        if chosen:
+            return CompareLink(state, row=chosen[0].name, result=chosen[0].result, message=chosen[0].message, **base)
+    raise AssertionError("unreachable: every row has a verdict")
+
+
+def _position(api: str, directions: Sequence[str], rows: Sequence[CompareRowVerdict],
+              report: CompareReport) -> Optional[str]:
+    if report.anchor is None or not rows:
+        return None
+    if report.anchor[0] == api and report.anchor[1] in directions:
+        return IS_SUSPECT
+    if report.anchor_order < 0:
+        return None
+    return PRECEDES if min(r.order for r in rows) < report.anchor_order else FOLLOWS
+
+
+def link_outcome(outcome: Any, compare: Any) -> CompareReport:
+    """Link every failure of a ``RunUtOutcome`` (sets ``failure.link`` and ``outcome.compare``) and
+    append the Compare Link column to its result CSV (rewritten atomically; passing and SKIP APIs get an
+    empty cell). ``compare``: a path, a CompareOutcome, or a CompareReport already read."""
+    report = compare if isinstance(compare, CompareReport) else read_compare(compare)
+    for failure in outcome.failures:
+        failure.link = link(failure.name, failure.forward, failure.backward, report)
+    outcome.compare = report
+    write_link_column(outcome.result_csv, {f.name: f.link.cell() for f in outcome.failures})
+    return report
+
+
+# --- the result CSV column -------------------------------------------------------------------------------
+
+def _read_result(path: str) -> List[List[str]]:
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            return list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
+
+
+def _rewrite(path: str, rows: Sequence[Sequence[str]]) -> None:
+    buffer = io.StringIO(newline="")
+    buffer.write("\ufeff")  # utf-8-sig, as run_ut writes it (Excel shows the Chinese titles)
+    csv.writer(buffer).writerows(rows)
+    data = buffer.getvalue().encode("utf-8")
+    replace_file(path, lambda descriptor: write_all(descriptor, data), "the run_ut result CSV")
+
+
+def write_link_column(result_csv: str, cells: Dict[str, str]) -> None:
+    """Rewrite ``result_csv`` with LINK_COLUMN after 1.0.4's columns: ``cells[API name]``, else empty."""
+    rows = [row for row in _read_result(result_csv) if row]
+    width = len(col.RESULT_COLUMNS)
+    if not rows or rows[0][:width] != col.RESULT_COLUMNS:
+        raise FileFormatError("{} does not start with the run_ut header line.".format(result_csv))
+    out = [col.RESULT_COLUMNS + [LINK_COLUMN]]
+    out += [row[:width] + [cells.get(row[0], "")] for row in rows[1:]]
+    _rewrite(result_csv, out)
+
+
+def drop_link_column(result_csv: str) -> bool:
+    """Before a resume: a result CSV with the Compare Link column (a finished, linked run) is rewritten
+    without it, so the resumed run appends 1.0.4's four cells per API (the column is derived: a run given
+    ``compare_csv`` writes it again at its end). Returns whether the file was rewritten; any other file is
+    left to the resume checks."""
+    if not isinstance(result_csv, str) or not os.path.isfile(result_csv):
+        return False
+    try:
+        rows = [row for row in _read_result(result_csv) if row]
+    except FileFormatError:
+        return False
+    if not rows or rows[0] != col.RESULT_COLUMNS + [LINK_COLUMN]:
+        return False
+    _rewrite(result_csv, [row[:len(col.RESULT_COLUMNS)] for row in rows])
+    return True
+
+
+def times_allowed(severity: float) -> str:
+    """The judge's severity as the summary shows it: ``2.98x the allowed error`` (1.0 = at the dtype's
+    error threshold); inf: a type/shape/dtype mismatch; nan: not measured."""
+    if math.isnan(severity):
+        return "error size not measured"
+    if math.isinf(severity):
+        return "type/shape/dtype mismatch"
+    return "{:.3g}x the allowed error".format(severity)
