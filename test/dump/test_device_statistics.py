@@ -120,8 +120,11 @@ def test_a_real_dump_is_the_same_with_batched_statistics(tmp_path, dump_session,
     batched = _dump_lines(tmp_path, model, train, "batched", **switch)
     _same_dump(reference, batched, _records)
     tensors = sum(1 for line in batched if not line.startswith('["') or "_stack_info" not in line.split(",")[0])
-    assert sum(deferred) >= tensors // 2  # most tensor records went through a batch...
-    assert len(deferred) < sum(deferred) / 4  # ...and a batch reads many tensors at once
+    assert sum(deferred) >= tensors // 2  # most tensor records went through a batch
+    if switch.get("summary_only"):
+        # On the training thread, a read-back serves many tensors (with npy files the writer thread reads
+        # whatever is pending when it gets to a call: off the training thread, its batch size is timing).
+        assert len(deferred) < sum(deferred) / 4
 
 
 def test_lines_wait_for_their_batch_and_are_all_written_at_off(tmp_path, dump_session, model, train, deferred):
