@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from ptdbg_ascend.compat.recording import record_call as _record_call
+from ptdbg_ascend.call_log import record_call as _record_call
 from ptdbg_ascend.errors import ParameterError
 
 

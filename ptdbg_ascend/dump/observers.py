@@ -1,9 +1,10 @@
 """The contract between interception and everything that reacts to an API call.
 
 Interception (``dump/interception.py``) knows *that* an API ran; observers decide what to do with it:
-the legacy pkl/npy recorder, the overflow detector, the ACL re-runner and the msprobe-format recorder
-are all observers registered on the one :class:`~ptdbg_ascend.dump.session.DumpSession`. This keeps the
-wrappers ignorant of file formats, and lets each feature be tested on its own.
+the one recorder (``dump/recorder.py``: a selection policy + a sink, legacy pkl/npy or msprobe
+dump.json), the overflow detector and the ACL re-runner are all observers registered on the one
+:class:`~ptdbg_ascend.dump.session.DumpSession`. This keeps the wrappers ignorant of file formats, and
+lets each feature be tested on its own.
 
 Life of a top-level call to a wrapped API (nested calls inside it are invisible to observers):
 

@@ -1,12 +1,18 @@
-"""Which calls and which records a ``set_dump_switch`` window dumps.
+"""Which calls a recorder records: the :class:`SelectionPolicy` protocol, and the legacy policy.
+
+The one recorder (``dump/recorder.py``) asks a selection policy; there are two implementations:
+:class:`LegacySelection` here (a ``set_dump_switch`` window: whole-name list/range/stack/acl matching,
+api_list by API name) and ``msprobe/selection.MsprobeSelection`` (PrecisionDebugger: msprobe scope
+and substring list matching).
 
 :class:`SwitchConfig` is the validated, immutable form of the switch arguments; the matching functions
 are pure. The only state, the position inside a range, lives in :class:`RangeState` owned by the
-recorder (so every ``set_dump_switch("ON", mode="range")`` starts a fresh range).
+window's :class:`LegacySelection` (so every ``set_dump_switch("ON", mode="range")`` starts a fresh range).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, FrozenSet, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ptdbg_ascend.errors import ParameterError
@@ -171,3 +177,83 @@ def static_match(config: SwitchConfig, prefix: str, api: str, name: str) -> Opti
     if config.mode == "api_list":
         return api_list_matches(config.api_list, prefix, api)
     return any(name_matches(item, name) for item in config.scope)  # list, stack with one item, acl
+
+
+class SelectionPolicy(object):
+    """Which calls a recorder records (the protocol; see ``dump/recorder.py`` for when each is asked).
+
+    ``forward``/``backward``: whether any data of that direction is recorded (fixed per policy).
+    Events are given in time order: every forward event (wanted or not, so a range is walked
+    correctly), then each backward event when its gradients arrive. May be called from autograd's
+    threads: implementations lock their state.
+    """
+
+    forward = True
+    backward = True
+
+    def forward_event(self, call: Any) -> bool:
+        """A forward event (every top-level call while recording): is it selected?"""
+        raise NotImplementedError
+
+    def backward_armed(self, call: Any) -> bool:
+        """When the forward ran: could its backward be selected? (No state change; True when only the
+        backward event can tell, as inside a range.) False skips the backward capture."""
+        raise NotImplementedError
+
+    def backward_event(self, call: Any) -> bool:
+        """The backward event of an armed call, when its gradients arrive: is it selected?"""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Start again (a new window or step): a range is closed until its start is seen again."""
+
+
+class LegacySelection(SelectionPolicy):
+    """The selection of one ``set_dump_switch`` window: modes all/api_stack (everything), list/acl/stack
+    with one name (whole-name match), range/stack with two (a :class:`RangeState`), api_list (by API
+    name); ``dump_mode`` directions."""
+
+    def __init__(self, config: SwitchConfig) -> None:
+        self.config = config
+        self.forward = FORWARD in config.directions
+        self.backward = BACKWARD in config.directions
+        self.range = RangeState(config.scope[0], config.scope[1]) if config.is_range else None
+        self._all = selects_every_call(config)
+        self._lock = threading.Lock()
+
+    @property
+    def selects_all(self) -> bool:
+        """Whether every call is selected whatever its name."""
+        return self._all
+
+    def _selected(self, call: Any, name: str) -> bool:
+        matched = static_match(self.config, call.prefix, call.api, name)
+        if matched is None:
+            with self._lock:
+                matched = self.range.step(name)
+        return matched
+
+    def forward_event(self, call: Any) -> bool:
+        if self._all:
+            return True
+        # _selected inlined: this runs on every top-level call of a list/range window
+        name = call.forward_name
+        matched = static_match(self.config, call.prefix, call.api, name)
+        if matched is None:
+            with self._lock:
+                matched = self.range.step(name)
+        return matched
+
+    def backward_armed(self, call: Any) -> bool:
+        if self.range is not None:
+            return True  # decided when the backward event happens, in time order
+        return self._all or self._selected(call, call.backward_name)
+
+    def backward_event(self, call: Any) -> bool:
+        # Outside ranges the name was matched when the backward was armed.
+        return self.range is None or self._selected(call, call.backward_name)
+
+    def reset(self) -> None:
+        if self.range is not None:
+            with self._lock:
+                self.range = RangeState(self.range.start, self.range.end)

@@ -18,7 +18,7 @@ import torch
 from ptdbg_ascend.dump import backward as backward_capture
 from ptdbg_ascend.dump import compiled
 from ptdbg_ascend.dump import jit_builtins
-from ptdbg_ascend.dump.capture import tensors_in
+from ptdbg_ascend.dump.capture import collective_outputs, tensors_in
 from ptdbg_ascend.dump.inplace import ALWAYS, KEYWORDS, inplace_call
 from ptdbg_ascend.dump.interception import THREAD_STATE, install
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
@@ -218,8 +218,11 @@ class DumpSession(object):
                     raise
             else:
                 output = original(*args, **kwargs)
+            # A collective (all_reduce...) writes its result into its arguments: those are its outputs for
+            # every observer, decided here once (the original's return value, None or a Work, is not).
+            observed = tuple(collective_outputs(args, kwargs)) if prefix == "Distributed" else output
             for observer in forward:
-                observer.on_forward(call, args, kwargs, output)
+                observer.on_forward(call, args, kwargs, observed)
             if edges is not None:
                 self._arm_backward(call, backward, len(inputs), edges, output)
         finally:

@@ -1,38 +1,36 @@
-"""The msprobe-format recorder: turns API calls (an observer of the dump engine) and module calls
-(``modules.py``) into dump.json entries, stack.json lines and construct.json links.
+"""The msprobe format: :class:`MsprobeSink` turns API calls and module calls (``modules.py``) into
+dump.json entries, stack.json lines and construct.json links; :class:`MsprobeRecorder` is the one
+recorder (``dump/recorder.py``) with the msprobe selection (``selection.MsprobeSelection``) and this sink.
 
 One :class:`MsprobeRecorder` lives as long as its PrecisionDebugger; ``begin_step`` points it at the
 ``step{N}/rank{R}`` writer of the current step, ``switch`` turns recording on and off.
+
+Task ``overflow_check`` uses the overflow policy of the legacy check (``overflow/policy.py``): a call
+is written only when its data overflow; device flags are read in batches (at the latest at ``stop()``,
+the end of the step and exit), and the ``overflow_nums``-th overflow raises
+:class:`~ptdbg_ascend.errors.OverflowLimitReached` (re-exported here for old imports).
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.config import DebuggerConfig
-from ptdbg_ascend.dump.observers import ApiCall, CallObserver
+from ptdbg_ascend.dump.observers import ApiCall
+from ptdbg_ascend.dump.recorder import Recorder, RecordSink
 from ptdbg_ascend.dump.stack import user_stack_lines
-from ptdbg_ascend.errors import PtdbgError
+from ptdbg_ascend.errors import OverflowLimitReached  # noqa: F401 - re-exported (old imports)
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.msprobe.leaves import value_leaf
-from ptdbg_ascend.msprobe.selection import Selector, block_wanted, direction_wanted
+from ptdbg_ascend.msprobe.selection import MsprobeSelection, block_wanted, dotted  # noqa: F401 - dotted re-exported
 from ptdbg_ascend.naming import BACKWARD, FORWARD
+from ptdbg_ascend.overflow.policy import OverflowPolicy
 from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter
 
 
-class OverflowLimitReached(PtdbgError, RuntimeError):
-    """The overflow_check task saw its ``overflow_nums``-th overflowing call: training stops here
-    (msprobe raised ``Exception("[msprobe] exit")``). The dump of the overflows is complete on disk."""
-
-
-def dotted(call: ApiCall, direction: str) -> str:
-    """``Tensor.__add__.0.forward`` for an ApiCall."""
-    return "{}.{}.{}.{}".format(call.prefix, call.api, call.index, direction)
-
-
-class MsprobeRecorder(CallObserver):
-    """Records API calls (L1/mix) and is the sink of the module hooks (L0/mix).
+class MsprobeRecorder(Recorder):
+    """The one recorder (``dump/recorder.py``) with the msprobe selection and sink: records API calls
+    (L1/mix) and is the sink of the module hooks (L0/mix).
 
     Args:
         config: the validated configuration.
@@ -43,39 +41,116 @@ class MsprobeRecorder(CallObserver):
     def __init__(self, config: DebuggerConfig, record_apis: bool, record_construct: bool) -> None:
         self.config = config
         self.record_apis = record_apis
-        self.record_construct = record_construct
-        self.selector = Selector(config)
-        self.writer = None  # type: Optional[MsprobeJsonWriter]
-        self.on = False
-        self.overflows = 0
-        self.md5 = config.task == "statistics" and config.summary_mode == "md5"
-        self.overflow_task = config.task == "overflow_check"
-        # data_mode never changes: decided once, not on every API call
-        self._forward_wanted = direction_wanted(config.data_mode, FORWARD)
-        self._backward_wanted = direction_wanted(config.data_mode, BACKWARD)
-        # construct.json needs the module enclosing each call: the module hooks push and pop here.
-        self.module_stack = []  # type: List[str]
-        self._forward_parent = {}  # type: Dict[str, Optional[str]]
-        self._lock = threading.Lock()
+        self._on = False
+        self.msprobe_sink = MsprobeSink(config, record_construct, self._stopped)
+        super().__init__(MsprobeSelection(config), self.msprobe_sink, stack_forward=True, stack_backward=False)
+        self.recording = False
 
     # -- lifecycle -------------------------------------------------------------------------------
+    @property
+    def on(self) -> bool:
+        """Whether dumping is on (between start() and stop(), until an overflow stop)."""
+        return self._on
+
+    @on.setter
+    def on(self, value: bool) -> None:
+        self._on = value
+        self.recording = value and self.record_apis and self.msprobe_sink.writer is not None
+
+    @property
+    def selector(self) -> MsprobeSelection:
+        """The selection (the module hooks report module events to it)."""
+        return self.selection  # type: ignore[return-value]
+
+    @property
+    def writer(self) -> Optional[MsprobeJsonWriter]:
+        return self.msprobe_sink.writer
+
+    @property
+    def module_stack(self) -> List[str]:
+        return self.msprobe_sink.module_stack
+
+    @property
+    def overflows(self) -> int:
+        """Overflowing calls written so far (task overflow_check)."""
+        return self.msprobe_sink.overflows
+
     def begin_step(self, writer: MsprobeJsonWriter) -> None:
         """Record into ``writer`` from now on (a new step directory)."""
-        self.writer = writer
-        self.selector.reset()
-        self._forward_parent.clear()
-        self.module_stack = []
+        self.msprobe_sink.begin_step(writer)
+        self.selection.reset()
+        self.on = self._on
 
     def switch(self, on: bool) -> None:
         self.on = on
 
+    def _stopped(self) -> None:
+        self.on = False  # what the script does while it handles the overflow stop is not recorded
+
+    # -- what the module hooks use -----------------------------------------------------------------
+    def note_construct(self, name: str) -> None:
+        self.msprobe_sink.note_construct(name)
+
+    def add_entry(self, name: str, build: Callable[[], Dict[str, Any]], stack: bool, values: Any = None) -> None:
+        self.msprobe_sink.add_entry(name, build, stack, values)
+
+    def forward_entry(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any], output: Any) -> Dict[str, Any]:
+        return self.msprobe_sink.forward_entry(name, args, kwargs, output)
+
+    def gradient_entry(self, name: str, incoming: Sequence[Optional[Any]], produced: Sequence[Optional[Any]]) -> Dict[str, Any]:
+        return self.msprobe_sink.gradient_entry(name, incoming, produced)
+
+
+class MsprobeSink(RecordSink):
+    """Writes dump.json entries, stack.json lines and construct.json links through the current step's
+    :class:`MsprobeJsonWriter`. Statistics are computed per leaf (``leaves.py``), without the cache.
+
+    Args:
+        config: the validated configuration.
+        record_construct: whether construct.json is filled (levels L0 and mix).
+        stopped: called when the overflow check stops training (the recorder turns itself off).
+    """
+
+    uses_statistics = False
+
+    def __init__(self, config: DebuggerConfig, record_construct: bool, stopped: Callable[[], None]) -> None:
+        self.config = config
+        self.record_construct = record_construct
+        self.sees_events = record_construct  # construct.json links every call seen, selected or not
+        self.writer = None  # type: Optional[MsprobeJsonWriter]
+        self.md5 = config.task == "statistics" and config.summary_mode == "md5"
+        self.overflow_task = config.task == "overflow_check"
+        # The one overflow policy (msprobe 1.0.4 stopped with Exception("[msprobe] exit")).
+        self.overflow = OverflowPolicy(config.overflow_nums, self._dump_overflow, self._stopping) if self.overflow_task else None
+        self._stopped = stopped
+        # construct.json needs the module enclosing each call: the module hooks push and pop here.
+        self.module_stack = []  # type: List[str]
+        self._forward_parent = {}  # type: Dict[str, Optional[str]]
+
+    @property
+    def overflows(self) -> int:
+        return self.overflow.count if self.overflow is not None else 0
+
+    def begin_step(self, writer: MsprobeJsonWriter) -> None:
+        if self.overflow is not None:
+            self.overflow.flush()  # calls still pending belong to the previous step's writer
+        self.writer = writer
+        self._forward_parent.clear()
+        self.module_stack = []
+
     def close(self) -> None:
-        """Write the JSON files of the current step (at stop() and at interpreter exit)."""
-        if self.writer is not None:
-            try:
-                self.writer.flush()
-            finally:
-                self.writer.release()  # the step/rank directory's lock (a later start() takes it again)
+        """Write the JSON files of the current step (at stop() and at interpreter exit). overflow_check:
+        the pending calls are read first, which may raise OverflowLimitReached (the files are still
+        written)."""
+        try:
+            if self.overflow is not None:
+                self.overflow.flush()
+        finally:
+            if self.writer is not None:
+                try:
+                    self.writer.flush()
+                finally:
+                    self.writer.release()  # the step/rank directory's lock (a later start() takes it again)
 
     # -- construct.json ----------------------------------------------------------------------------
     def parent_of(self, name: str) -> Optional[str]:
@@ -92,61 +167,39 @@ class MsprobeRecorder(CallObserver):
         if self.record_construct and self.writer is not None:
             self.writer.add_construct(name, self.parent_of(name))
 
-    # -- the API observer ------------------------------------------------------------------------
-    def wants_forward(self, call: ApiCall) -> bool:
-        if not (self.on and self.record_apis and self.writer is not None):
-            return False
-        name = dotted(call, FORWARD)
-        self.note_construct(name)  # every call seen while on, even outside scope/list (as 1.0.4)
-        return self.selector.api_event(name) and self._forward_wanted
+    # -- the sink of API calls ---------------------------------------------------------------------
+    def seen(self, call: ApiCall, direction: str) -> None:
+        self.note_construct(dotted(call, direction))  # every call seen while on, even outside scope/list (as 1.0.4)
 
-    def wants_backward(self, call: ApiCall) -> bool:
-        if not (self.on and self.record_apis and call.prefix != "Distributed" and self._backward_wanted):
-            return False
-        if self.selector.scope:
-            return True  # decided when the gradients arrive (the range is walked in time order)
-        return self.selector.api_event(dotted(call, BACKWARD))  # a list alone: known now, skip the hooks
-
-    def before_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+    def inputs_before(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         # An in-place call (add_, out=, a collective...): the inputs block as they go in (statistics now,
         # .pt copies queued now); the outputs are added after the call. overflow_check decides after the
         # call whether a call is written at all: there only collectives take their inputs here.
         if self.overflow_task and call.prefix != "Distributed":
-            return
-        call.keep(self, self._inputs_block(dotted(call, FORWARD), args, kwargs))
+            return None
+        return self._inputs_block(dotted(call, FORWARD), args, kwargs)
 
-    def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
+    def forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any, before: Any,
+                stack: bool) -> None:
         name = dotted(call, FORWARD)
         if not call.inplace:
-            self.add_entry(name, lambda: self.forward_entry(name, args, kwargs, output), stack=True,
+            self.add_entry(name, lambda: self.forward_entry(name, args, kwargs, output), stack=stack,
                            values=(args, kwargs, output))
             return
-        inputs = call.kept(self)  # None: overflow_check, the inputs are taken now
-        if call.prefix == "Distributed":
-            # A collective writes its result into its arguments: those are its outputs.
-            outputs = list(args) + list(kwargs.values())
-            values = (args, kwargs)  # type: Any
-        else:
-            outputs = _as_list(output)
-            values = (args, kwargs, output)
+        outputs = _as_list(output)  # a collective's: the arguments it wrote into (a tuple, from dispatch)
 
         def build() -> Dict[str, Any]:
-            entry = inputs if inputs is not None else self._inputs_block(name, args, kwargs)
+            entry = before if before is not None else self._inputs_block(name, args, kwargs)
             if block_wanted(self.config.data_mode, FORWARD, "output"):
                 entry["output"] = self._leaves(outputs, name + ".output")
             return entry
 
-        self.add_entry(name, build, stack=True, values=values)
+        self.add_entry(name, build, stack=stack, values=(args, kwargs, output))
 
-    def on_backward(self, call: ApiCall, backward_input: Sequence[Optional[Any]],
-                    backward_output: Sequence[Optional[Any]]) -> None:
-        if not self.on or self.writer is None:
-            return
+    def backward(self, call: ApiCall, backward_input: Sequence[Optional[Any]],
+                 backward_output: Sequence[Optional[Any]], stack: bool) -> None:
         name = dotted(call, BACKWARD)
-        self.note_construct(name)
-        if not self.selector.api_event(name):
-            return
-        self.add_entry(name, lambda: self.gradient_entry(name, backward_input, backward_output), stack=False,
+        self.add_entry(name, lambda: self.gradient_entry(name, backward_input, backward_output), stack=stack,
                        values=(backward_input, backward_output))
 
     # -- entries (shared with the module hooks) ------------------------------------------------------
@@ -166,31 +219,41 @@ class MsprobeRecorder(CallObserver):
 
     def add_entry(self, name: str, build: Callable[[], Dict[str, Any]], stack: bool, values: Any = None) -> None:
         """Build and write an entry. overflow_check: only when ``values`` (everything the entry holds)
-        overflow, by the overflow feature's check (inf/NaN, float16/bfloat16 saturation); the entry
-        is then counted against ``overflow_nums``."""
+        overflow, by the overflow feature's check (inf/NaN, float16/bfloat16 saturation), decided by
+        the overflow policy (possibly later, when a batch of device flags is read); the entry is then
+        counted against ``overflow_nums``."""
         writer = self.writer
         if writer is None:
             return
-        if self.overflow_task:
-            from ptdbg_ascend.overflow.detection import overflow_flag, read_flags
+        if self.overflow is not None:
+            from ptdbg_ascend.overflow.detection import overflow_flag
 
-            if not read_flags([overflow_flag(values)])[0]:
+            if self.overflow.stopped:
                 return
-            logger.warning("{} overflows (inf, nan or saturation in its data).".format(name))
-        entry = build()
-        writer.add_entry(name, entry)
+            flag = overflow_flag(values)
+            if flag is not False:  # the stack is taken now, at the call, even if the flag is read later
+                self.overflow.check(flag, (writer, name, build, user_stack_lines(2) if stack else None))
+            return
+        writer.add_entry(name, build())
         if stack:
             writer.add_stack(name, user_stack_lines(2))
-        if self.overflow_task:
-            with self._lock:
-                self.overflows += 1
-                reached = self.config.overflow_nums != -1 and self.overflows >= self.config.overflow_nums
-            if reached:
-                self.on = False  # what the script does while it handles the stop is not recorded
-                writer.flush()
-                raise OverflowLimitReached(
-                    "Overflow check stops training at overflow {} (overflow_nums={}); the overflowing calls are in {}."
-                    .format(self.overflows, self.config.overflow_nums, writer.directory))
+
+    def _dump_overflow(self, item: Tuple[MsprobeJsonWriter, str, Callable[[], Dict[str, Any]], Any], k: int) -> str:
+        """Write overflowing call number ``k`` (the overflow policy's ``dump``); returns its directory."""
+        writer, name, build, stack_lines = item
+        logger.warning("{} overflows (inf, nan or saturation in its data).".format(name))
+        writer.add_entry(name, build())
+        if stack_lines is not None:
+            writer.add_stack(name, stack_lines)
+        return writer.directory
+
+    def _stopping(self, count: int, directory: str) -> str:
+        """The ``overflow_nums``-th overflow (the policy's ``stop_message``): stop recording, write the files."""
+        self._stopped()
+        if self.writer is not None:
+            self.writer.flush()
+        return "Overflow check stops training at overflow {} (overflow_nums={}); the overflowing calls are in {}.".format(
+            count, self.config.overflow_nums, directory)
 
     def _inputs_block(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
         if not block_wanted(self.config.data_mode, FORWARD, "input"):

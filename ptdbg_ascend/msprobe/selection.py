@@ -1,5 +1,9 @@
 """Which calls and which blocks a PrecisionDebugger dump selects (msprobe 1.0.4 semantics, §3).
 
+:class:`MsprobeSelection` is the msprobe implementation of the one recorder's selection protocol
+(``dump/selection.SelectionPolicy``; the legacy one is ``LegacySelection`` there); the module hooks
+(``modules.py``) use its module events too.
+
 * ``list``: a call is selected if any item is a case-sensitive **substring** of its full name
   (``"relu"`` also matches ``leaky_relu``; ``"Functional.conv2d.0.forward"`` selects that forward only).
 * ``scope`` of two API names: dumping starts at the event ``scope[0]`` and stops after ``scope[1]``,
@@ -14,9 +18,16 @@
 from __future__ import annotations
 
 import threading
-from typing import Tuple
+from typing import Any, Tuple
 
 from ptdbg_ascend.config import DebuggerConfig
+from ptdbg_ascend.dump.selection import SelectionPolicy
+from ptdbg_ascend.naming import BACKWARD, FORWARD
+
+
+def dotted(call: Any, direction: str) -> str:
+    """``Tensor.__add__.0.forward`` for an ApiCall."""
+    return "{}.{}.{}.{}".format(call.prefix, call.api, call.index, direction)
 
 
 def block_wanted(data_mode: Tuple[str, ...], direction: str, side: str) -> bool:
@@ -81,3 +92,24 @@ class Selector(object):
             if name == self.scope[1]:
                 self._inside = False
         return inside and self._listed(name)
+
+
+class MsprobeSelection(Selector, SelectionPolicy):
+    """The PrecisionDebugger's selection of API calls: scope and list on the dotted names
+    (``Torch.add.0.forward``), ``data_mode`` directions; :meth:`reset` at every step."""
+
+    def __init__(self, config: DebuggerConfig) -> None:
+        super().__init__(config)
+        self.forward = direction_wanted(config.data_mode, FORWARD)
+        self.backward = direction_wanted(config.data_mode, BACKWARD)
+
+    def forward_event(self, call: Any) -> bool:
+        return self.api_event(dotted(call, FORWARD))
+
+    def backward_armed(self, call: Any) -> bool:
+        if self.scope:
+            return True  # decided when the gradients arrive (the range is walked in time order)
+        return self.api_event(dotted(call, BACKWARD))  # a list alone: known now, skip the hooks
+
+    def backward_event(self, call: Any) -> bool:
+        return self.api_event(dotted(call, BACKWARD))

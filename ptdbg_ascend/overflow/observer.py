@@ -11,12 +11,16 @@ wrote), backward calls on the gradients they produce (the gradients w.r.t. their
 inputs ``{name}_input.i`` and outputs ``{name}_output``; a backward call's incoming gradients
 ``{name}_input.i`` and produced gradients ``{name}_output.i``.
 
-On CPU each check is answered at once. On CUDA/NPU the check stays on the device and the calls are
-kept pending (their records, stack and device flag) until :data:`PENDING_CALLS` calls have
-accumulated, the switch goes OFF or the process ends; then all flags are read with one host sync.
-The overflow pkl of a pending call therefore holds the tensors as they are when the batch is read
-(a warning names any tensor that was changed in place since the call), and the stop comes at most
-that many calls after the overflowing one.
+Which calls are dumped and when training stops is the one overflow policy of both front-ends
+(``overflow/policy.py``): on CPU each check is answered at once; on CUDA/NPU the flags stay on the
+device and are read :data:`PENDING_CALLS` at a time, at switch OFF and at exit, so the overflow pkl of
+a pending call holds the tensors as they are when the batch is read (a warning names any tensor that
+was changed in place since the call). The stop is :class:`~ptdbg_ascend.errors.OverflowLimitReached`,
+a ValueError as in the original tool.
+
+The first overflow dump takes the rank directory's lock (``writers/safe_fs.DumpLock``, as a dump
+window does) and keeps it until the check is closed: a second process overflow-dumping into the same
+rank directory gets a DumpPathError naming the holder. It is released when the limit stops training.
 """
 
 from __future__ import annotations
@@ -27,16 +31,16 @@ import threading
 import time
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
-from ptdbg_ascend.dump.capture import collective_outputs, gradient_records, input_records, output_records, tensors_in
+from ptdbg_ascend.dump.capture import gradient_records, input_records, output_records, tensors_in
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.dump.stack import user_stack_json
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.naming import STACK_SUFFIX
 from ptdbg_ascend.overflow.detection import FloatStatus, overflow_flag, read_flags
+from ptdbg_ascend.overflow.policy import PENDING_CALLS, UNLIMITED, OverflowPolicy  # noqa: F401 - re-exported
+from ptdbg_ascend.writers.safe_fs import DumpLock, own_dirs, remove_empty_dirs
 
 OVERFLOW_DUMP_STEP = 101  # the legacy marker of overflow records (compare skips their statistics)
-PENDING_CALLS = 32  # device flags read per host sync; also the most calls a stop can lag behind
-UNLIMITED = -1
 
 
 class PendingCall(NamedTuple):
@@ -66,7 +70,7 @@ class OverflowObserver(CallObserver):
 
     Args:
         session: the DumpSession (rank resolution).
-        overflow_nums: stop (ValueError) at this overflow; -1 never stops.
+        overflow_nums: stop (OverflowLimitReached, a ValueError) at this overflow; -1 never stops.
         place: a function returning the :class:`OverflowPlace`; called at the first overflow so that a
             ``set_dump_path`` made after ``register_hook`` is honoured.
         rank: ``register_hook(rank=)``; None resolves it from the first overflowing call.
@@ -87,13 +91,26 @@ class OverflowObserver(CallObserver):
         self.rank = rank
         self.float_status = float_status
         self.acl_rerun = acl_rerun
-        self.defer = defer_device_flags and acl_rerun is None and float_status is None
         self.active = True
         self.filter_switch = True
-        self.count = 0
-        self.stopped = False
-        self._pending = []  # type: List[PendingCall]
-        self._lock = threading.RLock()  # backward checks may run on autograd's device threads
+        # ``read`` looks the module's read_flags up at each read (tests count the reads through it).
+        self.policy = OverflowPolicy(overflow_nums, self._dump, self._stopping,
+                                     defer=defer_device_flags and acl_rerun is None and float_status is None,
+                                     read=lambda flags: read_flags(flags))
+        # The rank directory's lock, taken at the first overflow dump, and the directories it created.
+        self._dump_lock = None  # type: Optional[DumpLock]
+        self._created_dirs = []  # type: List[str]
+        self._lock = threading.Lock()
+
+    @property
+    def count(self) -> int:
+        """Overflows dumped so far."""
+        return self.policy.count
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the limit was reached (nothing more is checked)."""
+        return self.policy.stopped
 
     # -- switch --------------------------------------------------------------------------------
     def switch_on(self, filter_switch: bool) -> None:
@@ -101,7 +118,7 @@ class OverflowObserver(CallObserver):
         self.filter_switch = filter_switch
 
     def switch_off(self) -> None:
-        """Stop checking; pending calls are read now (this may raise the overflow-limit ValueError)."""
+        """Stop checking; pending calls are read now (this may raise OverflowLimitReached)."""
         self.active = False
         self.flush()
 
@@ -113,20 +130,13 @@ class OverflowObserver(CallObserver):
         return self.active and not self.stopped and call.prefix != "Distributed"
 
     def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Any, output: Any) -> None:
-        if call.prefix == "Distributed":
-            # Collectives write their result into their arguments (all_reduce): those are the outputs,
-            # recorded as the dump records them.
-            output = collective_outputs(args, kwargs)
-            flag = self._check(output)
-            if flag is False:
-                return
-            records = output_records(call.forward_name, output, self.filter_switch)
-        else:
-            flag = self._check(output)
-            if flag is False:
-                return
-            records = input_records(call.forward_name, args, kwargs, self.filter_switch)
-            records.extend(output_records(call.forward_name, output, self.filter_switch))
+        # A collective's output is what it wrote into its arguments (dispatch hands it over): checked and
+        # recorded alone, its inputs are the same tensors.
+        flag = self._check(output)
+        if flag is False:
+            return
+        records = [] if call.prefix == "Distributed" else input_records(call.forward_name, args, kwargs, self.filter_switch)
+        records.extend(output_records(call.forward_name, output, self.filter_switch))
         rerun = None  # type: Optional[Callable[[], None]]
         if self.acl_rerun is not None and call.prefix != "Distributed":  # a collective re-run on one rank would hang
             rerun = functools.partial(self.acl_rerun, call, args, kwargs)
@@ -148,11 +158,14 @@ class OverflowObserver(CallObserver):
         self._handle(call.backward_name, flag, records, rerun)
 
     def close(self) -> None:
-        """Read the pending calls and write their dumps; the limit is reported, not raised (exit path)."""
+        """Read the pending calls and write their dumps; the limit is reported, not raised (exit path).
+        Releases the rank directory's lock."""
         try:
             self.flush()
-        except ValueError as error:
+        except ValueError as error:  # OverflowLimitReached, or a DumpPathError of a late overflow dump
             logger.error(str(error))
+        finally:
+            self._release()
 
     # -- checking and dumping ------------------------------------------------------------------
     def _check(self, value: Any) -> Any:
@@ -166,35 +179,42 @@ class OverflowObserver(CallObserver):
     def _handle(self, name: str, flag: Any, records: List[Tuple[str, Any]], rerun: Optional[Callable[[], None]]) -> None:
         stack_line = user_stack_json(name + STACK_SUFFIX, 2)
         versions = tuple(value._version for _, value in records if hasattr(value, "_version"))
-        entry = PendingCall(name, flag, records, versions, stack_line, rerun)
-        with self._lock:
-            if flag is True:
-                self._flush_locked()  # keep the overflows in call order
-                self._dump(entry)
-                return
-            if not self.defer:
-                if read_flags([flag])[0]:
-                    self._flush_locked()
-                    self._dump(entry)
-                return
-            self._pending.append(entry)
-            if len(self._pending) >= PENDING_CALLS:
-                self._flush_locked()
+        self.policy.check(flag, PendingCall(name, flag, records, versions, stack_line, rerun))
 
     def flush(self) -> None:
         """Read every pending device flag (one sync per device) and dump the calls that overflowed."""
+        self.policy.flush()
+
+    def _claim(self, rank_dir: str) -> None:
+        """Create (or check) the tag and rank directories and take the rank directory's lock, as a dump
+        window does (``LegacyRecorder.claim``): a second process gets a DumpPathError naming the holder."""
         with self._lock:
-            self._flush_locked()
+            if self._dump_lock is not None:
+                if self._dump_lock.directory == rank_dir:
+                    return
+                self._release_locked()
+            created = own_dirs(rank_dir, 2)
+            lock = DumpLock(rank_dir)
+            try:
+                lock.acquire()
+            except BaseException:
+                remove_empty_dirs(created)
+                raise
+            self._dump_lock, self._created_dirs = lock, created
 
-    def _flush_locked(self) -> None:
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
-        for entry, overflowed in zip(pending, read_flags([entry.flag for entry in pending])):
-            if overflowed and not self.stopped:
-                self._dump(entry)
+    def _release(self) -> None:
+        with self._lock:
+            self._release_locked()
 
-    def _dump(self, entry: PendingCall) -> None:
+    def _release_locked(self) -> None:
+        lock, self._dump_lock = self._dump_lock, None
+        if lock is not None:
+            lock.release()
+            remove_empty_dirs(self._created_dirs)
+            self._created_dirs = []
+
+    def _dump(self, entry: PendingCall, k: int) -> str:
+        """Write overflow number ``k`` (the policy's ``dump``); returns its pkl path."""
         from ptdbg_ascend.writers.legacy_pkl import LegacyPklWriter
 
         current = tuple(value._version for _, value in entry.records if hasattr(value, "_version"))
@@ -204,8 +224,8 @@ class OverflowObserver(CallObserver):
         rank = self.session.resolve_rank(self.rank, tensors_in([value for _, value in entry.records])[:1])
         self.rank = rank
         rank_dir = self.place().rank_dir(rank)  # may raise DumpPathError: then this overflow is not counted
-        self.count += 1
-        pkl_path, stem = _new_overflow_file(rank_dir, self.count)
+        self._claim(rank_dir)  # likewise (another process holds the rank directory)
+        pkl_path, stem = _new_overflow_file(rank_dir, k)
         writer = LegacyPklWriter(pkl_path, os.path.join(rank_dir, stem), dump_step=OVERFLOW_DUMP_STEP, fresh=True)
         try:
             writer.write_call([], stack_line=entry.stack_line)  # the stack line first, as the original did
@@ -213,15 +233,18 @@ class OverflowObserver(CallObserver):
         finally:
             writer.close()
         logger.warning("[overflow {} times]: module name :'{}' is overflow and dump file is saved in '{}'."
-                       .format(self.count, entry.name, pkl_path))
+                       .format(k, entry.name, pkl_path))
         if entry.rerun is not None:
             entry.rerun()
             if self.float_status is not None:
                 self.float_status.clear()  # the re-run raised the status again: not a new overflow
-        if self.overflow_nums != UNLIMITED and self.count >= self.overflow_nums:
-            self.stopped = True
-            self._pending = []
-            raise ValueError("[overflow {} times]: dump file is saved in '{}'.".format(self.count, pkl_path))
+        return pkl_path
+
+    def _stopping(self, count: int, pkl_path: str) -> str:
+        """The limit is reached (the policy's ``stop_message``): nothing more is written, so the rank
+        directory is released now (the script may catch the stop and go on)."""
+        self._release()
+        return "[overflow {} times]: dump file is saved in '{}'.".format(count, pkl_path)
 
 
 def _new_overflow_file(rank_dir: str, k: int) -> Tuple[str, str]:
