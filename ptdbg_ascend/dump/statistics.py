@@ -204,6 +204,8 @@ class DeviceStatisticsBatch(object):
         else computed now (empty, special kinds)."""
         from ptdbg_ascend.dump.interception import Inside
 
+        if tensor.is_meta:  # no values to read back
+            return tensor_statistics(tensor)
         types = _torch_types()
         # Inside(): the tool's own torch calls are not API calls of the script (no record, no counter).
         with Inside():
@@ -252,14 +254,8 @@ class DeviceStatisticsBatch(object):
                     item.values = None  # the device memory goes now
 
 
-def defers_on(tensor: Any) -> bool:
-    """Whether the statistics of ``tensor`` are read back in batches: on any device but the CPU, where
-    reading a number is a plain memory read (``DEFERRED_ON_CPU`` makes the CPU defer too: tests)."""
-    device = getattr(tensor, "device", None)
-    return device is not None and (device.type != "cpu" or DEFERRED_ON_CPU)
-
-
-# Tests set this to run the deferred path on CPU tensors (there is no accelerator in CI).
+# Writers defer the statistics of tensors that are not on the CPU (reading a number there is a memory
+# read). Tests set this to run the deferred path on CPU tensors (there is no accelerator in CI).
 DEFERRED_ON_CPU = False
 
 

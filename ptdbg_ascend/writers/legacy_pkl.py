@@ -22,7 +22,8 @@ import os
 import shutil
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.dump.statistics import (EMPTY, DeviceStatisticsBatch, PendingDeviceStatistics, array_statistics, defers_on,
+from ptdbg_ascend.dump import statistics as statistics_module
+from ptdbg_ascend.dump.statistics import (EMPTY, DeviceStatisticsBatch, PendingDeviceStatistics, array_statistics,
                                          scalar_statistics, tensor_statistics)
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
@@ -267,6 +268,7 @@ class LegacyPklWriter(object):
         deferring = lookup is not None and npy_dir is not None and self._background is not None
         # Inside vmap/grad/jvp/functionalize the tensors may be transform wrappers: once per call.
         transformed = transforms_active()
+        defer_cpu = statistics_module.DEFERRED_ON_CPU  # read once per call: this loop is the hot path
         for name, value in records:
             if hasattr(value, "_version"):  # a torch tensor
                 dtype = _DTYPE_TEXTS.get(value.dtype) or _dtype_text(value.dtype)
@@ -281,7 +283,7 @@ class LegacyPklWriter(object):
                     elif deferring and dtype in _DEFERRED_DTYPES and value.numel() >= _DEFERRED_MIN_ELEMENTS \
                             and value.device.type == "cpu":  # an accelerator reduces on the device, nearly free
                         statistics, same_as = lookup(value, name, _new_pending)
-                    elif defers_on(value):
+                    elif defer_cpu or not value.is_cpu:
                         # An accelerator: reduced on the device now, read back with a batch (one sync
                         # per batch instead of one per tensor).
                         statistics, same_as = lookup(value, name, self._device_statistics().add)

@@ -55,9 +55,10 @@ def test_a_batch_gives_the_statistics_of_each_tensor_after_one_read(deferred, te
     assert deferred == [1] and not batch.has_pending()
 
 
-def test_an_empty_tensor_needs_no_read(deferred):
+def test_an_empty_or_meta_tensor_needs_no_read(deferred):
     batch = DeviceStatisticsBatch()
     assert batch.add(torch.zeros(0, 3)) == [None, None, None, None]
+    assert batch.add(torch.empty(3, device="meta")) == [None, None, None, None]  # no values: never read back
     assert not batch.has_pending()
 
 
