@@ -16,7 +16,7 @@ from ptdbg_ascend.log import logger
 from ptdbg_ascend.naming import STACK_SUFFIX
 from ptdbg_ascend.writers.background import BackgroundWriter
 from ptdbg_ascend.writers.legacy_pkl import LegacyPklWriter
-from ptdbg_ascend.writers.safe_fs import DumpLock, own_dirs, remove_empty_dirs
+from ptdbg_ascend.writers.safe_fs import RankDirectoryClaim
 
 
 class DumpLocation(object):
@@ -49,33 +49,16 @@ class LegacySink(RecordSink):
         self._inputs = config.writes_tensors and "input" in config.sides
         self._outputs = config.writes_tensors and "output" in config.sides
         self._filter = config.filter_switch
-        # The rank directory's lock (writers/safe_fs.DumpLock) and the directories this window created.
-        self._dump_lock = None  # type: Optional[DumpLock]
-        self._created_dirs = []  # type: List[str]
+        # The rank directory: created or checked, and locked (writers/safe_fs.RankDirectoryClaim).
+        self._rank_dir = RankDirectoryClaim()
 
     def claim(self, rank: int) -> None:
         """Create (or check: never a symlink) the tag and rank directories of ``rank`` and take the rank
         directory's lock: a second process writing there gets a DumpPathError naming the holder."""
-        rank_dir = os.path.dirname(self.location.pkl_path(rank, self.config.mode))
-        if self._dump_lock is not None:
-            if self._dump_lock.directory == rank_dir:
-                return
-            self._release()
-        created = own_dirs(rank_dir, 2)
-        lock = DumpLock(rank_dir)
-        try:
-            lock.acquire()
-        except BaseException:
-            remove_empty_dirs(created)
-            raise
-        self._dump_lock, self._created_dirs = lock, created
+        self._rank_dir.claim(os.path.dirname(self.location.pkl_path(rank, self.config.mode)))
 
     def _release(self) -> None:
-        lock, self._dump_lock = self._dump_lock, None
-        if lock is not None:
-            lock.release()
-            remove_empty_dirs(self._created_dirs)  # a window that wrote nothing leaves nothing behind
-            self._created_dirs = []
+        self._rank_dir.release()
 
     def inputs_before(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         # Their statistics and npy copies are taken now and written with the outputs, in the same lines.

@@ -38,7 +38,7 @@ from ptdbg_ascend.log import logger
 from ptdbg_ascend.naming import STACK_SUFFIX
 from ptdbg_ascend.overflow.detection import FloatStatus, overflow_flag, read_flags
 from ptdbg_ascend.overflow.policy import PENDING_CALLS, UNLIMITED, OverflowPolicy  # noqa: F401 - re-exported
-from ptdbg_ascend.writers.safe_fs import DumpLock, own_dirs, remove_empty_dirs
+from ptdbg_ascend.writers.safe_fs import RankDirectoryClaim
 
 OVERFLOW_DUMP_STEP = 101  # the legacy marker of overflow records (compare skips their statistics)
 
@@ -98,8 +98,7 @@ class OverflowObserver(CallObserver):
                                      defer=defer_device_flags and acl_rerun is None and float_status is None,
                                      read=lambda flags: read_flags(flags))
         # The rank directory's lock, taken at the first overflow dump, and the directories it created.
-        self._dump_lock = None  # type: Optional[DumpLock]
-        self._created_dirs = []  # type: List[str]
+        self._rank_dir = RankDirectoryClaim()
         self._lock = threading.Lock()
 
     @property
@@ -189,29 +188,11 @@ class OverflowObserver(CallObserver):
         """Create (or check) the tag and rank directories and take the rank directory's lock, as a dump
         window does (``LegacyRecorder.claim``): a second process gets a DumpPathError naming the holder."""
         with self._lock:
-            if self._dump_lock is not None:
-                if self._dump_lock.directory == rank_dir:
-                    return
-                self._release_locked()
-            created = own_dirs(rank_dir, 2)
-            lock = DumpLock(rank_dir)
-            try:
-                lock.acquire()
-            except BaseException:
-                remove_empty_dirs(created)
-                raise
-            self._dump_lock, self._created_dirs = lock, created
+            self._rank_dir.claim(rank_dir)
 
     def _release(self) -> None:
         with self._lock:
-            self._release_locked()
-
-    def _release_locked(self) -> None:
-        lock, self._dump_lock = self._dump_lock, None
-        if lock is not None:
-            lock.release()
-            remove_empty_dirs(self._created_dirs)
-            self._created_dirs = []
+            self._rank_dir.release()
 
     def _dump(self, entry: PendingCall, k: int) -> str:
         """Write overflow number ``k`` (the policy's ``dump``); returns its pkl path."""

@@ -271,3 +271,38 @@ class DumpLock(object):
                 os.unlink(self.path)
         except OSError:
             pass
+
+
+class RankDirectoryClaim(object):
+    """The rank directory one writer owns: created with its parent (or checked, never a symlink) and
+    locked (:class:`DumpLock`), so a second process writing there gets a DumpPathError naming the holder.
+    :meth:`release` unlocks it and removes the directories the claim created if they stayed empty (a
+    window that wrote nothing leaves nothing behind)."""
+
+    def __init__(self) -> None:
+        self.lock = None  # type: Optional[DumpLock]
+        self._created = []  # type: List[str]
+
+    def claim(self, rank_dir: str, levels: int = 2) -> None:
+        """Own ``rank_dir`` (and its ``levels - 1`` parents); a claim of another directory is released
+        first, the same one is kept."""
+        if self.lock is not None:
+            if self.lock.directory == rank_dir:
+                return
+            self.release()
+        created = own_dirs(rank_dir, levels)
+        lock = DumpLock(rank_dir)
+        try:
+            lock.acquire()
+        except BaseException:
+            remove_empty_dirs(created)
+            raise
+        self.lock, self._created = lock, created
+
+    def release(self) -> None:
+        """Unlock, and remove the directories this claim created if they are empty. Idempotent."""
+        lock, self.lock = self.lock, None
+        if lock is not None:
+            lock.release()
+            remove_empty_dirs(self._created)
+            self._created = []
