@@ -199,9 +199,10 @@ class DeviceStatisticsBatch(object):
         self._since = 0.0
         self.transfers = 0  # host syncs done (one per device per resolve): tests and benchmarks read it
 
-    def add(self, tensor: Any) -> Statistics:
+    def add(self, tensor: Any, extra: "Optional[Callable[[Any], List[Any]]]" = None) -> Statistics:
         """The statistics of ``tensor``: pending when it lives on an accelerator and needs reductions,
-        else computed now (empty, special kinds)."""
+        else computed now (empty, special kinds). ``extra(tensor)`` (default None) gives more 0-d
+        tensors to read back with them: the pending list then holds the four statistics and those."""
         from ptdbg_ascend.dump.interception import Inside
 
         if tensor.is_meta:  # no values to read back
@@ -215,8 +216,11 @@ class DeviceStatisticsBatch(object):
                 return special_statistics(tensor)
             if not isinstance(reduced, tuple):
                 return reduced
-            pending = PendingDeviceStatistics((None, None, None, None))
-            pending.values = _stacked(types, reduced)
+            values = _stacked(types, reduced)
+            if extra is not None:
+                values = types.torch.cat([values, types.torch.stack(extra(tensor)).to(values.dtype)])
+            pending = PendingDeviceStatistics([None] * len(values))
+            pending.values = values
         with self._lock:
             if not self._pending:
                 self._since = time.monotonic()
@@ -226,6 +230,10 @@ class DeviceStatisticsBatch(object):
     def has_pending(self) -> bool:
         """Whether statistics are waiting to be read."""
         return bool(self._pending)
+
+    def pending_count(self) -> int:
+        """How many tensors' statistics are waiting to be read."""
+        return len(self._pending)
 
     def due(self) -> bool:
         """Whether the batch should be read now (full, or its oldest entry is BATCH_SECONDS old)."""

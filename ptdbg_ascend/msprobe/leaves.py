@@ -72,9 +72,17 @@ def crc32_hex(tensor: Any) -> str:
     return "{:08x}".format(zlib.crc32(array.tobytes()) & 0xFFFFFFFF)
 
 
-def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False) -> Dict[str, Any]:
-    """The dump.json leaf of one tensor (statistics computed here; ``data_name`` when it was saved)."""
-    statistics = tensor_statistics_msprobe(tensor)
+# ``defer(leaf, tensor)``: the writer's hook for statistics read back in batches (writers/msprobe_json).
+DeferLeaf = Callable[[Dict[str, Any], Any], bool]
+
+
+def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
+                defer: Optional[DeferLeaf] = None) -> Dict[str, Any]:
+    """The dump.json leaf of one tensor (statistics computed here; ``data_name`` when it was saved).
+    ``defer`` (default None) may take over the statistics of a tensor that is not on the CPU: it then
+    fills Max/Min/Mean/Norm (and the ``*_except_inf_nan`` keys) when its batch is read back."""
+    deferred = defer is not None and defer_candidate(tensor)
+    statistics = [None, None, None, None] if deferred else tensor_statistics_msprobe(tensor)
     leaf = {
         "type": "torch.Tensor",
         "dtype": str(tensor.dtype),
@@ -85,13 +93,70 @@ def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False)
         "Norm": statistics[3],
         "requires_grad": bool(tensor.requires_grad),
     }  # type: Dict[str, Any]
-    if _not_finite(statistics[0]) or _not_finite(statistics[1]):
+    if deferred and not defer(leaf, tensor):
+        deferred = False
+        fill_statistics(leaf, tensor_statistics_msprobe(tensor))
+    if not deferred and (_not_finite(statistics[0]) or _not_finite(statistics[1])):
         leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = _finite_extremes(tensor)
     if md5 and tensor.device.type != "meta":
         leaf["md5"] = crc32_hex(tensor)
     if data_name is not None:
         leaf["data_name"] = data_name
     return leaf
+
+
+def defer_candidate(tensor: Any) -> bool:
+    """Whether msprobe's statistics of ``tensor`` can be read back in a batch: a tensor with values off
+    the CPU (``statistics.DEFERRED_ON_CPU``: on it too) taking the float path of
+    :func:`tensor_statistics_msprobe` (not bool, complex, 0-d or empty)."""
+    from ptdbg_ascend.dump import statistics
+
+    if tensor.is_cpu and not statistics.DEFERRED_ON_CPU:
+        return False
+    return not (tensor.is_meta or tensor.dim() == 0 or tensor.numel() == 0 or tensor.is_complex()
+                or str(tensor.dtype) == "torch.bool")
+
+
+def deferred_reductions(tensor: Any) -> List[Any]:
+    """Besides the four statistics, what a deferred leaf may need once its values are known, as 0-d
+    tensors on the device: the max/min over finite elements and over non-NaN ones (msprobe's
+    ``*_except_inf_nan``, see :func:`_finite_extremes`). Called with the data in the dtype
+    :func:`tensor_statistics_msprobe` reduces (float32 for ints and float64)."""
+    import torch
+
+    inf = float("inf")
+    finite = torch.isfinite(tensor)
+    number = ~torch.isnan(tensor)
+    return [torch.where(finite, tensor, -inf).amax(), torch.where(finite, tensor, inf).amin(),
+            torch.where(number, tensor, -inf).amax(), torch.where(number, tensor, inf).amin()]
+
+
+def msprobe_reduced(tensor: Any) -> Any:
+    """The data :func:`tensor_statistics_msprobe` reduces for a float-path tensor: ints and float64 as
+    float32 (1.0.4's rule), other floats as they are."""
+    data = tensor.detach()
+    if not data.is_floating_point() or str(data.dtype) == "torch.float64":
+        data = data.float()
+    return data
+
+
+def fill_statistics(leaf: Dict[str, Any], numbers: List[Any]) -> None:
+    """Put read-back statistics into a deferred leaf: ``numbers`` are Max, Min, Mean, Norm and, when
+    present, the four of :func:`deferred_reductions`; a non-finite Max or Min adds the
+    ``*_except_inf_nan`` keys right after ``requires_grad`` (where :func:`tensor_leaf` puts them)."""
+    leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"] = numbers[:4]
+    if len(numbers) < 8 or not (_not_finite(numbers[0]) or _not_finite(numbers[1])):
+        return
+    finite_max, finite_min, number_max, number_min = numbers[4:8]
+    if finite_max != float("-inf"):
+        extremes = [finite_max, finite_min]
+    elif number_max != float("-inf"):
+        extremes = [number_max, number_min]
+    else:
+        extremes = [float("nan"), float("nan")]
+    tail = [(key, leaf.pop(key)) for key in ("md5", "data_name") if key in leaf]
+    leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = extremes
+    leaf.update(tail)
 
 
 def _ordinary(tensor: Any, torch: Any) -> bool:
@@ -133,10 +198,12 @@ def _not_finite(value: Any) -> bool:
     return isinstance(value, float) and (math.isinf(value) or math.isnan(value))
 
 
-def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = False, key: Optional[str] = None) -> Any:
+def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = False, key: Optional[str] = None,
+               defer: Optional[DeferLeaf] = None) -> Any:
     """The dump.json form of ``value``; ``path`` is its file stem (``{call}.input.0``), extended with
     ``.{i}``/``.{key}`` for nested items. ``save`` writes a tensor and returns its data_name (None:
-    statistics only). ``key`` is the enclosing dict key (``device``/``dtype`` values are typed by it)."""
+    statistics only). ``key`` is the enclosing dict key (``device``/``dtype`` values are typed by it).
+    ``defer``: see :func:`tensor_leaf` (default None: statistics read at once)."""
     import numpy
     import torch
 
@@ -145,7 +212,7 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
             return special_tensor_leaf(value, path, save, md5)
         try:
             data_name = save(path, value) if save is not None else None
-            return tensor_leaf(value, data_name, md5)
+            return tensor_leaf(value, data_name, md5, defer)
         except (RuntimeError, TypeError, ValueError, NotImplementedError):  # a dtype without arithmetic...
             return special_tensor_leaf(value, path, save, md5)
     if key == "device" and isinstance(value, (torch.device, str)):
@@ -173,9 +240,9 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
     if value is None:
         return None
     if isinstance(value, (list, tuple)):
-        return [value_leaf(item, "{}.{}".format(path, index), save, md5) for index, item in enumerate(value)]
+        return [value_leaf(item, "{}.{}".format(path, index), save, md5, defer=defer) for index, item in enumerate(value)]
     if isinstance(value, dict):
-        return {str(name): value_leaf(item, "{}.{}".format(path, name), save, md5, key=str(name))
+        return {str(name): value_leaf(item, "{}.{}".format(path, name), save, md5, key=str(name), defer=defer)
                 for name, item in value.items()}
     type_name = str(type(value))
     if type_name not in _WARNED_TYPES:

@@ -273,7 +273,8 @@ class MsprobeSink(RecordSink):
     def _leaf(self, value: Any, path: str, key: Optional[str] = None) -> Any:
         writer = self.writer
         saving = writer is not None and writer.saves_tensors
-        return value_leaf(value, path, writer.save_tensor if saving else None, self.md5, key)
+        return value_leaf(value, path, writer.save_tensor if saving else None, self.md5, key,
+                          defer=writer.defer_leaf if writer is not None else None)
 
 
 def _is_tensor(value: Any) -> bool:

@@ -36,11 +36,14 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
 from ptdbg_ascend.writers import background as background_module
 from ptdbg_ascend.writers.background import BackgroundWriter
 from ptdbg_ascend.writers.safe_fs import DumpLock, own_dir, own_dirs, replace_file, write_all
 
 TENSOR_DIR = "dump_tensor_data"
+# Deferred statistics read back at once when this many wait (a bound on device memory between rewrites).
+MAX_PENDING_STATISTICS = 65536
 DUMP_FILE = "dump.json"
 STACK_FILE = "stack.json"
 CONSTRUCT_FILE = "construct.json"
@@ -163,6 +166,13 @@ class MsprobeJsonWriter(object):
         self._earliest_rewrite = 0.0  # REWRITE_COST_FACTOR x the last rewrite's duration after its end
         self.rewrites = 0
         self.rewrite_seconds = 0.0
+        # Statistics of tensors off the CPU, read back in batches (dump/statistics.DeviceStatisticsBatch)
+        # when the files are rewritten: leaves deferred since the last add_entry (``_new_deferred``), and
+        # per entry the leaves still waiting (such an entry is not finished: it is left out of dump.json,
+        # or shown at its last finished version, like one waiting for a .pt file).
+        self.statistics_batch = DeviceStatisticsBatch()
+        self._new_deferred = []  # type: List[Tuple[Dict[str, Any], Any]]
+        self._stat_waiting = {}  # type: Dict[str, List[Tuple[Dict[str, Any], Any]]]
 
     # -- adding ----------------------------------------------------------------------------------
     def add_entry(self, name: str, entry: Dict[str, Any]) -> None:
@@ -171,10 +181,13 @@ class MsprobeJsonWriter(object):
         with self._lock:
             queued = self._queued
             waiting = queued > self._written
+            deferred, self._new_deferred = self._new_deferred, []
+            if deferred:
+                self._stat_waiting.setdefault(name, []).extend(deferred)
             if name in self._data:
                 self._data[name].update(entry)
                 old = self._encoded.pop(name, None)
-                if waiting and old is not None:  # _encoded holds finished versions only
+                if (waiting or deferred) and old is not None:  # _encoded holds finished versions only
                     self._previous[name] = old
             else:
                 self._data[name] = entry
@@ -184,6 +197,23 @@ class MsprobeJsonWriter(object):
             due = self._rewrite_due()
         if due:
             self._start_rewrite()
+
+    def defer_leaf(self, leaf: Dict[str, Any], tensor: Any) -> bool:
+        """``msprobe.leaves.tensor_leaf``'s hook: queue the statistics of ``tensor`` (off the CPU) on its
+        device; ``leaf`` is filled when they are read back (at the next rewrite or flush: one host sync
+        per device for all of them, instead of one per tensor). Always True (taken over)."""
+        from ptdbg_ascend.msprobe.leaves import deferred_reductions, fill_statistics, msprobe_reduced
+
+        batch = self.statistics_batch
+        pending = batch.add(msprobe_reduced(tensor), extra=deferred_reductions)
+        if type(pending) is not PendingDeviceStatistics:  # nothing to read back (no values)
+            fill_statistics(leaf, pending)
+            return True
+        with self._lock:
+            self._new_deferred.append((leaf, pending))
+        if batch.pending_count() >= MAX_PENDING_STATISTICS:  # bounded: read back now
+            batch.resolve()
+        return True
 
     def add_stack(self, name: str, lines: List[str]) -> None:
         """stack.json entry ``name`` -> its formatted frames."""
@@ -277,6 +307,7 @@ class MsprobeJsonWriter(object):
             started = time.monotonic()
             encoding = 0.0
             try:
+                self.statistics_batch.resolve()  # outside _lock: the training thread keeps adding entries
                 with self._lock:
                     data_text, encoding = self._finished_data_text()
                     text = _document_text(self.task, self.level, self.tensor_dir if self.saves_tensors else None,
@@ -307,17 +338,27 @@ class MsprobeJsonWriter(object):
         file is left out, or shown at its last finished version. Also returns the seconds spent encoding
         entries not encoded before."""
         ready_at = self._ready_at
+        stat_waiting = self._stat_waiting
+        if stat_waiting:
+            from ptdbg_ascend.msprobe.leaves import fill_statistics
+
+            for name in [name for name, items in stat_waiting.items() if all(p.values is None for _, p in items)]:
+                for leaf, pending in stat_waiting.pop(name):
+                    fill_statistics(leaf, list(pending))
+                if name not in ready_at:
+                    self._previous.pop(name, None)
         if ready_at:
             written = -1 if self._write_failed else self._written
             for name in [name for name, number in ready_at.items() if number <= written]:
                 del ready_at[name]
-                self._previous.pop(name, None)
+                if name not in stat_waiting:
+                    self._previous.pop(name, None)
         encoded = self._encoded
         previous = self._previous
         members = []
         encoding = 0.0
         for name, entry in self._data.items():
-            if name in ready_at:
+            if name in ready_at or name in stat_waiting:
                 text = previous.get(name)
                 if text is None:
                     continue

@@ -134,3 +134,68 @@ def test_lines_wait_for_their_batch_and_are_all_written_at_off(tmp_path, dump_se
     assert len(lines) > 20 and all(line.endswith("]") for line in lines)
     assert all("null" not in line for line in lines if "_stack_info" not in line)
     assert max(deferred) <= DeviceStatisticsBatch.BATCH_RECORDS + 16  # bounded: read when full (plus one call)
+
+
+# -- the PrecisionDebugger (msprobe-format) dump -----------------------------------------------------
+class _InfNet(torch.nn.Module):
+    """linear -> a division by a tensor with a zero (inf and nan in the output: the *_except_inf_nan keys)
+    -> relu, and an int tensor through the dump (argmax)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        z = y / torch.tensor([1.0, 0.0, 2.0, 4.0])
+        torch.argmax(y, dim=1)
+        return torch.relu(y).sum() + torch.nan_to_num(z, posinf=0.0, neginf=0.0, nan=0.0).sum()
+
+
+def _debugger_dump(tmp_path, tag, task):
+    from ptdbg_ascend import PrecisionDebugger
+    from ptdbg_ascend.jsonfile import load_json
+
+    torch.manual_seed(0)
+    net = _InfNet()
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / tag), task=task, level="L1")
+    debugger.start()
+    net(torch.randn(3, 6)).backward()
+    debugger.stop()
+    debugger.step()
+    return load_json(str(tmp_path / tag / "step0" / "rank" / "dump.json"), "dump.json")["data"]
+
+
+def _leaves(node):
+    if isinstance(node, dict):
+        if node.get("type") == "torch.Tensor":
+            yield node
+        else:
+            for value in node.values():
+                yield from _leaves(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _leaves(value)
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_a_precision_debugger_dump_is_the_same_with_batched_statistics(tmp_path, dump_session, deferred,
+                                                                        monkeypatch, task):
+    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", False)
+    reference = _debugger_dump(tmp_path, "sync", task)
+    assert deferred == []
+    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", True)
+    clean_session(dump_session)
+    batched = _debugger_dump(tmp_path, "batched", task)
+    assert list(batched) == list(reference)
+    expected_leaves, got_leaves = list(_leaves(reference)), list(_leaves(batched))
+    assert len(got_leaves) == len(expected_leaves) > 10
+    for expected, got in zip(expected_leaves, got_leaves):
+        assert list(got) == list(expected)  # the same keys in the same order (*_except_inf_nan included)
+        for key in ("Max", "Min", "Mean", "Norm", "Max_except_inf_nan", "Min_except_inf_nan"):
+            if key in expected and expected[key] is not None and not isinstance(expected[key], bool):
+                np.testing.assert_allclose(got[key], expected[key], rtol=2e-6, atol=1e-7, err_msg=key)
+            elif key in expected:
+                assert got[key] == expected[key], key
+    assert any("Max_except_inf_nan" in leaf for leaf in got_leaves)  # the division's output: inf/nan
+    assert sum(deferred) >= len(got_leaves) // 2 and len(deferred) <= 3  # read back at the stop, not per tensor
