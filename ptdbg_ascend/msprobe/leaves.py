@@ -13,6 +13,7 @@ import zlib
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from ptdbg_ascend import numpy_view
+from ptdbg_ascend.dump import statistics as statistics_module
 from ptdbg_ascend.dump import tensor_kinds
 from ptdbg_ascend.dump.statistics import tensor_statistics
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
@@ -109,9 +110,7 @@ def defer_candidate(tensor: Any) -> bool:
     """Whether msprobe's statistics of ``tensor`` can be read back in a batch: a tensor with values off
     the CPU (``statistics.DEFERRED_ON_CPU``: on it too) taking the float path of
     :func:`tensor_statistics_msprobe` (not bool, complex, 0-d or empty)."""
-    from ptdbg_ascend.dump import statistics
-
-    if tensor.is_cpu and not statistics.DEFERRED_ON_CPU:
+    if tensor.is_cpu and not statistics_module.DEFERRED_ON_CPU:
         return False
     return not (tensor.is_meta or tensor.dim() == 0 or tensor.numel() == 0 or tensor.is_complex()
                 or str(tensor.dtype) == "torch.bool")
