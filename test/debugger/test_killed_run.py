@@ -12,13 +12,11 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 
 import torch
+from zygote import Zygote
 
 DELAY = 0.2  # background.DEFAULT_MAX_DELAY in the killed runs (seconds)
 SLACK = 0.6
@@ -122,41 +120,24 @@ def check_killed_dump(rank_dir, load=True):
 def test_sigkill_at_random_points_keeps_the_finished_records(tmp_path):
     script = tmp_path / "zygote.py"
     script.write_text(ZYGOTE)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("RANK", None)
-    env.pop("LOCAL_RANK", None)
-    zygote = subprocess.Popen([sys.executable, str(script), str(DELAY)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
     chooser = random.Random(2024)
     checked = 0
     referenced = 0
-    try:
+    with Zygote(str(script), str(DELAY)) as zygote:
         for trial in range(8):
             out = tmp_path / "trial{}".format(trial)
-            zygote.stdin.write(str(out) + "\n")
-            zygote.stdin.flush()
-            line = zygote.stdout.readline()
-            while not line.startswith("PID "):
-                assert line, "the zygote ended"
-                line = zygote.stdout.readline()
-            pid = int(line.split()[1])
+            pid = zygote.start(str(out))
             run_for = chooser.uniform(0.2, 2.5)  # seconds after the first step
             printed = {}
             first = None
-            while True:
-                words = zygote.stdout.readline().split()
-                assert words, "the run ended"
-                if words[0] != "STEP":  # the tool's log
-                    continue
-                printed[int(words[1])] = float(words[2])
-                first = first if first is not None else float(words[2])
+            for step, when in zygote.steps():
+                printed[step] = when
+                first = first if first is not None else when
                 if time.monotonic() - first >= run_for:
                     break
             time.sleep(chooser.uniform(0, 0.02))  # anywhere in a step
             killed_at = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-            while zygote.stdout.readline().strip() != "DONE":
-                pass
+            zygote.kill(pid)
             data = check_killed_dump(str(out / "step0" / "rank"))
             referenced += sum(1 for entry in data.values() for _ in _data_names(entry))
             for step, when in printed.items():
@@ -165,10 +146,6 @@ def test_sigkill_at_random_points_keeps_the_finished_records(tmp_path):
                     assert not missing, (trial, step, killed_at - when, missing)
                     checked += 1
         assert checked >= 40 and referenced >= 200, (checked, referenced)  # the checks above did bite
-    finally:
-        zygote.stdin.close()
-        zygote.kill()
-        zygote.wait()
 
 
 def test_dump_json_never_names_a_file_not_on_disk_while_the_run_goes_on(tmp_path):
@@ -176,18 +153,9 @@ def test_dump_json_never_names_a_file_not_on_disk_while_the_run_goes_on(tmp_path
     names only files already on disk, and it grows while the run goes on."""
     script = tmp_path / "zygote.py"
     script.write_text(ZYGOTE)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    zygote = subprocess.Popen([sys.executable, str(script), str(DELAY)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
     out = tmp_path / "live"
-    try:
-        zygote.stdin.write(str(out) + "\n")
-        zygote.stdin.flush()
-        line = zygote.stdout.readline()
-        while not line.startswith("PID "):
-            assert line, "the zygote ended"
-            line = zygote.stdout.readline()
-        pid = int(line.split()[1])
+    with Zygote(str(script), str(DELAY)) as zygote:
+        pid = zygote.start(str(out))
         rank_dir = str(out / "step0" / "rank")
         sizes = []
         start = time.monotonic()
@@ -196,15 +164,9 @@ def test_dump_json_never_names_a_file_not_on_disk_while_the_run_goes_on(tmp_path
             if os.path.exists(os.path.join(rank_dir, "dump.json")):
                 sizes.append(len(check_killed_dump(rank_dir, load=False)))
             time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
-        while zygote.stdout.readline().strip() != "DONE":
-            pass
+        zygote.kill(pid)
         assert len(set(sizes)) >= 3 and sizes == sorted(sizes), sizes  # rewritten, never shrinking
         assert len(check_killed_dump(rank_dir)) >= sizes[-1]  # and what the kill left loads
-    finally:
-        zygote.stdin.close()
-        zygote.kill()
-        zygote.wait()
 
 
 # -- the writer alone: which entries a periodic rewrite shows, and how often it runs ------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from zygote import Zygote
 
 from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
 from ptdbg_ascend.config import load_config
@@ -330,37 +330,21 @@ def test_sigkill_at_random_points_loses_at_most_the_bound(tmp_path):
     slack = 0.1  # scheduling on a loaded machine, the job in progress
     script = tmp_path / "zygote.py"
     script.write_text(ZYGOTE)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("RANK", None)
-    env.pop("LOCAL_RANK", None)
-    zygote = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(bound)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
     chooser = random.Random(1234)
     checked = 0
-    try:
+    with Zygote(str(script), str(tmp_path), str(bound)) as zygote:
         for trial in range(20):
             out = tmp_path / "trial{}".format(trial)
-            zygote.stdin.write(str(out) + "\n")
-            zygote.stdin.flush()
-            line = zygote.stdout.readline()
-            while not line.startswith("PID "):
-                line = zygote.stdout.readline()
-            pid = int(line.split()[1])
+            pid = zygote.start(str(out))
             last = chooser.randint(0, 40)
             printed = {}
-            while True:
-                words = zygote.stdout.readline().split()
-                assert words, "the run ended"
-                if words[0] != "STEP":  # the tool's log
-                    continue
-                printed[int(words[1])] = float(words[2])
-                if int(words[1]) >= last:
+            for step, when in zygote.steps():
+                printed[step] = when
+                if step >= last:
                     break
             time.sleep(chooser.uniform(0, 0.012))
             killed_at = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-            while zygote.stdout.readline().strip() != "DONE":
-                pass
+            zygote.kill(pid)
             rank_dir = out / "run_v1.0" / "rank0"
             records = _check_pkl_and_npy(rank_dir, killed=True)
             names = set(record[0] for record in records)
@@ -370,7 +354,3 @@ def test_sigkill_at_random_points_loses_at_most_the_bound(tmp_path):
                     assert "Tensor_add__{}_forward_output".format(4 * step + 3) in names, (trial, step)
                     checked += 1
         assert checked >= 20, checked  # the check above did bite
-    finally:
-        zygote.stdin.close()
-        zygote.kill()
-        zygote.wait()
