@@ -187,18 +187,15 @@ class PrecisionDebugger(object):
         return self._recorder
 
     def _new_writer(self) -> Any:
-        import torch
-
         from ptdbg_ascend.writers.background import BackgroundWriter
         from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter, step_rank_dir
 
         if self.config.saves_tensors and self._background is None:
             self._background = BackgroundWriter(name="ptdbg-msprobe-writer")
-        from ptdbg_ascend.dump.session import environment_rank
+        from ptdbg_ascend.dump.session import get_session
 
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         # Without torch.distributed, RANK/LOCAL_RANK still give distinct rank directories (msprobe: "rank").
-        rank = torch.distributed.get_rank() if distributed else environment_rank()
+        rank = get_session().known_rank()
         directory = step_rank_dir(self.config.dump_path, self.current_step, rank)
         return MsprobeJsonWriter(directory, self.config.dump_task, self.config.level, self.config.saves_tensors,
                                  background=self._background)

@@ -73,7 +73,7 @@ def register_dump(model: Any, overflow_nums: Optional[int] = None, dump_mode: st
     """See :func:`ptdbg_ascend.register_hook` with ``acc_cmp_dump``: installs the wrappers."""
     import torch
 
-    from ptdbg_ascend.dump.session import check_extra_apis, get_session
+    from ptdbg_ascend.dump.session import get_session
 
     if not isinstance(model, torch.nn.Module):
         raise ParameterError("model", type(model).__name__, "must be a torch.nn.Module")
@@ -86,9 +86,8 @@ def register_dump(model: Any, overflow_nums: Optional[int] = None, dump_mode: st
         raise ParameterError("rank", rank, "must be None or an int >= 0")
     if dump_mode == "api" and dump_config is not None:
         raise ParameterError("dump_config", dump_config, "is only used with dump_mode='acl'")
-    check_extra_apis(extra_apis)
     session = get_session()
-    session.ensure_wrapped(extra_apis)
+    session.ensure_wrapped(extra_apis)  # checks extra_apis first
     session.legacy.rank = rank
     session.legacy.registered = True
     if dump_mode == "acl":

@@ -112,7 +112,7 @@ class LegacySink(RecordSink):
         # for the GIL. Tensor files go to the background thread.
         background = BackgroundWriter() if npy_dir is not None else None
         self._writer = LegacyPklWriter(pkl_path, npy_dir, background=background, own_background=True, fresh=fresh,
-                                       own_levels=2)
+                                       own_levels=0)  # claim() created and checked them
         self.session.opened_files.add(pkl_path)
         return self._writer
 

@@ -234,15 +234,7 @@ class LegacySelection(SelectionPolicy):
         return matched
 
     def forward_event(self, call: Any) -> bool:
-        if self._all:
-            return True
-        # _selected inlined: this runs on every top-level call of a list/range window
-        name = call.forward_name
-        matched = static_match(self.config, call.prefix, call.api, name)
-        if matched is None:
-            with self._lock:
-                matched = self.range.step(name)
-        return matched
+        return self._all or self._selected(call, call.forward_name)
 
     def backward_armed(self, call: Any) -> bool:
         if self.range is not None:

@@ -220,9 +220,10 @@ class DumpSession(object):
                 output = original(*args, **kwargs)
             # A collective (all_reduce...) writes its result into its arguments: those are its outputs for
             # every observer, decided here once (the original's return value, None or a Work, is not).
-            observed = tuple(collective_outputs(args, kwargs)) if prefix == "Distributed" else output
-            for observer in forward:
-                observer.on_forward(call, args, kwargs, observed)
+            if forward:
+                observed = tuple(collective_outputs(args, kwargs)) if prefix == "Distributed" else output
+                for observer in forward:
+                    observer.on_forward(call, args, kwargs, observed)
             if edges is not None:
                 self._arm_backward(call, backward, len(inputs), edges, output)
         finally:

@@ -36,6 +36,8 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy
 
+from ptdbg_ascend.dump.interception import Inside
+
 Statistics = List[Optional[float]]
 EMPTY: Statistics = [None, None, None, None]
 
@@ -203,8 +205,6 @@ class DeviceStatisticsBatch(object):
         """The statistics of ``tensor``: pending when it lives on an accelerator and needs reductions,
         else computed now (empty, special kinds). ``extra(tensor)`` (default None) gives more 0-d
         tensors to read back with them: the pending list then holds the four statistics and those."""
-        from ptdbg_ascend.dump.interception import Inside
-
         if tensor.is_meta:  # no values to read back
             return tensor_statistics(tensor)
         types = _torch_types()
@@ -244,8 +244,6 @@ class DeviceStatisticsBatch(object):
     def resolve(self) -> None:
         """Read every pending statistics back (one copy per device) and fill them in place. Safe on any
         thread (the writer's, or the training thread at OFF): its torch calls are never recorded."""
-        from ptdbg_ascend.dump.interception import Inside
-
         with self._lock, Inside():
             pending, self._pending = self._pending, []
             if not pending:

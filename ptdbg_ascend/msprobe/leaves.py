@@ -47,9 +47,7 @@ def tensor_statistics_msprobe(tensor: Any) -> List[Optional[float]]:
     if data.dim() == 0:
         value = float(data.item())
         return [value, value, value, value]
-    if not data.is_floating_point() or data.dtype == torch.float64:
-        data = data.float()
-    return tensor_statistics(data)
+    return tensor_statistics(msprobe_reduced(data))
 
 
 def _finite_extremes(tensor: Any) -> List[float]:

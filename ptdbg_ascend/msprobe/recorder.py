@@ -24,6 +24,7 @@ from ptdbg_ascend.log import logger
 from ptdbg_ascend.msprobe.leaves import value_leaf
 from ptdbg_ascend.msprobe.selection import MsprobeSelection, block_wanted, dotted  # noqa: F401 - dotted re-exported
 from ptdbg_ascend.naming import BACKWARD, FORWARD
+from ptdbg_ascend.overflow import detection
 from ptdbg_ascend.overflow.policy import OverflowPolicy
 from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter
 
@@ -226,11 +227,9 @@ class MsprobeSink(RecordSink):
         if writer is None:
             return
         if self.overflow is not None:
-            from ptdbg_ascend.overflow.detection import overflow_flag
-
             if self.overflow.stopped:
                 return
-            flag = overflow_flag(values)
+            flag = detection.overflow_flag(values)
             if flag is not False:  # the stack is taken now, at the call, even if the flag is read later
                 self.overflow.check(flag, (writer, name, build, user_stack_lines(2) if stack else None))
             return

@@ -47,7 +47,6 @@ class PendingCall(NamedTuple):
     """A checked call whose device flag is not read yet."""
 
     name: str
-    flag: Any
     records: List[Tuple[str, Any]]
     versions: Tuple[int, ...]
     stack_line: str
@@ -178,7 +177,7 @@ class OverflowObserver(CallObserver):
     def _handle(self, name: str, flag: Any, records: List[Tuple[str, Any]], rerun: Optional[Callable[[], None]]) -> None:
         stack_line = user_stack_json(name + STACK_SUFFIX, 2)
         versions = tuple(value._version for _, value in records if hasattr(value, "_version"))
-        self.policy.check(flag, PendingCall(name, flag, records, versions, stack_line, rerun))
+        self.policy.check(flag, PendingCall(name, records, versions, stack_line, rerun))
 
     def flush(self) -> None:
         """Read every pending device flag (one sync per device) and dump the calls that overflowed."""
@@ -207,7 +206,8 @@ class OverflowObserver(CallObserver):
         rank_dir = self.place().rank_dir(rank)  # may raise DumpPathError: then this overflow is not counted
         self._claim(rank_dir)  # likewise (another process holds the rank directory)
         pkl_path, stem = _new_overflow_file(rank_dir, k)
-        writer = LegacyPklWriter(pkl_path, os.path.join(rank_dir, stem), dump_step=OVERFLOW_DUMP_STEP, fresh=True)
+        writer = LegacyPklWriter(pkl_path, os.path.join(rank_dir, stem), dump_step=OVERFLOW_DUMP_STEP, fresh=True,
+                                 own_levels=0)  # _claim() created and checked the rank directory
         try:
             writer.write_call([], stack_line=entry.stack_line)  # the stack line first, as the original did
             writer.write_call(entry.records)

@@ -37,9 +37,10 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
+from ptdbg_ascend.msprobe.leaves import deferred_reductions, fill_statistics, msprobe_reduced
 from ptdbg_ascend.writers import background as background_module
 from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.safe_fs import DumpLock, own_dir, own_dirs, replace_file, write_all
+from ptdbg_ascend.writers.safe_fs import RankDirectoryClaim, own_dir, own_dirs, replace_file, write_all
 
 TENSOR_DIR = "dump_tensor_data"
 # Deferred statistics read back at once when this many wait (a bound on device memory between rewrites).
@@ -146,7 +147,7 @@ class MsprobeJsonWriter(object):
         self._construct_encoded = {}  # type: Dict[str, str]
         self._unflushed = 0
         self._made_dirs = False
-        self._dump_lock = None  # type: Optional[DumpLock]
+        self._rank_dir = RankDirectoryClaim()  # step/rank directories and their lock
         self._lock = threading.Lock()  # backward hooks may run on autograd's threads
         # Which entries are finished. ``.pt`` jobs are numbered as queued (``_queued``, under
         # ``_submit_lock`` so numbers follow the queue's order); the writer thread runs them in order, so
@@ -202,8 +203,6 @@ class MsprobeJsonWriter(object):
         """``msprobe.leaves.tensor_leaf``'s hook: queue the statistics of ``tensor`` (off the CPU) on its
         device; ``leaf`` is filled when they are read back (at the next rewrite or flush: one host sync
         per device for all of them, instead of one per tensor). Always True (taken over)."""
-        from ptdbg_ascend.msprobe.leaves import deferred_reductions, fill_statistics, msprobe_reduced
-
         batch = self.statistics_batch
         pending = batch.add(msprobe_reduced(tensor), extra=deferred_reductions)
         if type(pending) is not PendingDeviceStatistics:  # nothing to read back (no values)
@@ -340,8 +339,6 @@ class MsprobeJsonWriter(object):
         ready_at = self._ready_at
         stat_waiting = self._stat_waiting
         if stat_waiting:
-            from ptdbg_ascend.msprobe.leaves import fill_statistics
-
             for name in [name for name, items in stat_waiting.items() if all(p.values is None for _, p in items)]:
                 for leaf, pending in stat_waiting.pop(name):
                     fill_statistics(leaf, list(pending))
@@ -384,15 +381,12 @@ class MsprobeJsonWriter(object):
     def claim(self) -> None:
         """Create the directories and take the rank directory's lock (``.ptdbg.lock``): a second
         process writing the same step/rank directory gets a DumpPathError naming the holder."""
+        self._rank_dir.claim(self.directory)
         self._make_dirs()
-        if self._dump_lock is None:
-            self._dump_lock = DumpLock(self.directory)
-        self._dump_lock.acquire()
 
     def release(self) -> None:
         """Give the lock back (stop(), exit). Idempotent."""
-        if self._dump_lock is not None:
-            self._dump_lock.release()
+        self._rank_dir.release()
 
 
 def _save_pt(path: str, tensor: Any) -> None:
