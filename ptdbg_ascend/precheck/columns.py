@@ -7,7 +7,7 @@ No torch and no numpy here: ``api_precision_compare`` (``device_compare``) only 
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Sequence
 
 # statuses (the interface of the pre-check; 1.0.4 writes its warning as "Warning", the seed "warning")
 PASS, WARNING, ERROR, SKIP = "pass", "warning", "error", "SKIP"
@@ -105,3 +105,18 @@ def format_cell(value: object) -> object:
     if isinstance(value, float):
         return "{:.{}f}".format(value, FLOAT_DECIMALS)
     return value
+
+
+def aggregate_status(statuses: Sequence[str]) -> str:
+    """The status of an API (a direction) from its rows' statuses (seed §4, 1.0.4
+    ``get_api_checker_result``): none -> SPACE (no backward); all SKIP -> SKIP; any error -> error; else
+    any warning -> warning; else pass (SKIP rows beside passing ones do not fail the API)."""
+    if not statuses:
+        return SPACE
+    if all(status == SKIP for status in statuses):
+        return SKIP
+    if ERROR in statuses:
+        return ERROR
+    if WARNING in statuses:
+        return WARNING
+    return PASS

@@ -41,6 +41,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ptdbg_ascend.comparison.columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.naming import PREFIXES, parse_call_name, parse_record_name
 from ptdbg_ascend.precheck import columns as col
@@ -53,8 +54,6 @@ IS_SUSPECT, PRECEDES, FOLLOWS = "is", "precedes", "follows"
 SUSPECT, FIRST_FAILURE = "the advisor's suspect", "the compare's first failing call"
 PASSING_TEXT = "inaccurate in isolation, but within tolerance in this run"
 
-# compare CSV columns (ptdbg_ascend/comparison/columns.py; msprobe 1.0.4 uses the same titles)
-NPU_NAME, RESULT, ACCURACY, ERR_MESSAGE = "NPU Name", "Result", "Accuracy Reached or Not", "Err_message"
 COMPARE_STEM, ADVISOR_STEM = "compare_result_", "advisor_"
 _SUSPECT_LINE = re.compile(r"^Suspect API: (?P<call>\S+)", re.MULTILINE)
 _DOTTED_ROW = re.compile(r"^(?P<call>(?:" + "|".join(PREFIXES) + r")\.(?P<api>.+?)\.(?P<index>\d+))"

@@ -52,8 +52,7 @@ Differences from 1.0.4 (deliberate):
 from __future__ import annotations
 
 import math
-import os
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.precheck import columns as col
@@ -122,14 +121,6 @@ def _ratio_status(value: float, metric: str) -> str:
     return PASS
 
 
-def _worst(statuses: Sequence[str]) -> str:
-    if ERROR in statuses:
-        return ERROR
-    if WARNING in statuses:
-        return WARNING
-    return PASS
-
-
 _BENCHMARK_FIELDS = [  # (metric, input column, ratio column, status column)
     ("small_value", col.SMALL_VALUE_ERR_RATIO, col.SMALL_VALUE_ERR_RATIO_RATIO, col.SMALL_VALUE_ERR_STATUS),
     ("rmse", col.RMSE, col.RMSE_RATIO, col.RMSE_STATUS),
@@ -152,7 +143,7 @@ def _benchmark(npu: Mapping[str, str], gpu: Mapping[str, str], out: Dict[str, ob
             if status in (ERROR, WARNING):
                 messages.append("{}: {}".format(status.upper(), BENCHMARK_MESSAGES[metric]))
     out[col.MESSAGE] = "\n".join(messages)
-    return _worst(statuses)
+    return col.aggregate_status(statuses)
 
 
 def _ulp(npu: Mapping[str, str], gpu: Mapping[str, str], dtype: str, out: Dict[str, object]) -> str:
@@ -193,7 +184,7 @@ def _absolute(npu: Mapping[str, str], out: Dict[str, object]) -> str:
         if status == ERROR:
             messages.append("ERROR: {}超过阈值".format(label))
     out[col.MESSAGE] = "\n".join(messages)
-    return _worst(statuses)
+    return col.aggregate_status(statuses)
 
 
 def judge_pair(npu: Mapping[str, str], gpu: Optional[Mapping[str, str]]) -> Dict[str, object]:
@@ -249,14 +240,6 @@ def judge_pair(npu: Mapping[str, str], gpu: Optional[Mapping[str, str]]) -> Dict
         return finish(SKIP, message=str(error))
 
 
-def _aggregate(statuses: Sequence[str]) -> str:
-    if not statuses:
-        return SPACE
-    if all(s == SKIP for s in statuses):
-        return SKIP
-    return _worst([s for s in statuses if s != SKIP])
-
-
 def api_precision_compare(npu_csv: str, gpu_csv: str, out_path: str = ".") -> Tuple[str, str]:
     """Compare the NPU's ``accuracy_checking_details_{ts}.csv`` with the GPU's; write
     ``api_precision_compare_result_{ts}.csv`` and ``api_precision_compare_details_{ts}.csv`` into
@@ -305,7 +288,7 @@ def api_precision_compare(npu_csv: str, gpu_csv: str, out_path: str = ".") -> Tu
         result_writer = csv_files.writer(result_file)
         result_writer.writerow(col.PRECISION_RESULT_COLUMNS)
         for api_full, directions in apis.items():
-            forward, backward = _aggregate(directions["forward"]), _aggregate(directions["backward"])
+            forward, backward = col.aggregate_status(directions["forward"]), col.aggregate_status(directions["backward"])
             if forward == ERROR:
                 message = API_NOTES.get(keys[api_full], "")
             elif SKIP in (forward, backward):
@@ -314,10 +297,3 @@ def api_precision_compare(npu_csv: str, gpu_csv: str, out_path: str = ".") -> Tu
                 message = ""
             result_writer.writerow([api_full, forward, backward, message])
     return result_path, details_path
-
-
-def default_csv(directory: str = ".") -> Optional[str]:
-    """The newest ``accuracy_checking_details_*.csv`` in ``directory`` (the seed's default for -npu/-gpu),
-    None if there is none."""
-    names = [n for n in os.listdir(directory) if n.startswith("accuracy_checking_details_") and n.endswith(".csv")]
-    return os.path.join(directory, max(names)) if names else None

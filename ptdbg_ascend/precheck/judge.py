@@ -110,16 +110,7 @@ def api_status(judgements: Sequence[OutputJudgement]) -> str:
     """The Forward/Backward Test Success of one API from its rows (seed §4, 1.0.4
     ``get_api_checker_result``): no rows -> ``" "`` (no backward); all SKIP -> SKIP; any error -> error;
     else any warning -> warning; else pass (SKIP rows beside passing ones do not fail the API)."""
-    statuses = [j.status for j in judgements]
-    if not statuses:
-        return SPACE
-    if all(s == SKIP for s in statuses):
-        return SKIP
-    if ERROR in statuses:
-        return ERROR
-    if WARNING in statuses:
-        return WARNING
-    return PASS
+    return col.aggregate_status([j.status for j in judgements])
 
 
 def severity_order(judgements: Sequence[OutputJudgement]) -> List[OutputJudgement]:

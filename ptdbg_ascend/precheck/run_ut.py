@@ -15,12 +15,13 @@ CPU, not the NPU).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ptdbg_ascend.errors import ParameterError
 from ptdbg_ascend.log import logger
@@ -110,7 +111,8 @@ class RunUtOutcome:
 
 # --- white/black lists ------------------------------------------------------------------------------------
 
-def known_api_names() -> Set[str]:
+@functools.lru_cache(None)
+def known_api_names() -> FrozenSet[str]:
     """Every API name of the wrap lists (``dump/wrapped_apis.txt`` + ``wrapped_apis_extra.txt``), bare
     (``linear``) and with its prefix (``Functional.linear``)."""
     from ptdbg_ascend.dump.interception import _EXTRA_FILE, read_wrapped_names
@@ -121,13 +123,15 @@ def known_api_names() -> Set[str]:
             for api in apis:
                 names.add(api)
                 names.add(prefix + "." + api)
-    return names
+    return frozenset(names)
 
 
 def check_api_list(parameter: str, values: Sequence[str]) -> Tuple[str, ...]:
     """The names of a white/black list, each checked against the wrap lists."""
     if isinstance(values, str) or not all(isinstance(v, str) for v in values):
         raise ParameterError(parameter, values, "must be a list of API names, e.g. [\"conv2d\", \"Functional.linear\"]")
+    if not values:
+        return ()
     known = known_api_names()
     unknown = [name for name in values if name not in known]
     if unknown:
@@ -294,11 +298,10 @@ def plan_run(api_info: str, out_path: str = ".", save_error_data: bool = False, 
     if use_random and random_data is None and writes_csv:
         logger.info("{} holds statistics only: the APIs run on random inputs within the recorded Max/Min "
                     "(seed {}).".format(api_info, seed))
-    if result_csv_path and writes_csv:
-        drop_link_column(result_csv_path)  # a linked (finished) run resumes like any other
-        ut_files.check_resumable(result_csv_path)
-        base_dir = os.path.dirname(os.path.abspath(result_csv_path))
-    elif result_csv_path:
+    if result_csv_path:
+        if writes_csv:
+            drop_link_column(result_csv_path)  # a linked (finished) run resumes like any other
+            ut_files.check_resumable(result_csv_path)
         base_dir = os.path.dirname(os.path.abspath(result_csv_path))
     elif writes_csv or save_error_data:
         base_dir = csv_files.ensure_out_dir(out_path)

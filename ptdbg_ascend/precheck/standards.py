@@ -12,7 +12,7 @@ Dtypes are the ``str(torch.dtype)`` spellings (``"torch.float32"``), so this mod
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Mapping, Optional
+from typing import FrozenSet, Mapping
 
 # --- comparison algorithms (our names; the seed's titles in ALGORITHM_TITLES) -------------------------
 BENCHMARK = "benchmark"
@@ -153,13 +153,3 @@ def standard_of(api: str) -> str:
     if key in ULP_APIS:
         return ULP
     return BENCHMARK
-
-
-def absolute_thresholds(dtype: str) -> Optional[Mapping[str, float]]:
-    """The absolute-threshold numbers for a device dtype (``"torch.float32"``...), None if it has none."""
-    return ABSOLUTE_THRESHOLDS.get(dtype)
-
-
-STANDARD_TABLE: Dict[str, FrozenSet[str]] = {
-    THOUSANDTH: THOUSANDTH_APIS, BINARY: BINARY_CONSISTENCY_APIS, ABSOLUTE: ABSOLUTE_THRESHOLD_APIS, ULP: ULP_APIS,
-}

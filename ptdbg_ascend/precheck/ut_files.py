@@ -93,7 +93,11 @@ def _read_text(path: str) -> str:
 
 
 def _check_header(path: str, header: Sequence[str]) -> None:
-    first = _read_text(path).split("\n", 1)[0].rstrip("\r")
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            first = handle.readline().rstrip("\r\n")  # the header line only, not the whole file
+    except (OSError, UnicodeDecodeError) as error:
+        raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
     if next(csv.reader([first]), []) != list(header):
         raise FileFormatError("{} does not start with the run_ut header line ({}...): not a run_ut CSV of this "
                               "version.".format(path, ", ".join(header[:3])))
