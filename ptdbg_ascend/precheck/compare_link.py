@@ -34,7 +34,6 @@ No torch, no numpy: the csv module only.
 from __future__ import annotations
 
 import csv
-import io
 import math
 import os
 import re
@@ -45,7 +44,7 @@ from ptdbg_ascend.comparison.columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RES
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.naming import PREFIXES, parse_call_name, parse_record_name
 from ptdbg_ascend.precheck import columns as col
-from ptdbg_ascend.writers.safe_fs import replace_file, write_all
+from ptdbg_ascend.precheck import ut_files
 
 # the column appended to accuracy_checking_result_{ts}.csv, after 1.0.4's four
 LINK_COLUMN = "Compare Link"
@@ -335,23 +334,14 @@ def _read_result(path: str) -> List[List[str]]:
         raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
 
 
-def _rewrite(path: str, rows: Sequence[Sequence[str]]) -> None:
-    buffer = io.StringIO(newline="")
-    buffer.write("\ufeff")  # utf-8-sig, as run_ut writes it (Excel shows the Chinese titles)
-    csv.writer(buffer).writerows(rows)
-    data = buffer.getvalue().encode("utf-8")
-    replace_file(path, lambda descriptor: write_all(descriptor, data), "the run_ut result CSV")
-
-
 def write_link_column(result_csv: str, cells: Dict[str, str]) -> None:
     """Rewrite ``result_csv`` with LINK_COLUMN after 1.0.4's columns: ``cells[API name]``, else empty."""
     rows = [row for row in _read_result(result_csv) if row]
     width = len(col.RESULT_COLUMNS)
     if not rows or rows[0][:width] != col.RESULT_COLUMNS:
         raise FileFormatError("{} does not start with the run_ut header line.".format(result_csv))
-    out = [col.RESULT_COLUMNS + [LINK_COLUMN]]
-    out += [row[:width] + [cells.get(row[0], "")] for row in rows[1:]]
-    _rewrite(result_csv, out)
+    ut_files.rewrite_csv(result_csv, col.RESULT_COLUMNS + [LINK_COLUMN],
+                         [row[:width] + [cells.get(row[0], "")] for row in rows[1:]])
 
 
 def drop_link_column(result_csv: str) -> bool:
@@ -367,7 +357,7 @@ def drop_link_column(result_csv: str) -> bool:
         return False
     if not rows or rows[0] != col.RESULT_COLUMNS + [LINK_COLUMN]:
         return False
-    _rewrite(result_csv, [row[:len(col.RESULT_COLUMNS)] for row in rows])
+    ut_files.rewrite_csv(result_csv, col.RESULT_COLUMNS, [row[:len(col.RESULT_COLUMNS)] for row in rows[1:]])
     return True
 
 

@@ -129,15 +129,16 @@ def resume_pair(result_csv_path: str) -> Tuple[UtFiles, Set[str]]:
     results = [row for row in _complete_rows(result_path) if row]
     done = {row[0] for row in results}
     details = [row for row in _complete_rows(details_path) if row and api_of_row(row[0]) in done]
-    _rewrite(result_path, col.RESULT_COLUMNS, results)
-    _rewrite(details_path, col.DETAIL_COLUMNS, details)
+    rewrite_csv(result_path, col.RESULT_COLUMNS, results)
+    rewrite_csv(details_path, col.DETAIL_COLUMNS, details)
     tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
     result = open(result_path, "a", newline="", encoding="utf-8")
     details_handle = open(details_path, "a", newline="", encoding="utf-8")
     return UtFiles(result_path, result, details_path, details_handle, tail), done
 
 
-def _rewrite(path: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+def rewrite_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Replace ``path`` atomically with ``header`` and ``rows`` (utf-8 with a BOM, as run_ut writes)."""
     buffer = io.StringIO(newline="")
     buffer.write(BOM)
     writer = csv.writer(buffer)
