@@ -19,7 +19,7 @@ import os
 import stat
 from typing import Any, Optional, Tuple
 
-from ptdbg_ascend.comparison.metrics import load_tensor, open_inside
+from ptdbg_ascend.comparison.metrics import OutsideRoot, load_tensor, resolve_inside
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.writers.safe_fs import NAME_MAX, TEMP_SUFFIX, check_path_text, own_dir, replace_file, write_all
@@ -59,11 +59,11 @@ def output_path(root: str, *parts: str) -> str:
         if not isinstance(part, str) or not _is_plain(part):
             raise DumpPathError("ptdbg convert refuses to write {!r} under {}: not a plain name.".format(part, root))
     path = os.path.join(root, *parts)
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if os.path.commonpath([real, real_root]) != real_root:
+    try:
+        resolve_inside(path, root, "the output directory")
+    except OutsideRoot:
         raise DumpPathError("ptdbg convert refuses to write {}: it resolves to {}, outside the output directory {}."
-                            .format(path, real, root))
+                            .format(path, os.path.realpath(path), root)) from None
     return path
 
 
@@ -114,13 +114,10 @@ def read_tensor(path: str, root: str, record: str, where: str) -> Optional[Any]:
     :raises FileFormatError: the file exists but cannot be loaded safely.
     """
     try:
-        with open_inside(path, root):
-            pass  # only the confinement and file-type checks; load_tensor checks again when it opens
-    except ValueError as error:
+        return load_tensor(path, root)  # confined and checked to be a regular file as it is opened
+    except OutsideRoot as error:
         logger.warning("{}: record {} keeps its statistics but not its tensor: {}.".format(where, record, error))
         return None
-    try:
-        return load_tensor(path, root)
     except FileNotFoundError:
         raise
     except Exception as error:  # noqa: BLE001 -- torch raises many kinds (RuntimeError...) for a corrupt file

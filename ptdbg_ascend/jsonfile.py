@@ -35,3 +35,5 @@ def load_json(path: str, what: str, not_json_hint: str = "") -> Any:
         raise FileFormatError("Cannot read the {} {}: {}".format(what, path, error)) from None
     except ValueError as error:
         raise FileFormatError("The {} {} is not valid JSON{}: {}".format(what, path, not_json_hint, error)) from None
+    except RecursionError:
+        raise FileFormatError("The {} {} is not valid JSON: it is nested too deeply.".format(what, path)) from None

@@ -11,6 +11,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from ptdbg_ascend.comparison.inputs import check_api_mapping
 from ptdbg_ascend.comparison.metrics import resolve_inside
 from ptdbg_ascend.errors import CompareError, ParameterError
 from ptdbg_ascend.log import logger
@@ -77,6 +78,8 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
             raise ParameterError(key, kwargs[key], "not a compare_distributed option; allowed: "
                                  + ", ".join(ALLOWED_KWARGS))
     print_log = kwargs.pop("is_print_compare_log", True)
+    if kwargs.get("api_mapping") is not None:  # read and checked once, not per rank pair
+        kwargs["api_mapping"] = check_api_mapping(kwargs["api_mapping"])
     npu_ranks = rank_dirs(npu_dump_dir, "npu_dump_dir")
     bench_ranks = rank_dirs(bench_dump_dir, "bench_dump_dir")
     if len(npu_ranks) != len(bench_ranks):

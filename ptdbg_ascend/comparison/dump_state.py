@@ -21,7 +21,7 @@ from typing import NamedTuple, Optional, Sequence, Set
 from ptdbg_ascend.comparison.records import CallRecord
 from ptdbg_ascend.errors import DumpPathError
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.writers.safe_fs import LOCK_NAME, TEMP_SUFFIX, DumpLock, _host, _pid_alive
+from ptdbg_ascend.writers.safe_fs import TEMP_SUFFIX, DumpLock, host_name, pid_alive
 
 RUNNING = "running"  # the lock's holder is alive on this host
 ENDED = "ended"  # the lock's holder is gone, or no lock but leftover temporary files
@@ -106,22 +106,19 @@ def check_dump(side: str, dump_path: str, data_dir: Optional[str], calls: Sequen
 
 def _lock_state(rank_dir: str):
     """``(state, pid, host, note)`` of ``rank_dir``'s lock, or None when there is none."""
-    path = os.path.join(rank_dir, LOCK_NAME)
-    if not os.path.lexists(path):
-        return None
     try:
-        holder = DumpLock(rank_dir)._holder()  # reads it with O_NOFOLLOW, parses "pid host"
+        holder = DumpLock(rank_dir).holder()  # reads it with O_NOFOLLOW, parses "pid host"
     except DumpPathError as error:
         return UNKNOWN, None, None, "its directory holds a dump lock that cannot be read ({})".format(error)
-    if holder is None:  # removed between the two calls: the writer closed just now
+    if holder is None:  # no lock: the writer closed cleanly
         return None
     pid, host = holder
     if pid < 0:  # an empty lock: its writer is creating it right now
         return RUNNING, None, "this host", ""
-    if host != _host():
+    if host != host_name():
         return UNKNOWN, pid, host, ("its directory holds the dump lock of pid {} on host {}, another host: that "
                                     "writer is still running there or ended without a clean close".format(pid, host))
-    return (RUNNING if _pid_alive(pid) else ENDED), pid, host, ""
+    return (RUNNING if pid_alive(pid) else ENDED), pid, host, ""
 
 
 def _default_data_dir(dump_path: str) -> str:

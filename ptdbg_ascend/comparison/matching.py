@@ -89,7 +89,6 @@ class _Side(object):
         self.order = {id(call): position for position, call in enumerate(calls)}
         self.forward: List[CallRecord] = []
         self.backward: List[CallRecord] = []
-        self.parts: Dict[int, CallName] = {}
         self.keys: Dict[int, Tuple] = {}  # (API, direction, structure)
         self.exact: Dict[int, Tuple] = {}  # (API, counter, direction, structure)
         self.api_keys: Dict[int, Tuple] = {}  # (API, direction)
@@ -98,7 +97,6 @@ class _Side(object):
         for call in calls:
             parts = split_call_name(call.name)
             api = mapping.get(parts.api, parts.api)
-            self.parts[id(call)] = parts
             self.by_name[call.name] = call
             structure = None if parts.api in mapping else tuple(
                 (r.name[len(call.name):], r.shape, _family(r.dtype)) for r in call.records)

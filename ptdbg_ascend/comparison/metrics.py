@@ -91,10 +91,6 @@ class Metrics(object):
         """Whether the two tensors were actually compared (numbers exist for the robust verdict)."""
         return self.status in (Status.COMPARED, Status.SCALAR, Status.EMPTY, Status.INF_NAN)
 
-    def with_message(self, message: str) -> "Metrics":
-        self.messages = self.messages + (message,)
-        return self
-
     def cell(self, field: str) -> object:
         """The legacy CSV cell of one metric: the number, or the word the original wrote instead."""
         value = getattr(self, field)
@@ -120,16 +116,21 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.einsum("i,i->", x, y))
 
 
+class OutsideRoot(ValueError):
+    """A data file that is not read: it resolves outside the directory the user gave, or it is not a
+    regular file (:func:`resolve_inside`, :func:`open_inside`)."""
+
+
 def resolve_inside(path: str, root: str, what: str = "the data directory") -> str:
     """``path`` resolved (``os.path.realpath``: every symlink followed), which must lie inside the resolved
     ``root``; ``what`` names ``root`` in the message (default "the data directory").
 
-    :raises ValueError: it resolves to a place outside ``root``.
+    :raises OutsideRoot: (a ValueError) it resolves to a place outside ``root``.
     """
     real = os.path.realpath(path)
     real_root = os.path.realpath(root)
     if os.path.commonpath([real, real_root]) != real_root:
-        raise ValueError("{} resolves to {}, outside {} {}; it is not read".format(path, real, what, root))
+        raise OutsideRoot("{} resolves to {}, outside {} {}; it is not read".format(path, real, what, root))
     return real
 
 
@@ -139,14 +140,14 @@ def open_inside(path: str, root: Optional[str] = None):
     regular file (a FIFO would block). The resolved path itself is opened (``O_NOFOLLOW``), so what was
     checked is what is read.
 
-    :raises ValueError: the file lies outside ``root`` or is not a regular file.
+    :raises OutsideRoot: (a ValueError) the file lies outside ``root`` or is not a regular file.
     :raises OSError: it cannot be opened (FileNotFoundError when missing).
     """
     real = resolve_inside(path, root) if root is not None else os.path.realpath(path)
     descriptor = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise ValueError("{} is not a regular file; it is not read".format(path))
+            raise OutsideRoot("{} is not a regular file; it is not read".format(path))
         return os.fdopen(descriptor, "rb")
     except BaseException:
         os.close(descriptor)

@@ -15,12 +15,11 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Optional, Sequence
 
-from ptdbg_ascend.comparison.metrics import Metrics, Status
+from ptdbg_ascend.comparison.metrics import NAN, Metrics, Status
 from ptdbg_ascend.comparison.records import TensorRecord
 from ptdbg_ascend.comparison.tolerances import WARNING_SHARE, Tolerance
 
 YES, NO, UNMATCHED = "Yes", "No", "Unmatched"
-NAN = "Nan"
 # Result grades: "warning" = passes, but the legacy column says No or the error is above a quarter of
 # what is allowed (worth a look when hunting a small drift).
 PASS, WARNING, ERROR = "pass", "warning", "error"

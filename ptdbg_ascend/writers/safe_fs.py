@@ -167,14 +167,14 @@ def remove_quietly(path: str) -> None:
         pass
 
 
-def _host() -> str:
+def host_name() -> str:
     try:
         return socket.gethostname()
     except OSError:
         return "unknown"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -205,17 +205,17 @@ class DumpLock(object):
 
         if self.held:
             return
-        host = _host()
+        host = host_name()
         text = "{} {}\n".format(os.getpid(), host)
         for _ in range(3):
             try:
                 descriptor = open_new(self.path)
             except FileExistsError:
-                holder = self._holder()
+                holder = self.holder()
                 if holder is None:  # vanished or unreadable between the two calls: try again
                     continue
                 pid, holder_host = holder
-                if holder_host == host and (pid == os.getpid() or not _pid_alive(pid)):
+                if holder_host == host and (pid == os.getpid() or not pid_alive(pid)):
                     if pid != os.getpid():
                         logger.warning("Taking over the stale dump lock {} of process {} (no longer running)."
                                        .format(self.path, pid))
@@ -239,7 +239,9 @@ class DumpLock(object):
             return
         raise DumpPathError("Cannot take the dump lock {}: it keeps changing (another process?).".format(self.path))
 
-    def _holder(self) -> Optional[Tuple[int, str]]:
+    def holder(self) -> Optional[Tuple[int, str]]:
+        """``(pid, host)`` written in the lock (read with O_NOFOLLOW), ``(-1, ...)`` while its creator
+        writes it, None when there is no lock; a lock that cannot be read is a DumpPathError."""
         try:
             descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:

@@ -23,10 +23,7 @@ STACK_LINE = re.compile(r"^File (?P<file>.*), line (?P<line>\d+), in (?P<func>[^
 
 
 def _load_json(path: str, what: str) -> Any:
-    try:
-        return load_json(path, what, " (incomplete after a crash?)")
-    except RecursionError:
-        raise FileFormatError("The {} {} is not valid JSON: it is nested too deeply.".format(what, path)) from None
+    return load_json(path, what, " (incomplete after a crash?)")
 
 
 def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = None) -> List[CallRecord]:
