@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Iterable, NamedTuple, Optional, Tuple
 
@@ -120,3 +121,13 @@ def file_name_problem(name: object) -> Optional[str]:
     if not _FILE_NAME.match(name) or ".." in name or len(name) > 255:
         return "file name {} is not a plain file name inside the data directory".format(_short(name))
     return None
+
+
+def data_file(data_dir: str, file_name: object, field: str) -> Tuple[Optional[str], Optional[str]]:
+    """``(path, None)`` of a record's tensor file inside ``data_dir``, or ``(None, problem)`` when
+    ``file_name`` (from a dump file; ``field`` names where it came from, e.g. "record's", "tensor's
+    data_name holds a") cannot be one (:func:`file_name_problem`): the row message, nothing is read."""
+    problem = file_name_problem(file_name)
+    if problem is None:
+        return os.path.join(data_dir, file_name), None
+    return None, "Not compared: the {} {}; nothing was read.".format(field, problem)

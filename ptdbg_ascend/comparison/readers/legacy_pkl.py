@@ -8,11 +8,10 @@ from each record name (not by "a group ends at an output line", which merged cal
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, file_name_problem
+from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, data_file
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.log import logger
 
@@ -86,11 +85,8 @@ def read(path: str, data_dir: Optional[str] = None, overflow_statistics: bool = 
         name = line[0]
         data_path = problem = None
         if data_dir:
-            problem = file_name_problem(name + ".npy")
-            if problem is None:
-                data_path = os.path.join(data_dir, name + ".npy")
-            else:
-                problem = "Not compared: the record's {}; nothing was read.".format(problem)
+            data_path, problem = data_file(data_dir, name + ".npy", "record's")
+            if problem is not None:
                 logger.warning("Line {} of {}: {}".format(number, path, problem))
         records[call].append(TensorRecord(
             name=name, side=match.group("side"), dtype=str(line[3]), shape=shape,

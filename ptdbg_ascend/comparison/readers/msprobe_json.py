@@ -9,11 +9,10 @@ leaves become records (legacy dumps filter scalars by default); null/{} leaves c
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, file_name_problem
+from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, data_file
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
@@ -97,11 +96,8 @@ def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List
     data_name = value.get("data_name")
     data_path = problem = None
     if data_dir and data_name not in (None, ""):
-        problem = file_name_problem(data_name)
-        if problem is None:
-            data_path = os.path.join(data_dir, data_name)
-        else:
-            problem = "Not compared: the tensor's data_name holds a {}; nothing was read.".format(problem)
+        data_path, problem = data_file(data_dir, data_name, "tensor's data_name holds a")
+        if problem is not None:
             logger.warning("Tensor {} of {}: {}".format(name, path, problem))
     out.append(TensorRecord(
         name=name, side=side, dtype=str(value.get("dtype")), shape=shape,
