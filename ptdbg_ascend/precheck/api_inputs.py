@@ -28,9 +28,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from ptdbg_ascend.comparison.records import Frame, file_name_problem, user_line
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import load_json
+from ptdbg_ascend.naming import DOTTED_RECORD_NAME
 
 TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
-PREFIXES = ("Functional", "Tensor", "Torch", "VF", "NPU", "Distributed", "Aten")
 DATA_DIR_NAME = "dump_tensor_data"
 LEGACY_HINT = ("A legacy pkl+npy dump does not record the non-tensor arguments (keyword arguments, ints, dtypes) "
                "a re-run needs. Dump the run with PrecisionDebugger(task=\"tensor\", level=\"L1\") (or "
@@ -92,15 +92,10 @@ def split_name(dotted: str) -> Optional[Tuple[str, str, str, str]]:
     """``Functional.linear.0.forward`` -> ``("Functional", "linear", "0", "forward")``; an Aten name
     with an overload (``Aten.add.Tensor.0.forward``) keeps ``add.Tensor`` as the API. None when the name
     is not an API call (a ``Module.`` entry, another shape)."""
-    parts = dotted.split(".")
-    if len(parts) < 4 or parts[0] not in PREFIXES or parts[-1] not in ("forward", "backward"):
+    match = DOTTED_RECORD_NAME.match(dotted)
+    if match is None or match.group("side") is not None:
         return None
-    if not parts[-2].isdigit():
-        return None
-    api = ".".join(parts[1:-2])
-    if not api:
-        return None
-    return parts[0], api, parts[-2], parts[-1]
+    return match.group("prefix"), match.group("api"), match.group("index"), match.group("direction")
 
 
 def open_dump(api_info: str) -> Dump:
@@ -184,10 +179,10 @@ def _data_dir(api_info: str, dump: Mapping[str, Any]) -> str:
 def _stacks(path: str) -> Dict[str, Tuple[Frame, ...]]:
     if not os.path.isfile(path):
         return {}
-    from ptdbg_ascend.comparison.readers.msprobe_json import _read_stacks
+    from ptdbg_ascend.comparison.readers.msprobe_json import read_stacks
 
     try:
-        return _read_stacks(path)
+        return read_stacks(path)
     except FileFormatError:
         return {}  # stack.json only adds the code line to the summary: a torn one does not stop the run
 

@@ -32,7 +32,7 @@ def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = 
         raise FileFormatError("Dump file {} has no \"data\" object: not an msprobe dump.json.".format(path))
     if dump.get("task") in ("overflow_check", "free_benchmark"):
         raise FileFormatError("Dump file {} is a {} dump; compare is not required for it.".format(path, dump["task"]))
-    stacks = _read_stacks(stack_path) if stack_path else {}
+    stacks = read_stacks(stack_path) if stack_path else {}
     calls = []
     for dotted, entry in dump["data"].items():
         call = to_legacy(dotted)
@@ -106,7 +106,8 @@ def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List
     ))
 
 
-def _read_stacks(path: str) -> Dict[str, Tuple[Frame, ...]]:
+def read_stacks(path: str) -> Dict[str, Tuple[Frame, ...]]:
+    """stack.json: call name -> its frames (msprobe's "File F, line N, in FUNC, \\n CODE" lines parsed)."""
     stacks = _load_json(path, "stack file")
     if not isinstance(stacks, dict):
         raise FileFormatError("Stack file {} is not a JSON object of call name -> stack lines.".format(path))
