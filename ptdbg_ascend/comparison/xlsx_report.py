@@ -6,16 +6,14 @@ openpyxl is imported when :func:`write_xlsx` runs only, so importing the package
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 import os
 from typing import Dict, List, Optional, Sequence
 
 from ptdbg_ascend.comparison import columns as col
-from ptdbg_ascend.errors import DumpWriteError
+from ptdbg_ascend.writers.safe_fs import replace_file
 
-FILE_MODE = 0o640
 RESULT_SHEET, CHART_SHEET = "compare_result", "chart"
 # Excel's standard "bad" / "neutral" fills; the first failure gets a darker red so it stands out of a red block.
 FILLS = {"error": "FFC7CE", "warning": "FFEB9C"}
@@ -56,23 +54,13 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
     if first_failure is not None and not 0 <= first_failure < len(table):
         raise ValueError("write_xlsx: first_failure={} is not a row index of a {}-row table".format(
             first_failure, len(table)))
-    try:
-        if os.path.lexists(path):
-            os.remove(path)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        os.fchmod(descriptor, FILE_MODE)  # exactly 0640 whatever the umask, before any data is in it
-    except OSError as error:
-        raise DumpWriteError("Cannot write the compare result {}: {}".format(path, error)) from None
-    # The file is opened first: a bad path fails before thousands of rows are laid out.
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
+    def write(descriptor: int) -> None:
+        with os.fdopen(os.dup(descriptor), "wb") as handle:
             _workbook(columns, table, results, first_failure).save(handle)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.remove(path)  # a half-written zip only makes Excel offer a repair
-        if isinstance(error, OSError):
-            raise DumpWriteError("Cannot write the compare result {}: {}".format(path, error)) from None
-        raise
+
+    # A temporary file renamed into place: a same-named report is replaced, a failed write leaves no
+    # half-written zip (Excel would offer a repair), and the file is 0640 whatever the umask.
+    replace_file(path, write, "the compare result")
 
 
 def _workbook(columns: Sequence[str], table: Sequence[Sequence[object]], results: Sequence[str],

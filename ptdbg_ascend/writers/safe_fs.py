@@ -146,10 +146,12 @@ def replace_file(path: str, write: Callable[[int], None], what: str = "") -> Non
         finally:
             os.close(descriptor)
         os.replace(temporary, path)
-    except OSError as error:
+    except BaseException as error:  # the temporary file never stays behind, whatever stopped the write
         if temporary is not None:
             remove_quietly(temporary)
-        raise DumpWriteError("Cannot write {}{}: {}".format(what + " " if what else "", path, error)) from error
+        if isinstance(error, OSError):
+            raise DumpWriteError("Cannot write {}{}: {}".format(what + " " if what else "", path, error)) from error
+        raise
 
 
 def write_all(descriptor: int, data: Any) -> None:
