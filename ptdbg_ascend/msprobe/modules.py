@@ -63,6 +63,9 @@ class ModuleHooks(object):
         import torch
 
         recorder = self.recorder
+        # The module events go straight to the msprobe sink (entries, construct.json, the module stack)
+        # and to the selection (module ranges).
+        sink, selection = recorder.msprobe_sink, recorder.selection
         wants_backward = direction_wanted(recorder.config.data_mode, BACKWARD)
         # What the pre-hook learnt, for the forward hook (a module may be re-entered recursively):
         # (forward name, gradient edges of the inputs or None, number of tensor inputs).
@@ -72,9 +75,9 @@ class ModuleHooks(object):
             if not recorder.on:
                 return None
             name = self._next_name(path, mod, FORWARD)
-            recorder.note_construct(name)
-            recorder.module_stack.append(name)
-            recorder.selector.module_start(name)
+            sink.note_construct(name)
+            sink.module_stack.append(name)
+            selection.module_start(name)
             edges = None
             inputs = []  # type: List[Any]
             if wants_backward and torch.is_grad_enabled():
@@ -89,12 +92,12 @@ class ModuleHooks(object):
             if not pending:
                 return None  # the switch was off when this call began
             name, edges, n_inputs = pending.pop()
-            if recorder.module_stack and recorder.module_stack[-1] == name:
-                recorder.module_stack.pop()
+            if sink.module_stack and sink.module_stack[-1] == name:
+                sink.module_stack.pop()
             kwargs, output = (rest[0], rest[1]) if len(rest) == 2 else ({}, rest[0])
             with Inside():  # the tool's own torch calls are not recorded as APIs
-                if recorder.selector.module_end(name) and direction_wanted(recorder.config.data_mode, FORWARD):
-                    recorder.add_entry(name, lambda: recorder.forward_entry(name, args, kwargs, output), stack=True,
+                if selection.module_end(name) and direction_wanted(recorder.config.data_mode, FORWARD):
+                    sink.add_entry(name, lambda: sink.forward_entry(name, args, kwargs, output), stack=True,
                                        values=(args, kwargs, output))
                 if edges is not None:
                     backward_capture.arm(lambda incoming, produced: on_backward(mod, incoming, produced),
@@ -106,10 +109,10 @@ class ModuleHooks(object):
             if not recorder.on:
                 return
             name = self._next_name(path, mod, BACKWARD)
-            recorder.note_construct(name)
-            recorder.selector.module_start(name)
-            if recorder.selector.module_end(name):
-                recorder.add_entry(name, lambda: recorder.gradient_entry(name, incoming, produced), stack=False,
+            sink.note_construct(name)
+            selection.module_start(name)
+            if selection.module_end(name):
+                sink.add_entry(name, lambda: sink.gradient_entry(name, incoming, produced), stack=False,
                                    values=(incoming, produced))
 
         if _supports_kwargs_hooks(torch):

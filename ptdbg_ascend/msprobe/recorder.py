@@ -59,17 +59,8 @@ class MsprobeRecorder(Recorder):
         self.recording = value and self.record_apis and self.msprobe_sink.writer is not None
 
     @property
-    def selector(self) -> MsprobeSelection:
-        """The selection (the module hooks report module events to it)."""
-        return self.selection  # type: ignore[return-value]
-
-    @property
     def writer(self) -> Optional[MsprobeJsonWriter]:
         return self.msprobe_sink.writer
-
-    @property
-    def module_stack(self) -> List[str]:
-        return self.msprobe_sink.module_stack
 
     @property
     def overflows(self) -> int:
@@ -87,19 +78,6 @@ class MsprobeRecorder(Recorder):
 
     def _stopped(self) -> None:
         self.on = False  # what the script does while it handles the overflow stop is not recorded
-
-    # -- what the module hooks use -----------------------------------------------------------------
-    def note_construct(self, name: str) -> None:
-        self.msprobe_sink.note_construct(name)
-
-    def add_entry(self, name: str, build: Callable[[], Dict[str, Any]], stack: bool, values: Any = None) -> None:
-        self.msprobe_sink.add_entry(name, build, stack, values)
-
-    def forward_entry(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any], output: Any) -> Dict[str, Any]:
-        return self.msprobe_sink.forward_entry(name, args, kwargs, output)
-
-    def gradient_entry(self, name: str, incoming: Sequence[Optional[Any]], produced: Sequence[Optional[Any]]) -> Dict[str, Any]:
-        return self.msprobe_sink.gradient_entry(name, incoming, produced)
 
 
 class MsprobeSink(RecordSink):
