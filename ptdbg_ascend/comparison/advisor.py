@@ -111,15 +111,29 @@ def first_failure(rows: Sequence[CompareRow]) -> Optional[int]:
     return None
 
 
-def _first_dtype_mismatch(rows: Sequence[CompareRow], end: int) -> Optional[Tuple[str, str, str]]:
-    """``(call, npu dtype, bench dtype)`` of the first paired row before ``end`` whose dtypes differ,
-    preferring a call that computes in a lower float precision on NPU than on bench."""
+class DtypeMismatch(NamedTuple):
+    """A paired row whose dtypes differ: its NPU call, both dtypes, and whether the call computes in a
+    lower float precision on NPU than on bench."""
+
+    call: CallRecord
+    npu_dtype: str
+    bench_dtype: str
+    lower: bool
+
+    def text(self) -> str:
+        return "{} (NPU {}, bench {})".format(self.call.name, self.npu_dtype, self.bench_dtype)
+
+
+def _first_dtype_mismatch(rows: Sequence[CompareRow], end: int) -> Optional[DtypeMismatch]:
+    """The first paired row before ``end`` whose dtypes differ, preferring a call that computes in a
+    lower float precision on NPU than on bench."""
     first = None
     for row in rows[:end]:
         if row.npu is None or row.bench is None or row.npu.dtype == row.bench.dtype:
             continue
-        found = (row.pair.npu_call.name, row.npu.dtype, row.bench.dtype)
-        if _lower_precision(_precision(row.pair.npu_call.records), _precision(row.pair.bench_call.records)):
+        lower = _lower_precision(_precision(row.pair.npu_call.records), _precision(row.pair.bench_call.records))
+        found = DtypeMismatch(row.pair.npu_call, row.npu.dtype, row.bench.dtype, lower)
+        if lower:
             return found
         first = first or found
     return first
@@ -196,7 +210,7 @@ def diagnose(rows: Sequence[CompareRow], counts: Counts, failing: Optional[int])
         mismatch = _first_dtype_mismatch(rows, len(rows))
         if mismatch is not None:
             body.append("Note: {} runs in {} on NPU and {} on bench; its differences are within that precision's "
-                        "round-off.".format(*mismatch))
+                        "round-off.".format(mismatch.call.name, mismatch.npu_dtype, mismatch.bench_dtype))
         return Advice("NA", "NA", ALL_REACHED, tuple(body)), None
     finding, advice = _analyse(rows, failing)
     logger.warning("Find {} accuracy not reached, the line is {}".format(finding.record, finding.line))
@@ -227,11 +241,11 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
     row = rows[failing]
     call = row.pair.npu_call
     mismatch = _first_dtype_mismatch(rows, failing + 1)
-    mismatch_text = "{} (NPU {}, bench {})".format(*mismatch) if mismatch else None
+    mismatch_text = mismatch.text() if mismatch else None
     one_sided = _one_sided_before(rows, failing)
     advice: List[str] = []
     suspect = call
-    precision_drop = mismatch is not None and _lower_precision(*_mismatch_precisions(rows, mismatch[0]))
+    precision_drop = mismatch is not None and mismatch.lower
     if row.side == "output":
         kind = CAUSE
         inputs = [r for r in rows if r.pair.npu_call is call and r.npu is not None and r.npu.side == "input"]
@@ -245,12 +259,12 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
             # The inputs pass but are not identical, and they descend from a lower-precision call: this
             # API amplified a difference it was given (softmax, division, normalization), it did not make it.
             kind = PROPAGATION
-            suspect = _call_named(rows, mismatch[0]) or call
+            suspect = mismatch.call
             advice.append("The inputs of {} pass but already carry small differences{}, and {} computes in a lower "
                           "precision on NPU earlier (NPU {}, bench {}): {} amplifies that difference beyond the "
                           "tolerance. If it matters, compute {} in {}.".format(
-                              call.name, _error_growth(row, inputs), mismatch[0], mismatch[1], mismatch[2],
-                              call.name, mismatch[0], mismatch[2]))
+                              call.name, _error_growth(row, inputs), mismatch.call.name, mismatch.npu_dtype,
+                              mismatch.bench_dtype, call.name, mismatch.call.name, mismatch.bench_dtype))
         elif split_call_name(call.name).direction == "backward":
             advice.append("The gradients arriving at {} still match but the gradients it computes do not: check "
                           "the backward implementation of this API (a custom autograd function, a fused kernel)."
@@ -272,11 +286,12 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
         producer, chain = report.trace(failing)
         if precision_drop:
             kind = PROPAGATION
-            suspect = _call_named(rows, mismatch[0]) or call
+            suspect = mismatch.call
             advice.append("This input already differs. The first call computed in a lower precision on NPU is {} "
                           "(NPU {}, bench {}); its error was within that precision's round-off, and the calls after "
                           "it carry it on. If this difference matters, compute {} in {}.".format(
-                              mismatch[0], mismatch[1], mismatch[2], mismatch[0], mismatch[2]))
+                              mismatch.call.name, mismatch.npu_dtype, mismatch.bench_dtype, mismatch.call.name,
+                              mismatch.bench_dtype))
         elif chain:
             kind = PROPAGATION
             suspect = chain[-1]
@@ -301,7 +316,7 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
             advice.append("This input already differs and no dumped API produced it. Check what feeds the model: the "
                           "data (loading order, shuffle, augmentation), seed_all() on both sides, the loaded weights "
                           "and initialization, or an API that is not dumped.")
-    if any(_fp16_overflow(r.pair.npu_call.records) for r in (row,) if r.pair.npu_call is not None):
+    if call is not None and _fp16_overflow(call.records):
         advice.append("FP16 overflow: a float16 tensor of {} reaches inf/nan or the float16 maximum {}. Check loss "
                       "scaling, or compute this API in float32.".format(call.name, FP16_MAX))
     finding = Finding(record=row.name, line=failing + 2, kind=kind, call=suspect.name,
@@ -337,20 +352,6 @@ def _identical(row: CompareRow) -> bool:
     if row.metrics is not None:
         return row.metrics.max_abs_err == 0.0
     return row.npu.statistics == row.bench.statistics and row.npu.dtype == row.bench.dtype
-
-
-def _call_named(rows: Sequence[CompareRow], name: str) -> Optional[CallRecord]:
-    for row in rows:
-        if row.pair.npu_call is not None and row.pair.npu_call.name == name:
-            return row.pair.npu_call
-    return None
-
-
-def _mismatch_precisions(rows: Sequence[CompareRow], name: str) -> Tuple[Optional[str], Optional[str]]:
-    for row in rows:
-        if row.pair.npu_call is not None and row.pair.npu_call.name == name and row.pair.bench_call is not None:
-            return _precision(row.pair.npu_call.records), _precision(row.pair.bench_call.records)
-    return None, None
 
 
 def write_advice(advice: Advice, output_path: str, stem: str) -> str:
