@@ -12,11 +12,12 @@ import argparse
 import sys
 from typing import List, Optional
 
+from ptdbg_ascend.precheck import columns as col
 
-def _device(args: argparse.Namespace) -> str:
+
+def _device(value: Optional[str]) -> str:
     """msprobe's ``-d 0`` is a device id: the accelerator present here with that index, else an error
     (no silent CPU fallback); a device name passes through to run_ut's check."""
-    value = args.device
     if value is None:
         return "cpu"
     if str(value).isdigit():
@@ -37,7 +38,7 @@ def _device(args: argparse.Namespace) -> str:
 def _run_ut(args: argparse.Namespace) -> int:
     from ptdbg_ascend.precheck.run_ut import run_ut
 
-    outcome = run_ut(args.api_info_file, device=_device(args), **_run_ut_options(args))
+    outcome = run_ut(args.api_info_file, device=_device(args.device), **_run_ut_options(args))
     print(outcome.summary())
     return 1 if outcome.failed else 0
 
@@ -45,7 +46,7 @@ def _run_ut(args: argparse.Namespace) -> int:
 def _multi_run_ut(args: argparse.Namespace) -> int:
     from ptdbg_ascend.precheck.multi_run_ut import multi_run_ut
 
-    devices = [_device(argparse.Namespace(device=value)) for value in (args.device or [None])]
+    devices = [_device(value) for value in (args.device or [None])]
     outcome = multi_run_ut(args.api_info_file, n=args.num_splits, devices=devices, preload=args.preload or (),
                            start_method=args.start_method, threads_per_worker=args.threads_per_worker,
                            **_run_ut_options(args))
@@ -84,9 +85,9 @@ def _api_precision_compare(args: argparse.Namespace) -> int:
     print("api_precision_compare: result  {}\n                       details {}".format(result, details))
     with open(result, encoding="utf-8-sig", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    failing = [row for row in rows if "error" in (row.get("Forward Test Success"), row.get("Backward Test Success"))]
+    failing = [row for row in rows if "error" in (row.get(col.FORWARD_SUCCESS), row.get(col.BACKWARD_SUCCESS))]
     for row in failing[:15]:
-        print("  error  {}".format(row.get("API Name")))
+        print("  error  {}".format(row.get(col.API_NAME)))
     return 1 if failing else 0
 
 
