@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
 import stat
 from typing import Optional, Tuple
 
@@ -154,32 +153,35 @@ def open_inside(path: str, root: Optional[str] = None):
         raise
 
 
-def load_tensor(path: str, root: Optional[str] = None) -> np.ndarray:
+def load_tensor(path: str, root: Optional[str] = None, max_bytes: Optional[int] = None) -> np.ndarray:
     """Load a dumped tensor: ``.npy`` with allow_pickle=False, ``.pt`` with torch (lazily) and
-    ``weights_only=True`` only (explicit, so ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` cannot turn it off): a
-    file holding other Python objects, or a torch too old to load without unpickling code, is refused,
-    never worked around. ``root`` (default None): the directory the file must lie inside (:func:`open_inside`).
+    ``weights_only=True`` only: a file holding other Python objects, or a torch too old to load without
+    unpickling code, is refused, never worked around. ``root`` (default None): the directory the file must
+    lie inside (:func:`open_inside`). ``max_bytes`` (default None: :func:`ptdbg_ascend.memory.default_budget`):
+    the memory the tensor may take, checked from the file's header before anything is allocated
+    (``tensor_files``). Refusals are ValueErrors whose message names the file.
     """
+    from ptdbg_ascend import tensor_files
+
+    limit = _default_read_limit() if max_bytes is None else max_bytes
     with open_inside(path, root) as handle:
         if not path.endswith(".pt"):
-            return np.load(handle, allow_pickle=False)
-        import torch  # only msprobe tensor dumps need it
-
-        try:
-            tensor = torch.load(handle, map_location="cpu", weights_only=True)
-        except TypeError as error:
-            if "weights_only" in str(error):
-                raise ValueError("{} is a .pt file and this torch ({}) cannot load it safely (weights_only needs "
-                                 "torch >= 1.13); convert the dump with `ptdbg convert` on a newer torch"
-                                 .format(path, torch.__version__)) from None
-            raise
-        except pickle.UnpicklingError:
-            raise ValueError("{} holds Python objects besides tensors; it is not unpickled".format(path)) from None
-    if not isinstance(tensor, torch.Tensor):
-        raise ValueError("{} does not hold a tensor".format(path))
+            return tensor_files.load_npy(handle, path, limit)
+        tensor = tensor_files.load_pt(handle, path, limit)
     from ptdbg_ascend.numpy_view import tensor_to_numpy
 
     return tensor_to_numpy(tensor)  # bf16, float8, complex32 widened exactly, as the npy files
+
+
+_READ_LIMIT = []  # the default read limit, computed once per process (reading /proc for every file costs)
+
+
+def _default_read_limit() -> int:
+    if not _READ_LIMIT:
+        from ptdbg_ascend.memory import default_budget
+
+        _READ_LIMIT.append(default_budget())
+    return _READ_LIMIT[0]
 
 
 def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Tolerance] = None) -> Metrics:

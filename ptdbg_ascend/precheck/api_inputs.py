@@ -1,63 +1,49 @@
-"""Rebuilding each dumped API call from an msprobe-format dump (``dump.json`` + ``dump_tensor_data/*.pt``
-+ ``stack.json``), as the pre-check re-runs it.
+"""The API calls of an msprobe-format dump (``dump.json`` + ``dump_tensor_data/*.pt`` + ``stack.json``), as
+the pre-check re-runs them.
 
-- :func:`open_dump` reads and checks the dump.json once (a legacy ``.pkl`` dump is refused: it lacks the
-  non-tensor keyword arguments a re-run needs), pairs every ``X.n.forward`` entry with its
-  ``X.n.backward`` entry into an :class:`ApiCall`, and reads the user's code lines from ``stack.json``.
-- :func:`rebuild` turns the recorded arguments of one call back into Python values. Tensors are loaded
-  only for the call being run (bounded memory), through the same confined, ``weights_only`` loading as
-  compare (``comparison.metrics.open_inside``): never unpickled, never read outside the data directory.
-- Random-data mode (msprobe's "random data" for a statistics-only dump): each tensor is generated with
-  the recorded shape and dtype within the recorded [Min, Max], from a generator seeded by ``seed`` and
-  the tensor's place in the dump, so the same seed gives the same inputs whatever else is run.
+:func:`open_dump` reads and checks the dump.json once (a legacy ``.pkl`` dump is refused: it lacks the
+non-tensor keyword arguments a re-run needs), pairs every ``X.n.forward`` entry with its ``X.n.backward``
+entry into an :class:`ApiCall`, and reads the user's code lines from ``stack.json``. The dump may come
+from anyone, so:
 
-Anything the dump did not record (a positional dtype/device written as ``{}``, a type it could not
-write, a missing ``.pt`` file) is a :class:`MissingInput`: the runner SKIPs the call with that reason; no
-argument is ever guessed.
+- ``api_info`` must be a regular file (a FIFO would block the run before it starts);
+- tensors are read only from the ``dump_tensor_data/`` beside the dump.json or a directory the user names
+  (``data_dir``); the ``dump_data_dir`` recorded inside the dump is never followed;
+- an entry nested deeper than any real call is kept only as a name with the reason it is not run
+  (:attr:`ApiCall.problem`): nothing recurses into it later, nor sends it to a worker.
+
+The values of a call are rebuilt when it runs (``call_values``).
 """
 
 from __future__ import annotations
 
-import math
 import os
-import pickle
-import zlib
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import Frame, file_name_problem, user_line
+from ptdbg_ascend.comparison.records import Frame, user_line
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.naming import DOTTED_RECORD_NAME
+from ptdbg_ascend.precheck.arguments import MAX_DEPTH
+from ptdbg_ascend.precheck.call_values import TENSOR_TYPES
 
-TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
 DATA_DIR_NAME = "dump_tensor_data"
+# an entry holds input_args -> an argument -> its items: deeper than this, no real call is
+ENTRY_DEPTH = MAX_DEPTH + 3
 LEGACY_HINT = ("A legacy pkl+npy dump does not record the non-tensor arguments (keyword arguments, ints, dtypes) "
                "a re-run needs. Dump the run with PrecisionDebugger(task=\"tensor\", level=\"L1\") (or "
                "task=\"statistics\" for random data), or convert the dump with `ptdbg convert SOURCE TARGET` and "
                "check that the converted dump.json holds the arguments, then pass its dump.json.")
 
 
-class MissingInput(Exception):
-    """An argument of the call cannot be rebuilt from the dump (the message says which and why)."""
-
-
-class DeviceArg(object):
-    """A recorded ``device=`` value: replaced by the device the call runs on (the dumped device, an NPU,
-    may not exist here)."""
-
-    def __init__(self, recorded: Any) -> None:
-        self.recorded = recorded
-
-    def __repr__(self) -> str:
-        return "DeviceArg({!r})".format(self.recorded)
-
-
 @dataclass
 class ApiCall:
     """One dumped API call: ``full_name`` ``Functional.linear.0`` (msprobe's run_ut key), ``prefix``
     ``Functional``, ``api`` ``linear``, ``forward``/``backward`` the dump.json entries (backward None when
-    the dump has none), ``stack`` the forward call's frames (innermost first)."""
+    the dump has none), ``stack`` the forward call's frames (innermost first); ``problem``: why the entry is
+    not run at all (None: it may be; its entries are then empty)."""
 
     full_name: str
     prefix: str
@@ -65,6 +51,7 @@ class ApiCall:
     forward: Mapping[str, Any]
     backward: Optional[Mapping[str, Any]] = None
     stack: Tuple[Frame, ...] = ()
+    problem: Optional[str] = None
 
     @property
     def api_key(self) -> str:
@@ -98,17 +85,19 @@ def split_name(dotted: str) -> Optional[Tuple[str, str, str, str]]:
     return match.group("prefix"), match.group("api"), match.group("index"), match.group("direction")
 
 
-def open_dump(api_info: str) -> Dump:
-    """Read the dump.json ``api_info`` and pair its forward/backward entries.
+def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
+    """Read the dump.json ``api_info`` and pair its forward/backward entries. ``data_dir`` (default None:
+    the ``dump_tensor_data/`` beside the dump.json): the directory its tensor files are read from.
 
     Raises:
-        ParameterError: ``api_info`` is not a path string.
-        FileFormatError: the file is missing, not JSON, a legacy pkl dump, not an msprobe dump.json, holds
-            no API call, or names tensor files whose directory is missing.
+        ParameterError: ``api_info`` is not a path string, or ``data_dir`` is given and not a directory.
+        FileFormatError: the file is missing, not a regular file, not JSON, a legacy pkl dump, not an
+            msprobe dump.json, holds no API call, or names tensor files whose directory is missing.
     """
     if not isinstance(api_info, str) or not api_info:
         raise ParameterError("api_info", api_info, "must be the path of a dump.json written by "
                                                    "PrecisionDebugger (dump_path/step0/rank0/dump.json)")
+    _check_regular(api_info)
     if api_info.endswith(".pkl") or _looks_like_pkl(api_info):
         raise FileFormatError("{} is a legacy pkl dump; the pre-check needs a dump.json. {}".format(api_info,
                                                                                                  LEGACY_HINT))
@@ -126,6 +115,8 @@ def open_dump(api_info: str) -> Dump:
             continue  # module entries (L0/mix) and anything else that is not an API call
         prefix, api, counter, direction = parsed
         full_name = "{}.{}.{}".format(prefix, api, counter)
+        if _deeper_than(entry, ENTRY_DEPTH):
+            entry = {_TOO_DEEP: True}
         has_tensors = has_tensors or _names_a_file(entry)
         if direction == "forward":
             forwards[full_name] = (prefix, api, entry)
@@ -134,18 +125,56 @@ def open_dump(api_info: str) -> Dump:
     if not forwards:
         raise FileFormatError("The dump file {} holds no forward API call (a level L0 dump of modules only, or "
                               "an empty dump?); the pre-check needs a level L1 (or mix) dump.".format(api_info))
-    data_dir = _data_dir(api_info, dump) if has_tensors else None
+    tensor_dir = _data_dir(api_info, data_dir) if has_tensors else None
     stacks = _stacks(os.path.join(os.path.dirname(os.path.abspath(api_info)), "stack.json"))
-    calls = [ApiCall(full_name, prefix, api, entry, backwards.get(full_name),
-                     stacks.get(full_name + ".forward", ()))
+    calls = [_call(full_name, prefix, api, entry, backwards.get(full_name), stacks.get(full_name + ".forward", ()))
              for full_name, (prefix, api, entry) in forwards.items()]
-    return Dump(api_info, task, data_dir, calls, has_tensors)
+    return Dump(api_info, task, tensor_dir, calls, has_tensors)
+
+
+_TOO_DEEP = "__ptdbg_too_deep__"  # stands for an entry nested deeper than ENTRY_DEPTH (its content dropped)
+
+
+def _call(full_name: str, prefix: str, api: str, forward: Mapping[str, Any], backward: Optional[Mapping[str, Any]],
+          stack: Tuple[Frame, ...]) -> ApiCall:
+    if _TOO_DEEP in forward or (backward is not None and _TOO_DEEP in backward):
+        problem = ("{}: its dump entry is nested more than {} levels deep; no real call is, it is not run"
+                   .format(full_name, ENTRY_DEPTH))
+        return ApiCall(full_name, prefix, api, {}, None, stack, problem)
+    return ApiCall(full_name, prefix, api, forward, backward, stack)
+
+
+def _check_regular(path: str) -> None:
+    """FileFormatError unless ``path`` is a regular file (a FIFO or a device would block the first read)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileFormatError("The dump file {} does not exist.".format(path)) from None
+    except OSError as error:
+        raise FileFormatError("The dump file {} cannot be read: {}".format(path, error.strerror or error)) from None
+    if not stat.S_ISREG(mode):
+        raise FileFormatError("The dump file {} is not a regular file (a directory, FIFO or device); the pre-check "
+                              "reads a dump.json.".format(path))
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists/objects more than ``limit`` levels (walked without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return False
 
 
 def _looks_like_pkl(path: str) -> bool:
     """A legacy pkl is JSON lines starting with ``[``: detected before a JSON parse error hides why."""
     try:
-        with open(path, "rb") as handle:
+        with open(path, "rb") as handle:  # a regular file (checked first): the read cannot block
             head = handle.read(64).lstrip()
     except OSError:
         return False
@@ -153,6 +182,7 @@ def _looks_like_pkl(path: str) -> bool:
 
 
 def _names_a_file(value: Any) -> bool:
+    """Whether an entry (already known not to be too deep) names a tensor file."""
     if isinstance(value, dict):
         if value.get("type") in TENSOR_TYPES:
             return value.get("data_name") not in (None, "")
@@ -162,18 +192,22 @@ def _names_a_file(value: Any) -> bool:
     return False
 
 
-def _data_dir(api_info: str, dump: Mapping[str, Any]) -> str:
-    """``dump_tensor_data`` beside the dump.json (a moved or copied dump), else the recorded
-    ``dump_data_dir``; FileFormatError when neither exists."""
+def _data_dir(api_info: str, data_dir: Optional[str]) -> str:
+    """The directory tensor files are read from: ``data_dir`` when given, else ``dump_tensor_data/`` beside
+    the dump.json. The ``dump_data_dir`` the dump records is never used: a dump must not choose where the
+    tool reads."""
+    if data_dir is not None:
+        if not isinstance(data_dir, str) or not os.path.isdir(data_dir):
+            raise ParameterError("data_dir", data_dir, "must be an existing directory holding the dump's tensor "
+                                                       "files (default: dump_tensor_data/ beside the dump.json)")
+        return os.path.abspath(data_dir)
     beside = os.path.join(os.path.dirname(os.path.abspath(api_info)), DATA_DIR_NAME)
     if os.path.isdir(beside):
         return beside
-    recorded = dump.get("dump_data_dir")
-    if isinstance(recorded, str) and recorded and os.path.isdir(recorded):
-        return os.path.abspath(recorded)
-    raise FileFormatError("The dump file {} names tensor files, but their directory is missing: neither {} nor "
-                          "dump_data_dir={!r} exists. Copy dump_tensor_data/ beside the dump.json (or run with "
-                          "random data: --random-data).".format(api_info, beside, recorded))
+    raise FileFormatError("The dump file {} names tensor files, but their directory {} is missing. Copy "
+                          "dump_tensor_data/ beside "
+                          "the dump.json, name the directory with data_dir (--data-dir), or run with random data "
+                          "(--random-data).".format(api_info, beside))
 
 
 def _stacks(path: str) -> Dict[str, Tuple[Frame, ...]]:
@@ -187,234 +221,3 @@ def _stacks(path: str) -> Dict[str, Tuple[Frame, ...]]:
         return {}  # stack.json only adds the code line to the summary: a torn one does not stop the run
 
 
-# --- rebuilding values ------------------------------------------------------------------------------------
-
-class Source(object):
-    """Where tensor values come from: the dump's files (``data_dir``), or random data (``seed`` given).
-
-    ``random`` generation is seeded per tensor from ``seed`` and the tensor's dump-path (call name and
-    argument position), so it does not depend on which other calls are run."""
-
-    def __init__(self, data_dir: Optional[str], seed: Optional[int] = None) -> None:
-        self.data_dir = data_dir
-        self.seed = seed
-
-    @property
-    def random(self) -> bool:
-        return self.seed is not None
-
-    def tensor(self, leaf: Mapping[str, Any], where: str) -> Any:
-        if self.random:
-            return random_tensor(leaf, self.seed, where)
-        return load_tensor(leaf, self.data_dir, where)
-
-
-def load_tensor(leaf: Mapping[str, Any], data_dir: Optional[str], where: str) -> Any:
-    """The tensor a dump.json leaf names (CPU, its dumped dtype). MissingInput when the leaf names no
-    file, the file is missing, outside ``data_dir``, or holds anything but one tensor."""
-    import torch
-
-    from ptdbg_ascend.comparison.metrics import open_inside
-
-    data_name = leaf.get("data_name")
-    if data_name in (None, "") or data_dir is None:
-        raise MissingInput("{}: the dump holds no data for this tensor (a statistics dump? use random data)"
-                           .format(where))
-    problem = file_name_problem(data_name)
-    if problem:
-        raise MissingInput("{}: {}".format(where, problem))
-    path = os.path.join(data_dir, data_name)
-    try:
-        with open_inside(path, data_dir) as handle:
-            tensor = torch.load(handle, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise MissingInput("{}: the tensor file {} is missing from the dump".format(where, path)) from None
-    except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as error:
-        raise MissingInput("{}: the tensor file {} cannot be read safely: {}".format(where, path, error)) from None
-    if not isinstance(tensor, torch.Tensor):
-        raise MissingInput("{}: the file {} does not hold a tensor".format(where, path))
-    return tensor
-
-
-def _dtype(name: Any) -> Any:
-    import torch
-
-    value = getattr(torch, str(name).replace("torch.", "", 1), None) if isinstance(name, str) else None
-    return value if isinstance(value, torch.dtype) else None
-
-
-def random_tensor(leaf: Mapping[str, Any], seed: int, where: str) -> Any:
-    """A tensor with the leaf's shape and dtype, uniformly within [Min, Max] (the first element is Min and
-    the last Max, so the range is reached exactly); bool from Max (any) / Min (all). Seeded by ``seed``
-    and ``where``. Non-finite Max/Min use ``Max_except_inf_nan``/``Min_except_inf_nan``."""
-    import torch
-
-    dtype = _dtype(leaf.get("dtype"))
-    shape = leaf.get("shape")
-    if dtype is None or not isinstance(shape, list) or not all(isinstance(n, int) and n >= 0 for n in shape):
-        raise MissingInput("{}: cannot generate a tensor of dtype {!r} and shape {!r}".format(
-            where, leaf.get("dtype"), shape))
-    generator = torch.Generator().manual_seed((int(seed) * 1000003 + zlib.crc32(where.encode("utf-8"))) % (2 ** 63))
-    numel = 1
-    for n in shape:
-        numel *= n
-    if numel == 0:
-        return torch.empty(shape, dtype=dtype)
-    low, high = _bound(leaf, "Min"), _bound(leaf, "Max")
-    if dtype == torch.bool:
-        if low is None or high is None:
-            raise MissingInput("{}: a bool tensor without recorded Max/Min cannot be generated".format(where))
-        if low:  # all True
-            return torch.ones(shape, dtype=torch.bool)
-        if not high:  # none True
-            return torch.zeros(shape, dtype=torch.bool)
-        flat = torch.randint(0, 2, (numel,), generator=generator).bool()
-        flat[0], flat[-1] = False, True
-        return flat.reshape(shape)
-    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
-        raise MissingInput("{}: no finite Max/Min recorded ({!r}, {!r}); random data cannot be generated".format(
-            where, leaf.get("Max"), leaf.get("Min")))
-    if low > high:
-        low, high = high, low
-    if dtype.is_complex:
-        raise MissingInput("{}: random complex tensors are not generated".format(where))
-    if dtype.is_floating_point:
-        flat = torch.rand((numel,), generator=generator, dtype=torch.float64) * (high - low) + low
-        flat[0], flat[-1] = low, high
-        return flat.to(dtype).reshape(shape)
-    flat = torch.randint(int(math.ceil(low)), int(math.floor(high)) + 1, (numel,), generator=generator,
-                         dtype=torch.int64)
-    flat[0], flat[-1] = int(math.ceil(low)), int(math.floor(high))
-    return flat.to(dtype).reshape(shape)
-
-
-def _bound(leaf: Mapping[str, Any], key: str) -> Optional[float]:
-    value = leaf.get(key)
-    if isinstance(value, (int, float)) and not (isinstance(value, float) and not math.isfinite(value)):
-        return float(value)
-    value = leaf.get(key + "_except_inf_nan")
-    if isinstance(value, (int, float)) and math.isfinite(float(value)):
-        return float(value)
-    if isinstance(leaf.get(key), (int, float)):
-        return float(leaf[key])
-    return None
-
-
-def rebuild(value: Any, source: Source, where: str, key: Optional[str] = None) -> Any:
-    """The Python value of one recorded argument (tensors as CPU tensors in the dumped dtype with
-    ``requires_grad`` as recorded). ``where`` names the argument in messages and seeds random data;
-    ``key`` is the keyword the value was passed under (``device`` / ``dtype`` leaves)."""
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return [rebuild(item, source, "{}.{}".format(where, index)) for index, item in enumerate(value)]
-    if not isinstance(value, dict):
-        raise MissingInput("{}: unexpected record {!r}".format(where, value))
-    if not value:
-        raise MissingInput("{}: the dump did not record this argument (a positional dtype/device is written as "
-                           "{{}})".format(where))
-    kind = value.get("type")
-    if kind in TENSOR_TYPES:
-        tensor = source.tensor(value, where)
-        if value.get("requires_grad") is True and (tensor.is_floating_point() or tensor.is_complex()):
-            tensor.requires_grad_(True)
-        return tensor
-    if kind is None:  # a dict argument: every value recorded by key
-        return {name: rebuild(item, source, "{}.{}".format(where, name), key=name) for name, item in value.items()}
-    recorded = value.get("value")
-    if kind in ("bool", "int", "float", "str"):
-        return recorded
-    if kind == "slice" and isinstance(recorded, list) and len(recorded) == 3:
-        return slice(*recorded)
-    if kind == "ellipsis":
-        return Ellipsis
-    if kind == "torch.Size" and isinstance(recorded, list):
-        import torch
-
-        return torch.Size(recorded)
-    if kind == "torch.dtype":
-        dtype = _dtype(recorded)
-        if dtype is None:
-            raise MissingInput("{}: unknown dtype {!r}".format(where, recorded))
-        return dtype
-    if kind == "torch.device":
-        return DeviceArg(recorded)
-    import numpy as np
-
-    try:
-        numpy_type = np.dtype(kind).type
-    except TypeError:
-        numpy_type = None
-    if numpy_type is not None and not isinstance(recorded, (dict, list)):
-        return numpy_type(recorded)
-    raise MissingInput("{}: values of type {!r} are not rebuilt".format(where, kind))
-
-
-def forward_inputs(call: ApiCall, source: Source) -> Tuple[List[Any], Dict[str, Any]]:
-    """``(args, kwargs)`` of the call's forward entry (MissingInput when one cannot be rebuilt)."""
-    entry = call.forward
-    args = entry.get("input_args", [])
-    kwargs = entry.get("input_kwargs", {})
-    if "input_args" not in entry and "input_kwargs" not in entry:
-        raise MissingInput("{}: the dump holds no inputs of this call (data_mode without \"input\"?)".format(
-            call.full_name))
-    if not isinstance(args, list) or not isinstance(kwargs, dict):
-        raise MissingInput("{}: input_args/input_kwargs are not a list/object".format(call.full_name))
-    base = call.full_name + ".forward"
-    rebuilt_args = [rebuild(item, source, "{}.input.{}".format(base, index)) for index, item in enumerate(args)]
-    rebuilt_kwargs = {name: rebuild(item, source, "{}.input.{}".format(base, name), key=name)
-                      for name, item in kwargs.items()}
-    return rebuilt_args, rebuilt_kwargs
-
-
-def recorded_values(values: Any, source: Source, where: str) -> List[Any]:
-    """The flat leaves of a recorded ``output`` block (or a backward block): tensors loaded, builtins as
-    values, ``null`` as None; positions match :func:`flatten` of the computed result."""
-    if values is None:
-        return []
-    if not isinstance(values, list):
-        values = [values]
-    flat: List[Any] = []
-    _flatten_records(values, source, where, flat)
-    return flat
-
-
-def _flatten_records(value: Any, source: Source, where: str, out: List[Any]) -> None:
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            _flatten_records(item, source, "{}.{}".format(where, index), out)
-        return
-    if value is None or value == {}:
-        out.append(None)
-        return
-    if isinstance(value, dict) and value.get("type") in TENSOR_TYPES:
-        out.append(source.tensor(value, where))
-        return
-    try:
-        out.append(rebuild(value, source, where))
-    except MissingInput:
-        out.append(None)
-
-
-def flatten(value: Any) -> List[Any]:
-    """The leaves of a computed result (tuples, lists and torch return types recursed)."""
-    if isinstance(value, (list, tuple)):
-        flat: List[Any] = []
-        for item in value:
-            flat.extend(flatten(item))
-        return flat
-    return [value]
-
-
-def tensor_leaves(value: Any) -> List[Any]:
-    """Every tensor in an argument structure, positional order then keyword order (the order in which
-    the dump numbers a backward entry's ``output``: one gradient per tensor input)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in tensor_leaves(item)]
-    if isinstance(value, dict):
-        return [leaf for item in value.values() for leaf in tensor_leaves(item)]
-    return []

@@ -73,7 +73,8 @@ def _run_ut_options(args: argparse.Namespace) -> dict:
     return dict(out_path=args.out_path or ".", save_error_data=args.save_error_data, filter_same=args.filter_api,
                 result_csv_path=args.result_csv_path or None, white_list=white_list, black_list=black_list,
                 error_data_path=error_data_path, random_data=args.random_data, seed=args.seed,
-                progress=not args.no_progress, dumped_outputs=args.dumped_outputs, compare_csv=args.compare_csv)
+                progress=not args.no_progress, dumped_outputs=args.dumped_outputs, compare_csv=args.compare_csv,
+                memory_budget=args.memory_budget, data_dir=args.data_dir)
 
 
 def _api_precision_compare(args: argparse.Namespace) -> int:
@@ -128,6 +129,13 @@ def _add_run_ut_arguments(parser: argparse.ArgumentParser, device_nargs: Optiona
                         help="the compare_result_{ts}.csv of the same run (NPU side = this dump): link each failing "
                              "API to it (failing / passing / absent there, and its place relative to the advisor's "
                              "suspect)")
+    parser.add_argument("--memory-budget", "--memory_budget", dest="memory_budget", default=None, metavar="SIZE",
+                        help="memory one API call may take (inputs, their float64 and dtype copies, outputs), e.g. "
+                             "8G or 512M; a call over it is a SKIP row (default: a quarter of the memory available, "
+                             "shared by the workers)")
+    parser.add_argument("--data-dir", "--data_dir", dest="data_dir", default=None,
+                        help="directory of the dump's tensor files (default: dump_tensor_data/ beside the dump.json; "
+                             "the directory recorded inside the dump is never used)")
     parser.add_argument("--seed", type=int, default=1234, help="seed of the runs and of random data (default 1234)")
     parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bar")
 

@@ -2,16 +2,19 @@
 gradient promoted to float64) and the device run (the dumped dtypes, on ``device``; default the CPU,
 the only device this tool re-runs on today), forward and, with the dumped output gradients, backward.
 
-- :func:`static_skip_reason`: the calls that are SKIPped without running, with the reason: random APIs
-  (dropout, rand*, normal, bernoulli, multinomial...), outputs of uninitialised memory (empty*), in-place
-  ops that change a tensor's view/metadata (resize_, set_, transpose_...), collectives (Distributed.*).
+- :func:`static_skip_reason`: the calls that are SKIPped without running, with the reason: APIs the
+  pre-check never runs (``admission``: only the wrap list, none with effects beyond its return value),
+  random APIs (dropout, rand*, normal, bernoulli, multinomial...), outputs of uninitialised memory
+  (empty*), in-place ops that change a tensor's view/metadata (resize_, transpose_...).
 - :func:`resolve`: ``Functional.linear`` -> ``torch.nn.functional.linear``, ``Tensor.__add__`` ->
   ``torch.Tensor.__add__``, ``Torch.matmul`` -> ``torch.matmul``, ``VF.x`` -> ``torch._VF.x``,
-  ``NPU.x`` -> ``torch_npu.x`` (when installed), ``Aten.op.overload`` -> ``torch.ops.aten``. A dump
-  wrapper of this tool is looked through (its ``__ptdbg_original__``), and the runs happen inside the
-  "inside a wrapped API" state, so a debugger still installed in the process neither counts nor dumps.
-- :func:`execute`: both runs; ``torch.manual_seed(seed)`` before each, so what torch can make
-  deterministic is. A run that raises (an op missing on the CPU, a dtype it refuses) is a SKIP reason.
+  ``NPU.x`` -> ``torch_npu.x`` (when installed). A dump wrapper of this tool is looked through (its
+  ``__ptdbg_original__``), and the runs happen inside the "inside a wrapped API" state, so a debugger
+  still installed in the process neither counts nor dumps.
+- :func:`execute`: the memory budget (``call_budget``: from the recorded shapes before anything is
+  loaded, then from a dry run on the meta device before the real runs), then both runs;
+  ``torch.manual_seed(seed)`` before each, inside ``torch.random.fork_rng`` so the caller's random state
+  is left as it was. A run that raises (an op missing on the CPU, a dtype it refuses) is a SKIP reason.
 
 Backward: the dump's ``X.n.backward`` entry has ``input`` = the gradients arriving at the outputs (one
 per tensor output) and ``output`` = the gradients w.r.t. the inputs (one per tensor input, positional
@@ -26,8 +29,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ptdbg_ascend.precheck.api_inputs import (ApiCall, DeviceArg, MissingInput, Source, flatten, forward_inputs,
-                                              recorded_values, tensor_leaves)
+from ptdbg_ascend.precheck import admission, call_budget
+from ptdbg_ascend.precheck.api_inputs import ApiCall
+from ptdbg_ascend.precheck.call_values import (DeviceArg, MissingInput, Source, flatten, forward_inputs,
+                                               recorded_values, tensor_leaves)
 
 DEFAULT_DEVICE = "cpu"
 
@@ -53,8 +58,9 @@ class Unrunnable(Exception):
 
 def static_skip_reason(prefix: str, api: str) -> Optional[str]:
     """The SKIP reason of a call known without running it, None when it can be run."""
-    if prefix == "Distributed":
-        return "Collective communication (Distributed.{}) is not re-run: it needs the other ranks.".format(api)
+    refused = admission.refusal(prefix, api)
+    if refused:
+        return refused
     base = api.split(".")[0]
     if base in _RANDOM_EXACT or _RANDOM_PATTERN.search(base):
         return "Random API {}.{}: two runs draw different numbers, it is not compared.".format(prefix, api)
@@ -75,7 +81,11 @@ def _unwrap(function: Any) -> Any:
 
 
 def resolve(prefix: str, api: str) -> Callable[..., Any]:
-    """The callable behind ``prefix.api``; Unrunnable with the reason when this process has none."""
+    """The callable behind ``prefix.api``; Unrunnable with the reason when this process has none or the
+    pre-check does not run it (``admission``)."""
+    refused = admission.refusal(prefix, api)
+    if refused:
+        raise Unrunnable(refused)
     import torch
     import torch.nn.functional
 
@@ -98,12 +108,6 @@ def resolve(prefix: str, api: str) -> Callable[..., Any]:
             raise Unrunnable("NPU.{} needs torch_npu, which is not installed here: it cannot run on the CPU."
                              .format(api))
         function = getattr(module, api, None)
-    elif prefix == "Aten":
-        op, _, overload = api.partition(".")
-        packet = getattr(torch.ops.aten, op, None)
-        function = getattr(packet, overload or "default", None) if packet is not None else None
-    elif prefix == "Distributed":
-        raise Unrunnable(static_skip_reason(prefix, api) or "")
     if function is None or not callable(function):
         raise Unrunnable("{}.{} does not exist in this torch ({}): it cannot be re-run.".format(
             prefix, api, torch.__version__))
@@ -200,9 +204,30 @@ def _call(function: Callable[..., Any], side: _Side, seed: int, need_grad: bool)
 
     from ptdbg_ascend.dump.interception import Inside
 
-    torch.manual_seed(seed)
-    with Inside(), torch.set_grad_enabled(need_grad):
+    # fork_rng: the seed is for this run only; the caller's (a training script's) random state is kept
+    with torch.random.fork_rng(devices=[]), Inside(), torch.set_grad_enabled(need_grad):
+        torch.manual_seed(seed)
         return function(*side.args, **side.kwargs)
+
+
+def dry_run_outputs(function: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any]) -> Optional[List[Any]]:
+    """The flat outputs of the call run on torch's ``meta`` device (shapes and dtypes, no memory), None
+    when the meta device cannot run it (an output size that depends on the data, an op without a meta
+    kernel) or this torch has no default-device context (< 2.0)."""
+    import torch
+
+    from ptdbg_ascend.dump.interception import Inside
+
+    meta = torch.device("meta")
+    if not hasattr(meta, "__enter__"):
+        return None
+    meta_args = _convert(args, lambda t: t.detach().to(meta), lambda d: d, "meta")
+    meta_kwargs = _convert(kwargs, lambda t: t.detach().to(meta), lambda d: d, "meta")
+    try:
+        with Inside(), torch.no_grad(), meta:
+            return flatten(function(*meta_args, **meta_kwargs))
+    except Exception:  # noqa: BLE001 -- any refusal of the meta device means "cannot tell", not a failure
+        return None
 
 
 def _error_text(error: BaseException) -> str:
@@ -255,26 +280,45 @@ def _detached(values: List[Any]) -> List[Any]:
     return [value.detach() if isinstance(value, torch.Tensor) else value for value in values]
 
 
+def _within_budget(call: ApiCall, function: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any],
+                   inputs: List[Any], before: int, budget: int) -> None:
+    """OverBudget when the call's ``before`` bytes (inputs and their copies) and its outputs (from a dry
+    run on meta) exceed ``budget``."""
+    outputs = dry_run_outputs(function, args, kwargs)
+    backward = bool(call.backward) and any(t.requires_grad for t in inputs)
+    if outputs is not None:
+        after = call_budget.output_bytes(outputs, backward, inputs)
+        what = "inputs, their float64 and dumped-dtype copies, both runs' outputs" + (", gradients" if backward else "")
+    else:
+        after = call_budget.unknown_output_bytes(call, args, kwargs, inputs) * (2 if backward else 1)
+        what = "inputs, their copies and outputs estimated from the inputs, as the meta device cannot run it"
+    call_budget.check(call, before + after, budget, what)
+
+
 def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAULT_DEVICE,
             dumped_outputs: bool = False) -> Runs:
     """Run ``call`` (see the module doc). ``dumped_outputs`` (default False): the device side is the
     dump's own outputs (forward ``output``, backward ``output``) instead of a re-run, for a dump made on
-    a device this machine lacks (an NPU dump judged on a machine without an NPU). Never raises for a
-    call that cannot run: the reasons are in ``forward_skip``/``backward_skip``."""
+    a device this machine lacks (an NPU dump judged on a machine without an NPU). The memory budget is
+    ``source.budget``. Never raises for a call that cannot run: the reasons are in
+    ``forward_skip``/``backward_skip``."""
     runs = Runs()
-    reason = static_skip_reason(call.prefix, call.api)
+    reason = call.problem or static_skip_reason(call.prefix, call.api)
     if reason:
         runs.forward_skip = reason
         return runs
     try:
+        before = call_budget.input_bytes(call)
+        call_budget.check(call, before, source.budget, "inputs as loaded, their float64 and dumped-dtype copies")
         function = resolve(call.prefix, call.api)
         args, kwargs = forward_inputs(call, source)
+        args = _index_as_tuple(call.api, args)
+        inputs = tensor_leaves(args) + tensor_leaves(kwargs)
+        _within_budget(call, function, args, kwargs, inputs, before, source.budget)
     except (Unrunnable, MissingInput) as error:
         runs.forward_skip = str(error)
         return runs
-    args = _index_as_tuple(call.api, args)
     runs.args, runs.kwargs = args, kwargs
-    inputs = tensor_leaves(args) + tensor_leaves(kwargs)
     runs.has_backward = bool(call.backward) and any(t.requires_grad for t in inputs)
     grads: List[Any] = []
     if runs.has_backward:

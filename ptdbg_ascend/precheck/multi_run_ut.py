@@ -124,6 +124,14 @@ def _check_options(n: Any, devices: Union[str, Sequence[str]], preload: Sequence
     return n, device_list, tuple(preload)
 
 
+def _local_ranks() -> int:
+    """Ranks on this machine under torchrun (``LOCAL_WORLD_SIZE``), 1 when it does not say."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 def _check_threads(threads_per_worker: Optional[int]) -> int:
     if threads_per_worker is None:
         import torch
@@ -141,7 +149,8 @@ def multi_run_ut(api_info: str, n: int = 8, out_path: str = ".", save_error_data
                  random_data: Optional[bool] = None, seed: int = 1234, progress: bool = True,
                  dumped_outputs: bool = False, devices: Union[str, Sequence[str]] = "cpu",
                  compare_csv: Optional[Any] = None, preload: Sequence[str] = (),
-                 start_method: str = "forkserver", threads_per_worker: Optional[int] = None) -> MultiRunUtOutcome:
+                 start_method: str = "forkserver", threads_per_worker: Optional[int] = None,
+                 memory_budget: Optional[Any] = None, data_dir: Optional[str] = None) -> MultiRunUtOutcome:
     """``run_ut`` (same arguments, same CSVs) on ``n`` worker processes; see the module doc.
 
     Args (beyond :func:`ptdbg_ascend.precheck.run_ut.run_ut`'s, whose defaults are the same):
@@ -157,6 +166,9 @@ def multi_run_ut(api_info: str, n: int = 8, out_path: str = ".", save_error_data
             thread count (the reduction order of matmul/linear changes), and the same count keeps the CSVs
             identical to run_ut's. ``max(1, cpus // n)`` avoids oversubscribing the cores, at the price of
             metrics that differ from run_ut's in their last digits (verdicts do not change).
+        memory_budget: the memory one call may take in one worker (run_ut's meaning). Default None: a
+            quarter of the memory available, shared by the workers running at once on this machine
+            (``n``, times ``LOCAL_WORLD_SIZE`` under torchrun).
 
     A worker that dies (segfault, SIGKILL)
     loses only its call in flight: it is retried once in a fresh worker, then written as an error row
@@ -171,8 +183,10 @@ def multi_run_ut(api_info: str, n: int = 8, out_path: str = ".", save_error_data
     options = dict(out_path=out_path, save_error_data=save_error_data, filter_same=filter_same,
                    result_csv_path=result_csv_path, white_list=white_list, black_list=black_list,
                    error_data_path=error_data_path, random_data=random_data, seed=seed,
-                   dumped_outputs=dumped_outputs, device=device_list[0], compare_csv=compare_csv)
+                   dumped_outputs=dumped_outputs, device=device_list[0], compare_csv=compare_csv,
+                   memory_budget=memory_budget, data_dir=data_dir)
     ranks = ut_cluster.launched_ranks()
+    options["processes"] = workers * (_local_ranks() if ranks is not None else 1)
     run = _Run(workers, device_list, modules, start_method, progress, threads)
     if ranks is not None:
         return run.on_cluster(api_info, options, *ranks)

@@ -25,9 +25,11 @@ from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ptdbg_ascend.errors import ParameterError
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.memory import default_budget, parse_size
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import csv_files, ut_files
-from ptdbg_ascend.precheck.api_inputs import ApiCall, Dump, Source, open_dump
+from ptdbg_ascend.precheck.api_inputs import ApiCall, Dump, open_dump
+from ptdbg_ascend.precheck.call_values import Source
 from ptdbg_ascend.precheck.compare_link import drop_link_column, link_outcome, read_compare, times_allowed
 
 # statistics that may differ between calls filter_same still takes for identical
@@ -115,14 +117,13 @@ class RunUtOutcome:
 def known_api_names() -> FrozenSet[str]:
     """Every API name of the wrap lists (``dump/wrapped_apis.txt`` + ``wrapped_apis_extra.txt``), bare
     (``linear``) and with its prefix (``Functional.linear``)."""
-    from ptdbg_ascend.dump.interception import _EXTRA_FILE, read_wrapped_names
+    from ptdbg_ascend.precheck.admission import wrap_list
 
     names: Set[str] = set()
-    for listed in (read_wrapped_names(), read_wrapped_names(_EXTRA_FILE)):
-        for prefix, apis in listed.items():
-            for api in apis:
-                names.add(api)
-                names.add(prefix + "." + api)
+    for prefix, apis in wrap_list().items():
+        for api in apis:
+            names.add(api)
+            names.add(prefix + "." + api)
     return frozenset(names)
 
 
@@ -158,6 +159,8 @@ def _without_extremes(value: Any) -> Any:
 def same_call_key(call: ApiCall) -> str:
     """What two calls must share to be "the same" for filter_same: the API and every recorded input in
     everything but Max/Min (and the tensor file name, which holds the counter)."""
+    if call.problem:
+        return call.full_name  # not run anyway: never "the same" as another call
     inputs = {"args": call.forward.get("input_args"), "kwargs": call.forward.get("input_kwargs")}
     return call.api_key + json.dumps(_without_extremes(inputs), sort_keys=True, default=str)
 
@@ -230,7 +233,7 @@ def _at(values: List[Any], index: int) -> Any:
 
 
 def _save_error_data(directory: str, call: ApiCall, runs: Any) -> None:
-    from ptdbg_ascend.precheck.api_inputs import tensor_leaves
+    from ptdbg_ascend.precheck.call_values import tensor_leaves
 
     base = call.full_name
     for index, tensor in enumerate(tensor_leaves(runs.args) + tensor_leaves(runs.kwargs)):
@@ -263,10 +266,12 @@ class UtPlan:
     result_csv_path: Optional[str]
     error_data_path: Optional[str]
     compare_report: Optional[Any] = None
+    memory_budget: int = 0  # bytes one call may take (plan_run sets it; 0 only in hand-made plans: the default)
 
     def source(self) -> Source:
-        """Where the tensors come from: the dump's files, or random data seeded by ``seed``."""
-        return Source(self.dump.data_dir, self.seed if self.use_random else None)
+        """Where the tensors come from (the dump's files, or random data seeded by ``seed``) and the
+        memory budget of each call."""
+        return Source(self.dump.data_dir, self.seed if self.use_random else None, self.memory_budget or None)
 
     def error_dir(self, tail: str) -> Optional[str]:
         """``{error_data_path}/ut_error_data{tail}`` (created) when saving error data, else None."""
@@ -277,17 +282,21 @@ def plan_run(api_info: str, out_path: str = ".", save_error_data: bool = False, 
              result_csv_path: Optional[str] = None, white_list: Sequence[str] = (), black_list: Sequence[str] = (),
              error_data_path: Optional[str] = None, random_data: Optional[bool] = None, seed: int = 1234,
              dumped_outputs: bool = False, device: str = "cpu", compare_csv: Optional[Any] = None,
-             writes_csv: bool = True) -> UtPlan:
+             writes_csv: bool = True, memory_budget: Optional[Any] = None, data_dir: Optional[str] = None,
+             processes: int = 1) -> UtPlan:
     """Check the options of :func:`run_ut` (same meanings and errors) and open the dump; nothing is
     written but ``out_path`` (created). ``writes_csv=False`` (a torchrun rank other than 0, which writes no
-    CSV): ``result_csv_path`` is not read and ``out_path`` is created only for save_error_data."""
+    CSV): ``result_csv_path`` is not read and ``out_path`` is created only for save_error_data.
+    ``processes`` (default 1): how many processes run calls at once on this machine, sharing the default
+    memory budget."""
     white_list = check_api_list("white_list", white_list)
     black_list = check_api_list("black_list", black_list)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ParameterError("seed", seed, "must be an int")
+    budget = default_budget(processes) if memory_budget is None else parse_size("memory_budget", memory_budget)
     device = _device(device)
     compare_report = read_compare(compare_csv) if compare_csv is not None and writes_csv else None
-    dump = open_dump(api_info)
+    dump = open_dump(api_info, data_dir)
     use_random = (not dump.has_tensors) if random_data is None else bool(random_data)
     if not use_random and not dump.has_tensors:
         raise ParameterError("random_data", random_data, "must be True (or None) for {}: it holds statistics only, "
@@ -315,7 +324,8 @@ def plan_run(api_info: str, out_path: str = ".", save_error_data: bool = False, 
     else:
         error_data_path = None
     return UtPlan(dump, white_list, black_list, bool(filter_same), seed, device, use_random, bool(dumped_outputs),
-                  base_dir, (result_csv_path or None) if writes_csv else None, error_data_path, compare_report)
+                  base_dir, (result_csv_path or None) if writes_csv else None, error_data_path, compare_report,
+                  budget)
 
 
 def open_files(plan: UtPlan) -> Tuple[ut_files.UtFiles, Set[str]]:
@@ -328,14 +338,49 @@ def open_files(plan: UtPlan) -> Tuple[ut_files.UtFiles, Set[str]]:
 def check_call(call: ApiCall, source: Source, plan: UtPlan,
                error_dir: Optional[str] = None) -> Tuple[List[Any], List[List[Any]]]:
     """Run and judge one call: ``(result row, details rows)`` as the CSVs hold them; writes the call's
-    error data under ``error_dir`` (None: not) when it is error or warning."""
-    from ptdbg_ascend.precheck.execution import execute
+    error data under ``error_dir`` (None: not) when it is error or warning.
 
-    runs = execute(call, source, seed=plan.seed, device=plan.device, dumped_outputs=plan.dumped_outputs)
-    forward, backward, fwd_status, bwd_status, message = judge_call(call, runs)
+    Never raises for a failure of this call (an input the dump holds wrongly, an allocator error, an API
+    that raises, a bug while judging): it becomes the call's SKIP row with the reason, and the run goes on.
+    Only an interrupt (Ctrl-C) passes."""
+    from ptdbg_ascend.precheck.execution import Runs, execute
+
+    try:
+        runs = execute(call, source, seed=plan.seed, device=plan.device, dumped_outputs=plan.dumped_outputs)
+        forward, backward, fwd_status, bwd_status, message = judge_call(call, runs)
+    except Exception as error:  # noqa: BLE001 -- per-call isolation: one call never ends the run
+        reason = failure_reason(call, error)
+        logger.warning(reason)
+        runs = Runs(forward_skip=reason)
+        forward, backward, fwd_status, bwd_status, message = judge_call(call, runs)
     if error_dir and (col.ERROR in (fwd_status, bwd_status) or col.WARNING in (fwd_status, bwd_status)):
-        _save_error_data(error_dir, call, runs)
+        try:
+            _save_error_data(error_dir, call, runs)
+        except Exception as error:  # noqa: BLE001 -- the verdict stands; only its data could not be kept
+            problem = "error data not saved ({}: {})".format(type(error).__name__, " ".join(str(error).split()))
+            logger.warning("{}: {}".format(call.full_name, problem))
+            message = "; ".join(part for part in (message, problem) if part)
     return [call.full_name, fwd_status, bwd_status, message], [j.detail_row() for j in forward + backward]
+
+
+def failure_reason(call: ApiCall, error: BaseException) -> str:
+    """The SKIP reason of a call whose check raised ``error`` (with where it was raised, for a bug report)."""
+    import traceback
+
+    lowered = str(error).lower()
+    if isinstance(error, MemoryError) or "cpuallocator" in lowered or "out of memory" in lowered \
+            or "not enough memory" in lowered:
+        what = "ran out of memory"
+    elif isinstance(error, RecursionError):
+        what = "is nested too deeply to be rebuilt"
+    else:
+        what = "could not be checked"
+    frames = traceback.extract_tb(error.__traceback__)
+    where = " (at {}:{})".format(os.path.basename(frames[-1].filename), frames[-1].lineno) if frames else ""
+    text = " ".join(str(error).split())
+    if len(text) > 200:
+        text = text[:197] + "..."
+    return "{} {}: {}: {}{}".format(call.full_name, what, type(error).__name__, text, where)
 
 
 def finish(outcome: RunUtOutcome, files: ut_files.UtFiles, plan: UtPlan) -> None:
@@ -351,7 +396,8 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
            result_csv_path: Optional[str] = None, white_list: Sequence[str] = (), black_list: Sequence[str] = (),
            error_data_path: Optional[str] = None, random_data: Optional[bool] = None, seed: int = 1234,
            progress: bool = True, dumped_outputs: bool = False, device: str = "cpu",
-           compare_csv: Optional[Any] = None) -> RunUtOutcome:
+           compare_csv: Optional[Any] = None, memory_budget: Optional[Any] = None,
+           data_dir: Optional[str] = None) -> RunUtOutcome:
     """Pre-check every API call of the dump ``api_info`` (see the module doc).
 
     Args:
@@ -379,6 +425,13 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
             of ``compare()``): each failing API is linked to it (``compare_link``: failing / passing / absent
             there, and where it stands to the advisor's suspect), in the summary and in a ``Compare Link``
             column appended to the result CSV. Default None: no link.
+        memory_budget: the memory one call may take, in bytes or as "8G", "512M": its inputs, their float64
+            and dumped-dtype copies and both runs' outputs (from a dry run on the meta device), computed
+            before anything is loaded; a call over it is a SKIP row saying how much it needs. Default None:
+            a quarter of the memory available when the run starts (the smallest of MemAvailable, the
+            container's limit and ``ulimit -v``; ``ptdbg_ascend.memory``).
+        data_dir: the directory of the dump's tensor files. Default None: ``dump_tensor_data/`` beside the
+            dump.json (the directory recorded inside the dump is never used).
 
     Raises (before anything is written): ParameterError (a list name not in the wrap list, a bad
     result_csv_path, error_data_path missing, random_data=False on a dump without tensors, an unknown
@@ -387,7 +440,8 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
     plan = plan_run(api_info, out_path=out_path, save_error_data=save_error_data, filter_same=filter_same,
                     result_csv_path=result_csv_path, white_list=white_list, black_list=black_list,
                     error_data_path=error_data_path, random_data=random_data, seed=seed,
-                    dumped_outputs=dumped_outputs, device=device, compare_csv=compare_csv)
+                    dumped_outputs=dumped_outputs, device=device, compare_csv=compare_csv,
+                    memory_budget=memory_budget, data_dir=data_dir)
     files, done = open_files(plan)
     outcome = RunUtOutcome(files.result_path, files.details_path, random_data=plan.use_random, apis_resumed=len(done))
     loop_started = time.time()

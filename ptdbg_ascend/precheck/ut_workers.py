@@ -37,9 +37,10 @@ from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck import columns as col
 
 ATTEMPTS = 2  # a call that kills its worker is retried once in a fresh one, then reported as an error row
-# imported once by the fork server, so every worker starts with them already in memory
-PRELOAD = ("torch", "ptdbg_ascend.precheck.execution", "ptdbg_ascend.precheck.judge",
-           "ptdbg_ascend.precheck.run_ut", "ptdbg_ascend.precheck.ut_workers")
+# imported once by the fork server, so every worker starts with them already in memory; torch._dynamo,
+# _refs and _decomp are what the first dry run on the meta device (call_budget) imports: ~2 s per process
+PRELOAD = ("torch", "torch._dynamo", "torch._refs", "torch._decomp", "ptdbg_ascend.precheck.execution",
+           "ptdbg_ascend.precheck.judge", "ptdbg_ascend.precheck.run_ut", "ptdbg_ascend.precheck.ut_workers")
 START_METHODS = ("forkserver", "spawn")
 
 Rows = Tuple[List[Any], List[List[Any]]]  # (result row, details rows) of one call

@@ -172,18 +172,23 @@ def test_worker_that_cannot_start_is_a_clear_error_and_leaves_no_csv(model_dumps
     assert os.listdir(str(out)) == []  # the fresh pair is removed: nothing half-written
 
 
-def test_unexpected_exception_in_a_worker_stops_the_run_and_keeps_the_rows(model_dumps, tmp_path, monkeypatch):
+def test_exception_inside_one_call_is_its_skip_row_and_the_run_goes_on(model_dumps, tmp_path, monkeypatch):
+    """Per-call isolation: an error raised while checking one call (here planted in the runner itself, as a
+    bug would be) becomes that call's SKIP row naming the error and where it was raised; every other row is
+    exactly run_ut's."""
     (tmp_path / "raise_gelu.py").write_text(CRASH.replace("os.kill(os.getpid(), signal.SIGKILL)",
                                                           "raise KeyError('bug')").format(condition="True"))
     monkeypatch.syspath_prepend(str(tmp_path))
     whole = run_ut(model_dumps["clean"], str(tmp_path / "whole"), progress=False, white_list=SHORT_LIST)
-    with pytest.raises(WorkerProcessError, match="failed running Functional.gelu.0: KeyError: 'bug'"):
-        multi_run_ut(model_dumps["clean"], n=1, out_path=str(tmp_path / "multi"), progress=False,
-                     white_list=SHORT_LIST, preload=["raise_gelu"])
-    result = [str(tmp_path / "multi" / name) for name in os.listdir(str(tmp_path / "multi")) if "result" in name][0]
-    expected = read_csv(whole.result_csv)
+    outcome = multi_run_ut(model_dumps["clean"], n=1, out_path=str(tmp_path / "multi"), progress=False,
+                           white_list=SHORT_LIST, preload=["raise_gelu"])
+    expected, got = read_csv(whole.result_csv), read_csv(outcome.result_csv)
     gelu = [row[0] for row in expected].index("Functional.gelu.0")
-    assert read_csv(result) == expected[:gelu]  # one worker: everything before gelu, in order, resumable
+    assert got[:gelu] + got[gelu + 1:] == expected[:gelu] + expected[gelu + 1:]
+    assert got[gelu][:3] == ["Functional.gelu.0", "SKIP", "SKIP"]
+    assert re.match(r"Functional\.gelu\.0 could not be checked: KeyError: 'bug' \(at raise_gelu\.py:\d+\)$",
+                    got[gelu][3]), got[gelu][3]
+    assert ("Functional.gelu.0", got[gelu][3]) in outcome.skipped
 
 
 # --- torchrun ---------------------------------------------------------------------------------------------

@@ -240,7 +240,8 @@ def test_tensors_missing_from_the_dump(model_dumps, tmp_path):
     assert results["Functional.gelu.0"][1:3] == ["SKIP", "SKIP"]
     assert "Functional.gelu.0.forward.input.0.pt is missing from the dump" in results["Functional.gelu.0"][3]
     shutil.rmtree(str(rank / "dump_tensor_data"))
-    with pytest.raises(FileFormatError, match="names tensor files, but their directory is missing"):
+    with pytest.raises(FileFormatError,
+                       match=r"names tensor files, but their directory \S+dump_tensor_data is missing"):
         run_ut(str(rank / "dump.json"), str(tmp_path / "all"), progress=False)
     assert not (tmp_path / "all").exists()
 
