@@ -214,3 +214,14 @@ def test_logger_escapes_controls_but_keeps_newlines(tmp_path, capsys):
     assert out.endswith("-[WARNING]first line\nsecond\\x1b[2J\\x1b]0;owned\\x07\\x08\\x7f\\u202e end\n")
     assert_no_raw_control(out.replace("\n", ""))
     assert logging.getLogger("ptdbg_ascend") is logger
+
+
+def test_ptdbg_acl_config_check_prints_the_files_values_escaped(tmp_path):
+    config = tmp_path / "acl.json"
+    config.write_text(json.dumps({"dump": {"dump_list": [], "dump_path": "/tmp/acl" + TERMINAL_ATTACK,
+                                           "dump_mode": "all", "dump_op_switch": "on"}}))
+    result = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", "acl-config", str(config), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ("{} is a valid ACL dump config: dump_path=/tmp/acl\\x1b[2J\\x1b]0;owned\\x07, dump_mode=all, "
+                             "dump_op_switch=on.\n".format(config))
