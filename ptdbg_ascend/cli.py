@@ -11,6 +11,7 @@ import traceback
 from typing import List, Optional
 
 from ptdbg_ascend.errors import PtdbgError
+from ptdbg_ascend.terminal import printable
 from ptdbg_ascend.version import __version__
 
 # Modules that define sub-commands; a module that does not exist yet is skipped.
@@ -38,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+def _one_line(text: object) -> str:
+    # Messages quote paths and names from files: whitespace runs become one space, other control
+    # characters (escape sequences, backspace, bidi overrides) are shown escaped.
+    return printable(" ".join(str(text).split()))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

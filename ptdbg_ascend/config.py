@@ -33,7 +33,7 @@ import os
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
-from ptdbg_ascend.jsonfile import load_json
+from ptdbg_ascend.jsonfile import ERROR, load_json
 from ptdbg_ascend.log import logger
 
 TASKS = ("statistics", "tensor", "overflow_check", "run_ut")
@@ -179,7 +179,7 @@ def read_config_file(config_path: str) -> Dict[str, Any]:
     """The JSON object in ``config_path``; FileFormatError naming the path otherwise."""
     if not isinstance(config_path, str) or not config_path:
         raise ParameterError("config_path", config_path, "must be the path of a config.json file")
-    raw = load_json(config_path, "config file")
+    raw = load_json(config_path, "config file", duplicates=ERROR)  # a repeated key is an error, not a guess
     if not isinstance(raw, dict):
         raise FileFormatError("The config file {} must hold a JSON object, not {}.".format(
             config_path, type(raw).__name__))

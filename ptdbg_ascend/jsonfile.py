@@ -1,17 +1,27 @@
-"""Reading the JSON files users hand us (config.json, the ACL dump.json, msprobe dump/stack files), with
+"""Reading the JSON files users hand us (config.json, the ACL dump config, msprobe dump/stack files), with
 one set of messages: each names the file, says whether it is missing, unreadable or not JSON, and never
-surfaces a bare ``json.JSONDecodeError``."""
+surfaces a bare ``json.JSONDecodeError``.
+
+A key that appears twice in one object is noticed (Python's json keeps the later value without a word):
+in a dump it is a warning naming the key, the file and where in it (``data["Functional.relu.0.forward"]``),
+in a configuration file (``duplicates=ERROR``) a FileFormatError. The check is one C ``dict(pairs)`` and a
+length comparison per object; the search for where a duplicate sits runs only when there is one.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 
+WARN = "warn"    # dumps: a warning per duplicate key, the later value is kept (as json does)
+ERROR = "error"  # configuration files: FileFormatError naming the key and the file
+MAX_REPORTED = 5  # duplicate keys named in one warning or error; the rest are counted
 
-def load_json(path: str, what: str, not_json_hint: str = "") -> Any:
+
+def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = WARN) -> Any:
     """The JSON value stored in ``path``.
 
     Args:
@@ -19,21 +29,94 @@ def load_json(path: str, what: str, not_json_hint: str = "") -> Any:
         what: how messages name the file, e.g. ``"config file"``, ``"ACL dump config"``.
         not_json_hint: appended to the not-JSON message, e.g. ``" (incomplete after a crash?)"``.
             Default "".
+        duplicates: what a key appearing twice in one object gives: ``WARN`` (default: a warning naming
+            the key, the file and the enclosing keys; the later value is kept, as json does) or ``ERROR``
+            (a FileFormatError; for configuration files).
 
     Raises:
-        ParameterError: ``path`` is not a path (an int would be taken for a file descriptor).
-        FileFormatError: the file does not exist, cannot be read, or does not hold JSON.
+        ParameterError: ``path`` is not a path (an int would be taken for a file descriptor), or
+            ``duplicates`` is not WARN/ERROR.
+        FileFormatError: the file does not exist, cannot be read, or does not hold JSON; with
+            ``duplicates=ERROR``, a key appears twice in one object.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ParameterError(what, path, "must be the path of a JSON file")
+    if duplicates not in (WARN, ERROR):
+        raise ParameterError("duplicates", duplicates, "one of {!r}, {!r}".format(WARN, ERROR))
     if not os.path.isfile(path):
         raise FileFormatError("The {} {} does not exist (or is not a file).".format(what, path))
+    found: List[Tuple[Dict[str, Any], List[str]]] = []
     try:
         with open(path, "r", encoding="utf-8") as handle:
-            return json.load(handle)
+            value = json.load(handle, object_pairs_hook=_pairs_hook(found))
     except (OSError, UnicodeDecodeError) as error:
         raise FileFormatError("Cannot read the {} {}: {}".format(what, path, error)) from None
     except ValueError as error:
         raise FileFormatError("The {} {} is not valid JSON{}: {}".format(what, path, not_json_hint, error)) from None
     except RecursionError:
         raise FileFormatError("The {} {} is not valid JSON: it is nested too deeply.".format(what, path)) from None
+    if found:
+        _report_duplicates(value, found, path, what, duplicates)
+    return value
+
+
+def _pairs_hook(found: List[Tuple[Dict[str, Any], List[str]]]):
+    """An ``object_pairs_hook`` building the dict as json would and noting each object with a repeated key
+    (the object itself, so its place can be found afterwards, and the repeated keys)."""
+
+    def hook(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+        result = dict(pairs)
+        if len(result) != len(pairs):
+            seen, repeated = set(), []
+            for key, _ in pairs:
+                if key in seen and key not in repeated:
+                    repeated.append(key)
+                seen.add(key)
+            found.append((result, repeated))
+        return result
+
+    return hook
+
+
+def _report_duplicates(value: Any, found: List[Tuple[Dict[str, Any], List[str]]], path: str, what: str,
+                       duplicates: str) -> None:
+    places = _places(value, {id(obj) for obj, _ in found})
+    # an object missing from the result sat inside a value that a later duplicate replaced
+    items = ["{!r} {}".format(key, places.get(id(obj), "in an object that a later duplicate replaced"))
+             for obj, keys in found for key in keys]
+    shown = "; ".join(items[:MAX_REPORTED]) + ("; and {} more".format(len(items) - MAX_REPORTED)
+                                               if len(items) > MAX_REPORTED else "")
+    if duplicates == ERROR:
+        raise FileFormatError("The {} {} has a key that appears twice in one object: {}. Keep one of each "
+                              "(JSON keeps only the last, silently).".format(what, path, shown))
+    from ptdbg_ascend.log import logger
+
+    logger.warning("The {} {} has a key that appears twice in one object: {}. The later value is used."
+                   .format(what, path, shown))
+
+
+def _places(value: Any, wanted: set) -> Dict[int, str]:
+    """``id(object) -> its place`` (``at the top level``, ``in data["Functional.relu.0.forward"]["output"][0]``)
+    for the objects in ``wanted``, by one walk of ``value`` (iterative: a deep file cannot overflow it)."""
+    places: Dict[int, str] = {}
+    stack: List[Tuple[Any, Optional[str]]] = [(value, None)]
+    while stack and len(places) < len(wanted):
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            if id(item) in wanted:
+                places[id(item)] = "in " + where if where else "at the top level"
+            children: Any = item.items()
+        elif isinstance(item, list):
+            children = enumerate(item)
+        else:
+            continue
+        stack.extend((child, _child_place(where, key)) for key, child in children if isinstance(child, (dict, list)))
+    return places
+
+
+def _child_place(where: Optional[str], key: Any) -> str:
+    if isinstance(key, int):
+        return "{}[{}]".format(where or "", key)
+    if where is None and key.isidentifier():
+        return key
+    return "{}[{}]".format(where or "", json.dumps(key, ensure_ascii=False))

@@ -195,8 +195,9 @@ def compare(
 def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str, **kwargs: Any) -> Any:
     """Compare every rank of two multi-rank dumps (tag directories such as ``npu/ptdbg_dump_v1.0``).
 
-    Accepts every keyword argument of :func:`compare` but ``suffix``; returns one ``CompareOutcome``
-    per rank pair.
+    Accepts every keyword argument of :func:`compare` but ``suffix``; pairs rank directories by number and
+    returns one ``CompareOutcome`` per rank pair (a list whose ``npu_only``/``bench_only`` name the ranks
+    present on one side only).
     """
     from ptdbg_ascend.comparison import api as comparison_api
 

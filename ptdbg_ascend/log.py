@@ -11,13 +11,18 @@ import os
 import sys
 import time
 
+from ptdbg_ascend.terminal import printable
+
 LOGGER_NAME = "ptdbg_ascend"
 
 
 class _LegacyFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
-        return "{}({})-[{}]{}".format(stamp, os.getpid(), record.levelname, record.getMessage())
+        # Messages quote names and lines from dumps: their control characters are escaped here as well
+        # (defence in depth), keeping the newlines of our own multi-line messages.
+        message = printable(record.getMessage(), keep_newlines=True)
+        return "{}({})-[{}]{}".format(stamp, os.getpid(), record.levelname, message)
 
 
 class _StdoutHandler(logging.StreamHandler):

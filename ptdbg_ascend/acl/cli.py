@@ -9,9 +9,11 @@ def _acl_config(args: argparse.Namespace) -> int:
     from ptdbg_ascend.acl.config import load_acl_config, write_acl_dump_config
 
     if args.check:
+        from ptdbg_ascend.terminal import printable
+
         config = load_acl_config(args.config_path)
-        print("{} is a valid ACL dump config: dump_path={}, dump_mode={}, dump_op_switch={}.".format(
-            config.config_path, config.dump_path, config.dump_mode, config.dump_op_switch))
+        print(printable("{} is a valid ACL dump config: dump_path={}, dump_mode={}, dump_op_switch={}.".format(
+            config.config_path, config.dump_path, config.dump_mode, config.dump_op_switch)))  # values from the file
         return 0
     if args.dump_path is None:
         from ptdbg_ascend.errors import ParameterError

@@ -16,7 +16,7 @@ import os
 from typing import Any, Dict, List, NamedTuple, Optional
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
-from ptdbg_ascend.jsonfile import load_json
+from ptdbg_ascend.jsonfile import ERROR, load_json
 
 DUMP_MODES = ("output", "input", "all")
 OP_SWITCHES = ("on", "off")
@@ -54,7 +54,7 @@ def load_acl_config(dump_config: Any) -> AclDumpConfig:
         raise ParameterError("dump_config", dump_config, "must be the path of the ACL dump config, a .json file",
                              "Example: dump_config='./dump.json'")
     path = os.path.abspath(os.path.expanduser(dump_config))
-    return _validate(path, load_json(path, "ACL dump config"))
+    return _validate(path, load_json(path, "ACL dump config", duplicates=ERROR))
 
 
 def _validate(path: str, content: Any) -> AclDumpConfig:

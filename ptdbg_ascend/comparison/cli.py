@@ -7,6 +7,8 @@ import argparse
 import sys
 from typing import Sequence
 
+from ptdbg_ascend.terminal import printable
+
 
 def _compare(args: argparse.Namespace) -> int:
     from ptdbg_ascend.comparison.api import compare
@@ -26,7 +28,7 @@ def exit_status(outcomes: Sequence) -> int:
         return 1
     short = [outcome for outcome in outcomes if not outcome]
     for outcome in short:
-        print("ptdbg compare: error: {}: {}".format(outcome.csv_path, outcome), file=sys.stderr)
+        print(printable("ptdbg compare: error: {}: {}".format(outcome.csv_path, outcome)), file=sys.stderr)
     return 2 if short else 0
 
 
@@ -36,7 +38,12 @@ def _compare_distributed(args: argparse.Namespace) -> int:
     outcomes = compare_distributed(args.npu_dump_dir, args.bench_dump_dir, args.output_path,
                                    stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
                                    fuzzy_match=args.fuzzy_match, is_print_compare_log=args.is_print_compare_log)
-    return exit_status(outcomes)
+    status = exit_status(outcomes)
+    missing = outcomes.not_compared()
+    if missing:  # a rank that was not compared cannot be said to agree: 2 unless a compared rank failed
+        print(printable("ptdbg compare-distributed: {}".format(missing)), file=sys.stderr)
+        return status or 2
+    return status
 
 
 def _parse(args: argparse.Namespace) -> int:
@@ -83,7 +90,9 @@ def add_commands(subparsers) -> None:
     distributed = subparsers.add_parser(
         "compare-distributed", help="compare every rank of two dumps (compare_distributed())",
         description="compare_distributed(npu_dump_dir, bench_dump_dir, output_path, **kwargs): pairs rank{N} "
-                    "directories by rank number and writes compare_result_rank{n}-rank{m}_{timestamp}.csv each.")
+                    "directories by rank number and writes compare_result_rank{n}-rank{n}_{timestamp}.csv each. "
+                    "Exit status as compare; 2 also when a rank is present on one side only (named on stderr) "
+                    "and no compared rank failed.")
     distributed.add_argument("npu_dump_dir", help="NPU tag directory, e.g. npu/ptdbg_dump_v1.0")
     distributed.add_argument("bench_dump_dir", help="bench tag directory, e.g. gpu/ptdbg_dump_v1.0")
     distributed.add_argument("output_path", help="existing directory for the results")

@@ -1,5 +1,11 @@
-"""``compare_distributed``: pair the ``rank{N}`` directories of two tag directories numerically and run
-``compare`` on each pair, writing ``compare_result_rank{n}-rank{m}_{timestamp}.csv``.
+"""``compare_distributed``: pair the ``rank{N}`` directories of two tag directories by their rank number and
+run ``compare`` on each pair, writing ``compare_result_rank{n}-rank{n}_{timestamp}.csv``.
+
+Ranks pair by number, never by position: ``rank0, rank1`` against ``rank0, rank2`` compares rank0 with
+rank0 only, and rank1 (NPU only) and rank2 (bench only) are named in a warning and in the returned
+:class:`RankOutcomes`. No common rank at all is a CompareError listing each side's ranks. msprobe's plain
+``rank`` directory (a run without torch.distributed: one process) pairs with a plain ``rank``, or with
+``rank0`` when it is the only rank directory of its side.
 
 Every file it hands to ``compare`` is resolved and must lie inside the dump directory the user gave: a
 rank pair with a symlinked rank directory, dump file or data directory pointing elsewhere is skipped with
@@ -9,19 +15,21 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.inputs import check_api_mapping
 from ptdbg_ascend.comparison.metrics import resolve_inside
 from ptdbg_ascend.errors import CompareError, ParameterError
 from ptdbg_ascend.log import logger
 
-RANK_DIR = re.compile(r"^rank(\d*)$")  # msprobe writes a plain "rank" without torch.distributed
+RANK_DIR = re.compile(r"^rank([0-9]*)\Z")  # msprobe writes a plain "rank" without torch.distributed
+PLAIN_RANK = -1  # the number rank_dirs gives a plain "rank"
 ALLOWED_KWARGS = ("stack_mode", "auto_analyze", "fuzzy_match", "is_print_compare_log", "xlsx", "api_mapping")
 
 
 def rank_dirs(dump_dir: str, parameter: str) -> List[Tuple[int, str, str]]:
-    """``(rank, name, path)`` sorted by rank number (rank2 before rank10); anything else in the dir is an error."""
+    """``(rank, name, path)`` sorted by rank number (rank2 before rank10; a plain ``rank`` is -1); anything
+    else in the dir is an error, and so are two directories of one number (``rank1`` and ``rank01``)."""
     if not isinstance(dump_dir, (str, os.PathLike)):
         raise ParameterError(parameter, dump_dir, "must be a path (str) of a dump tag directory")
     dump_dir = os.fspath(dump_dir)
@@ -34,10 +42,53 @@ def rank_dirs(dump_dir: str, parameter: str) -> List[Tuple[int, str, str]]:
             raise CompareError("dump_dir contains '{}'. Expected 'rank'. This name is not in the format of dump "
                                "output. Please check and delete irrelevant files in {} and try again."
                                .format(entry, dump_dir))
-        ranks.append((int(match.group(1)) if match.group(1) else -1, entry, os.path.join(dump_dir, entry)))
+        ranks.append((int(match.group(1)) if match.group(1) else PLAIN_RANK, entry, os.path.join(dump_dir, entry)))
     if not ranks:
         raise CompareError("No rank directory is found in {} ({}).".format(dump_dir, parameter))
-    return sorted(ranks)
+    ranks.sort()
+    for (number, first, _), (next_number, second, _) in zip(ranks, ranks[1:]):
+        if number == next_number:
+            raise CompareError("{} {} holds two directories of one rank: {} and {}. Keep one dump per rank."
+                               .format(parameter, dump_dir, first, second))
+    return ranks
+
+
+def pair_ranks(npu_ranks: Sequence[Tuple[int, str, str]], bench_ranks: Sequence[Tuple[int, str, str]]
+               ) -> Tuple[List[Tuple[Tuple[int, str, str], Tuple[int, str, str]]], List[str], List[str]]:
+    """``(pairs, NPU-only names, bench-only names)``: the rank directories of both sides paired by rank
+    number, in rank order. A plain ``rank`` alone on its side counts as rank 0 (a one-process run)."""
+    def by_number(ranks: Sequence[Tuple[int, str, str]]) -> Dict[int, Tuple[int, str, str]]:
+        if len(ranks) == 1 and ranks[0][0] == PLAIN_RANK:
+            return {0: ranks[0]}
+        return {rank[0]: rank for rank in ranks}
+
+    npu, bench = by_number(npu_ranks), by_number(bench_ranks)
+    pairs = [(npu[number], bench[number]) for number in sorted(npu) if number in bench]
+    return (pairs, [npu[n][1] for n in sorted(npu) if n not in bench],
+            [bench[n][1] for n in sorted(bench) if n not in npu])
+
+
+class RankOutcomes(list):
+    """What :func:`compare_distributed` returns: the CompareOutcome of each compared rank pair, in rank
+    order (a list, as before), and what was not compared: ``npu_only`` / ``bench_only``, the rank
+    directories present on one side only; ``skipped``, the pairs skipped because a file lies outside the
+    dump directories (``"rank1-rank1"``)."""
+
+    def __init__(self, outcomes: Sequence[Any], npu_only: Sequence[str] = (), bench_only: Sequence[str] = (),
+                 skipped: Sequence[str] = ()) -> None:
+        super().__init__(outcomes)
+        self.npu_only, self.bench_only, self.skipped = tuple(npu_only), tuple(bench_only), tuple(skipped)
+
+    def not_compared(self) -> str:
+        """One line naming the ranks that were not compared ("" when every rank was)."""
+        parts = []
+        if self.npu_only:
+            parts.append("{} only in the NPU dump".format(", ".join(self.npu_only)))
+        if self.bench_only:
+            parts.append("{} only in the bench dump".format(", ".join(self.bench_only)))
+        if self.skipped:
+            parts.append("{} skipped (files outside the dump directories)".format(", ".join(self.skipped)))
+        return "not compared: " + "; ".join(parts) if parts else ""
 
 
 def rank_files(rank_dir: str) -> Tuple[str, Optional[str], Optional[str]]:
@@ -64,11 +115,13 @@ def rank_files(rank_dir: str) -> Tuple[str, Optional[str], Optional[str]]:
     return os.path.join(rank_dir, pkls[0]), (os.path.join(rank_dir, stem) if dirs else None), None
 
 
-def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str, **kwargs: Any) -> List[Any]:
-    """Compare rank by rank. kwargs: every compare option (``stack_mode``, ``auto_analyze``,
-    ``fuzzy_match``, plus ``is_print_compare_log``, default True); ``suffix`` is refused (the rank pair is
-    the suffix). Returns one CompareOutcome per compared rank pair; a pair with files outside the dump
-    directories is skipped with a warning (CompareError when no pair is left)."""
+def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str, **kwargs: Any) -> RankOutcomes:
+    """Compare rank by rank, pairing rank directories by number. kwargs: every compare option
+    (``stack_mode``, ``auto_analyze``, ``fuzzy_match``, plus ``is_print_compare_log``, default True);
+    ``suffix`` is refused (the rank pair is the suffix). Returns a :class:`RankOutcomes`: one
+    CompareOutcome per compared rank pair, and the ranks present on one side only (also a warning); a
+    pair with files outside the dump directories is skipped with a warning. CompareError when the two
+    sides have no rank in common (naming each side's ranks) or when no pair is left."""
     from ptdbg_ascend.comparison.api import compare
 
     if "suffix" in kwargs:
@@ -82,13 +135,20 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
         kwargs["api_mapping"] = check_api_mapping(kwargs["api_mapping"])
     npu_ranks = rank_dirs(npu_dump_dir, "npu_dump_dir")
     bench_ranks = rank_dirs(bench_dump_dir, "bench_dump_dir")
-    if len(npu_ranks) != len(bench_ranks):
-        raise CompareError("The number of ranks in the two runs are different. Unable to match the ranks. NPU: {}; "
-                           "bench: {}. Please use another folder to compare or use compare() api and manually match "
-                           "the ranks.".format([n for _, n, _ in npu_ranks], [n for _, n, _ in bench_ranks]))
+    pairs, npu_only, bench_only = pair_ranks(npu_ranks, bench_ranks)
+    if not pairs:
+        raise CompareError("The two dumps have no rank in common: npu_dump_dir {} has {}; bench_dump_dir {} has {}. "
+                           "Ranks pair by number; use compare() to compare two chosen ranks.".format(
+                               npu_dump_dir, ", ".join(n for _, n, _ in npu_ranks), bench_dump_dir,
+                               ", ".join(n for _, n, _ in bench_ranks)))
+    if npu_only or bench_only:
+        sides = (["{} only in npu_dump_dir {}".format(", ".join(npu_only), npu_dump_dir)] if npu_only else []) + \
+                (["{} only in bench_dump_dir {}".format(", ".join(bench_only), bench_dump_dir)] if bench_only else [])
+        logger.warning("Ranks present on one side only are not compared: {}. Ranks pair by number, not by "
+                       "position.".format("; ".join(sides)))
     outcomes = []
     skipped = []
-    for (_, npu_name, npu_dir), (_, bench_name, bench_dir) in zip(npu_ranks, bench_ranks):
+    for (_, npu_name, npu_dir), (_, bench_name, bench_dir) in pairs:
         pair = "{}-{}".format(npu_name, bench_name)
         try:
             npu_dump, npu_data, npu_stack = confined_rank_files(npu_dir, npu_dump_dir, "npu_dump_dir")
@@ -104,7 +164,7 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
     if not outcomes:
         raise CompareError("No rank pair could be compared: every pair ({}) has files outside the dump directories "
                            "(see the warnings above).".format(", ".join(skipped)))
-    return outcomes
+    return RankOutcomes(outcomes, npu_only, bench_only, skipped)
 
 
 def confined_rank_files(rank_dir: str, dump_dir: str, parameter: str) -> Tuple[str, Optional[str], Optional[str]]:

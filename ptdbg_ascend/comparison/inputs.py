@@ -134,9 +134,31 @@ def _load_mapping_file(path: str) -> Any:
                                   "write it as JSON.".format(path)) from None
         try:
             with open(path, encoding="utf-8") as handle:
-                return yaml.safe_load(handle)
+                return yaml.load(handle, Loader=_unique_key_loader(yaml, path))  # a SafeLoader
         except (OSError, yaml.YAMLError) as error:
             raise FileFormatError("api_mapping file {} cannot be read: {}".format(path, error)) from None
-    from ptdbg_ascend.jsonfile import load_json
+    from ptdbg_ascend.jsonfile import ERROR, load_json
 
-    return load_json(path, "api_mapping file")
+    return load_json(path, "api_mapping file", duplicates=ERROR)
+
+
+def _unique_key_loader(yaml: Any, path: str) -> Any:
+    """A ``yaml.SafeLoader`` that raises FileFormatError naming ``path``, the key and its line when a key
+    appears twice in one mapping (PyYAML keeps the later value silently, as json does)."""
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen = set()
+            for key_node, _value in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    repeated = key in seen
+                except TypeError:  # an unhashable key: PyYAML's own error follows
+                    continue
+                if repeated:
+                    raise FileFormatError("The api_mapping file {} has the key {!r} twice in one mapping (line {}): "
+                                          "keep one.".format(path, key, key_node.start_mark.line + 1))
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader

@@ -11,6 +11,7 @@ import os
 from typing import List
 
 from ptdbg_ascend.errors import ParameterError
+from ptdbg_ascend.terminal import printable
 
 
 def _matches(call: str, prefix: str) -> bool:
@@ -18,7 +19,9 @@ def _matches(call: str, prefix: str) -> bool:
 
 
 def parse_lines(pkl_file: str, module_name_prefix: str) -> List[str]:
-    """The lines ``parse`` prints (a pkl or a dump.json)."""
+    """The lines ``parse`` prints (a pkl or a dump.json). Names, dtypes and stack lines come from the
+    file: their control characters are escaped (``\\x1b``), so each is one printed line that cannot move
+    the cursor or retitle the terminal."""
     from ptdbg_ascend.comparison.readers import read_dump
     from ptdbg_ascend.comparison.records import format_stack
 
@@ -37,16 +40,17 @@ def parse_lines(pkl_file: str, module_name_prefix: str) -> List[str]:
         if not _matches(call.name, module_name_prefix):
             continue
         if call.stack:
-            lines.append("\nTrace back({}):".format(call.name))
-            lines.extend("  " + line for line in format_stack(call.stack).splitlines())
+            lines.append("\nTrace back({}):".format(printable(call.name)))
+            frames = tuple(tuple(None if part is None else printable(part) for part in frame) for frame in call.stack)
+            lines.extend("  " + line for line in format_stack(frames).split("\n"))
         if call.records:
             lines.append("\nStatistic Info:")
         for record in call.records:
             stats = ["Nan" if v is None else v for v in record.statistics]
             lines.append("  [{}][dtype: {}][shape: {}][max: {}][min: {}][mean: {}][l2norm: {}]".format(
-                record.name, record.dtype, list(record.shape), *stats))
+                printable(record.name), printable(record.dtype), list(record.shape), *stats))
     if not lines:
-        lines.append("No call named {} in {}.".format(module_name_prefix, pkl_file))
+        lines.append(printable("No call named {} in {}.".format(module_name_prefix, pkl_file)))
     return lines
 
 

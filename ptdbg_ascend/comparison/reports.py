@@ -2,14 +2,17 @@
 
 This is the one place where typed rows become cells: numbers stay numbers for the xlsx, the CSV writes
 metric values as ``'{:.12f}'`` (as the original did) and the legacy words where a number cannot be given.
+Record names, dtypes and stack lines come from the dumps: the CSV writes them through
+:func:`ptdbg_ascend.csv_cells.safe_cell` (``=HYPERLINK(...)`` becomes ``'=HYPERLINK(...)``), the xlsx as
+text cells.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 from typing import IO, Dict, List, Optional, Sequence, Tuple
 
+from ptdbg_ascend import csv_cells
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.comparison.metrics import EXTRA_FIELDS, LEGACY_FIELDS, NAN
 from ptdbg_ascend.comparison.records import TensorRecord, user_stack_text
@@ -116,11 +119,13 @@ def _csv_cell(name: str, value: object) -> object:
 
 def write_csv(path: str, columns: Sequence[str], table: Sequence[Sequence[object]],
               handle: Optional[IO[str]] = None) -> None:
-    """Columns in the given order; metric numbers with 12 decimals. ``handle`` (default None: ``path`` is
-    created, replacing a same-named file): the open file of ``path`` from :func:`claim_report`; closed here."""
+    """Columns in the given order; metric numbers with 12 decimals; text that a spreadsheet would run
+    (``=``, ``+``, ``-``, ``@``... first) with a ``'`` in front (:mod:`ptdbg_ascend.csv_cells`). ``handle``
+    (default None: ``path`` is created, replacing a same-named file): the open file of ``path`` from
+    :func:`claim_report`; closed here."""
     try:
         with (handle if handle is not None else open_new(path)) as handle:
-            writer = csv.writer(handle)
+            writer = csv_cells.writer(handle)
             writer.writerow(columns)
             for cells in table:
                 writer.writerow([_csv_cell(name, value) for name, value in zip(columns, cells)])

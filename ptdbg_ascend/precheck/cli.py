@@ -80,15 +80,18 @@ def _run_ut_options(args: argparse.Namespace) -> dict:
 def _api_precision_compare(args: argparse.Namespace) -> int:
     import csv
 
+    from ptdbg_ascend.csv_cells import restore_dict
     from ptdbg_ascend.precheck.device_compare import api_precision_compare
+    from ptdbg_ascend.terminal import printable
 
     result, details = api_precision_compare(args.npu_csv_path, args.gpu_csv_path, args.out_path or ".")
-    print("api_precision_compare: result  {}\n                       details {}".format(result, details))
+    print("api_precision_compare: result  {}\n                       details {}".format(printable(result),
+                                                                                    printable(details)))
     with open(result, encoding="utf-8-sig", newline="") as handle:
-        rows = list(csv.DictReader(handle))
+        rows = [restore_dict(row) for row in csv.DictReader(handle)]
     failing = [row for row in rows if "error" in (row.get(col.FORWARD_SUCCESS), row.get(col.BACKWARD_SUCCESS))]
     for row in failing[:15]:
-        print("  error  {}".format(row.get(col.API_NAME)))
+        print("  error  {}".format(printable(row.get(col.API_NAME))))  # API names from the CSVs
     return 1 if failing else 0
 
 

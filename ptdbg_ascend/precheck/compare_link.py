@@ -28,7 +28,8 @@ Row verdicts: the ``Result`` column (``error`` fails; ``pass``/``warning`` pass 
 passes; msprobe's summary-mode ``Warning``, "Need double check api accuracy", fails), else ``Accuracy
 Reached or Not`` (``No`` fails, ``Yes`` passes); anything else is not judged.
 
-No torch, no numpy: the csv module only.
+No torch, no numpy: the csv module only. Cells are read back through :mod:`ptdbg_ascend.csv_cells` (the
+``'`` compare and run_ut put before a formula-like name is removed), so names match as they were dumped.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ptdbg_ascend import csv_cells
 from ptdbg_ascend.comparison.columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.naming import PREFIXES, parse_call_name, parse_record_name
@@ -199,7 +201,7 @@ def _read_rows(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
         with open(path, encoding="utf-8-sig", newline="") as handle:
             reader = csv.DictReader(handle)
             header = list(reader.fieldnames or [])
-            rows = list(reader)
+            rows = [csv_cells.restore_dict(row) for row in reader]  # names as compare read them from the dump
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise FileFormatError("Cannot read the compare report {}: {}".format(path, error)) from None
     if NPU_NAME not in header or not (RESULT in header or ACCURACY in header):
@@ -329,7 +331,7 @@ def link_outcome(outcome: Any, compare: Any) -> CompareReport:
 def _read_result(path: str) -> List[List[str]]:
     try:
         with open(path, encoding="utf-8-sig", newline="") as handle:
-            return list(csv.reader(handle))
+            return [csv_cells.restore_row(row) for row in csv.reader(handle)]
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
 

@@ -9,6 +9,7 @@ import os
 import time
 from typing import IO, Dict, List, Optional, Sequence, Tuple
 
+from ptdbg_ascend import csv_cells
 from ptdbg_ascend.comparison import reports
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 
@@ -54,13 +55,15 @@ def claim_pair(out_dir: str, first_stem: str, second_stem: str,
         return first_path, first, second_path, os.fdopen(descriptor, "w", newline="", encoding="utf-8")
 
 
-def writer(handle: IO[str]):
-    """A csv writer for a file from :func:`claim_pair` (the dialect every pre-check CSV uses)."""
-    return csv.writer(handle)
+def writer(handle: IO[str]) -> csv_cells.SafeWriter:
+    """A csv writer for a file from :func:`claim_pair` (the dialect every pre-check CSV uses); text cells
+    a spreadsheet would run get a ``'`` in front (:func:`ptdbg_ascend.csv_cells.safe_cell`)."""
+    return csv_cells.writer(handle)
 
 
 def read_rows(path: str, required: Sequence[str], parameter: str) -> List[Dict[str, str]]:
-    """The rows of the CSV ``path`` as dicts by column title (a UTF-8 BOM is accepted).
+    """The rows of the CSV ``path`` as dicts by column title (a UTF-8 BOM is accepted), each cell as the
+    text it stands for (the ``'`` run_ut put before a formula-like cell removed: csv_cells.restore_cell).
 
     Raises ParameterError naming ``parameter`` when ``path`` is not a file, FileFormatError naming the
     path when it is not a readable CSV or lacks a column of ``required``."""
@@ -82,7 +85,7 @@ def read_rows(path: str, required: Sequence[str], parameter: str) -> List[Dict[s
                 if None in row:  # more cells than titles
                     raise FileFormatError("{}, line {}: more cells than column titles.".format(path,
                                                                                              reader.line_num))
-                rows.append(row)
+                rows.append(csv_cells.restore_dict(row))
             return rows
     except UnicodeDecodeError as error:
         raise FileFormatError("{} is not UTF-8 text: {}.".format(path, error)) from None

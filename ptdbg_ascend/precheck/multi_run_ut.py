@@ -30,6 +30,7 @@ from ptdbg_ascend.precheck import ut_cluster, ut_workers
 from ptdbg_ascend.precheck.api_inputs import Dump
 from ptdbg_ascend.precheck.run_ut import (RunUtOutcome, UtPlan, _device, finish, open_files, plan_run,
                                           select_calls)
+from ptdbg_ascend.terminal import printable
 
 MAX_WORKERS = 64  # msprobe 1.0.4's -n range (1..64)
 BLOCK_PER_WORKER = 8  # under torchrun: calls per worker between two gathers (a killed run loses <= 1 block)
@@ -69,7 +70,7 @@ class MultiRunUtOutcome(RunUtOutcome):
             lines.append("  retried {}: its worker died ({})".format(name, how))
         for name, how in self.crashed:
             lines.append("  error   {}: killed its worker on both attempts ({}); not judged".format(name, how))
-        return "\n".join(lines)
+        return "\n".join(printable(line) for line in lines)  # API names from the dump: controls escaped
 
 
 def _remove_pair(files: Any) -> None:

@@ -31,6 +31,7 @@ from ptdbg_ascend.precheck import csv_files, ut_files
 from ptdbg_ascend.precheck.api_inputs import ApiCall, Dump, open_dump
 from ptdbg_ascend.precheck.call_values import Source
 from ptdbg_ascend.precheck.compare_link import drop_link_column, link_outcome, read_compare, times_allowed
+from ptdbg_ascend.terminal import printable
 
 # statistics that may differ between calls filter_same still takes for identical
 _FILTER_IGNORED = frozenset(("Max", "Min", "Max_except_inf_nan", "Min_except_inf_nan", "data_name"))
@@ -108,7 +109,9 @@ class RunUtOutcome:
                 reasons[reason[:90]] = reasons.get(reason[:90], 0) + 1
             lines.append("SKIP reasons: " + "; ".join("{}x {}".format(n, r) for r, n in
                                                      sorted(reasons.items(), key=lambda item: -item[1])[:5]))
-        return "\n".join(lines)
+        # API names, code lines, messages and SKIP reasons come from the dump and the CSVs: one line each,
+        # control characters escaped (printable).
+        return "\n".join(printable(line) for line in lines)
 
 
 # --- white/black lists ------------------------------------------------------------------------------------

@@ -6,6 +6,10 @@ the commit mark of the API. A run killed at any moment therefore leaves (a) resu
 only, (b) perhaps the details rows of the API in flight and (c) perhaps a half-written last line. Resuming
 (:func:`resume_pair`) drops a torn last line, and the details rows of APIs without a result row, so the
 resumed run appends exactly what an uninterrupted run would have written.
+
+Cells go through :mod:`ptdbg_ascend.csv_cells`: written with a ``'`` before text a spreadsheet would run
+(an API name or message from the dump starting with ``=``...), read back without it, so a resume and the
+summary see the text the run produced.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import re
 from typing import IO, Any, Iterable, List, Optional, Sequence, Set, Tuple
 
+from ptdbg_ascend import csv_cells
 from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import csv_files
@@ -34,7 +39,7 @@ class UtFiles(object):
     def __init__(self, result_path: str, result: IO[str], details_path: str, details: IO[str], tail: str) -> None:
         self.result_path, self.details_path, self.tail = result_path, details_path, tail
         self._result, self._details = result, details
-        self._result_writer, self._details_writer = csv.writer(result), csv.writer(details)
+        self._result_writer, self._details_writer = csv_cells.writer(result), csv_cells.writer(details)
 
     def write_api(self, result_row: Sequence[Any], detail_rows: Iterable[Sequence[Any]]) -> None:
         for row in detail_rows:
@@ -55,7 +60,7 @@ def new_pair(out_dir: str) -> UtFiles:
     tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
     for handle, header in ((result, col.RESULT_COLUMNS), (details, col.DETAIL_COLUMNS)):
         handle.write(BOM)
-        csv.writer(handle).writerow(header)
+        csv_cells.writer(handle).writerow(header)
         handle.flush()
     return UtFiles(result_path, result, details_path, details, tail)
 
@@ -98,13 +103,14 @@ def _check_header(path: str, header: Sequence[str]) -> None:
             first = handle.readline().rstrip("\r\n")  # the header line only, not the whole file
     except (OSError, UnicodeDecodeError) as error:
         raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
-    if next(csv.reader([first]), []) != list(header):
+    if csv_cells.restore_row(next(csv.reader([first]), [])) != list(header):
         raise FileFormatError("{} does not start with the run_ut header line ({}...): not a run_ut CSV of this "
                               "version.".format(path, ", ".join(header[:3])))
 
 
 def _complete_rows(path: str) -> List[List[str]]:
-    """The CSV's rows after the header, without a torn last line (text after the last newline)."""
+    """The CSV's rows after the header, without a torn last line (text after the last newline); cells
+    as the text they stand for (csv_cells.restore_cell)."""
     text = _read_text(path)
     if not text.endswith("\n"):
         text = text[:text.rfind("\n") + 1]  # a half-written last line: the API in flight when killed
@@ -112,7 +118,7 @@ def _complete_rows(path: str) -> List[List[str]]:
         rows = list(csv.reader(io.StringIO(text)))
     except csv.Error as error:
         raise FileFormatError("{} is not a readable CSV: {}".format(path, error)) from None
-    return rows[1:]
+    return [csv_cells.restore_row(row) for row in rows[1:]]
 
 
 def api_of_row(name: str) -> str:
@@ -138,10 +144,11 @@ def resume_pair(result_csv_path: str) -> Tuple[UtFiles, Set[str]]:
 
 
 def rewrite_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Replace ``path`` atomically with ``header`` and ``rows`` (utf-8 with a BOM, as run_ut writes)."""
+    """Replace ``path`` atomically with ``header`` and ``rows`` (utf-8 with a BOM, as run_ut writes; cells
+    through csv_cells.safe_cell, so ``rows`` hold the text as read by :func:`read_results`)."""
     buffer = io.StringIO(newline="")
     buffer.write(BOM)
-    writer = csv.writer(buffer)
+    writer = csv_cells.writer(buffer)
     writer.writerow(header)
     writer.writerows(rows)
     data = buffer.getvalue().encode("utf-8")
