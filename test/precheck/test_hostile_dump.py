@@ -20,7 +20,6 @@ torch = pytest.importorskip("torch")
 from hostile_dumps import nested, tensor_leaf, value, write_dump  # noqa: E402
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError  # noqa: E402
-from ptdbg_ascend.precheck import admission  # noqa: E402
 from ptdbg_ascend.precheck.run_ut import run_ut  # noqa: E402
 
 
@@ -117,7 +116,6 @@ def test_hostile_calls_from_the_cli_run_nothing_and_exit_normally(scene, tmp_pat
         rows = read_rows(str(out / result))
         assert len(rows) == 16
         check_nothing_ran(markers, rows)
-        assert "planted_module" not in output or "never re-run" in output or "wrap list" in output
 
 
 def test_hostile_calls_in_process_leave_torch_settings_and_random_state_unchanged(scene, tmp_path, monkeypatch):
@@ -157,6 +155,8 @@ CATEGORY_PROBES = [
 
 
 def test_every_refused_category_stops_its_apis_even_when_they_are_wrapped(tmp_path, monkeypatch):
+    from ptdbg_ascend.precheck import admission
+
     assert {category for _, _, category in CATEGORY_PROBES} == {c.name for c in admission.categories()}
     x = torch.ones(2)
     calls = [("{}.{}".format(prefix, api), [tensor_leaf("x.pt", x)], {}) for prefix, api, _ in CATEGORY_PROBES]
@@ -194,6 +194,8 @@ FORBIDDEN_MODULES = ("torch.serialization", "torch.hub", "torch.distributed", "t
 def test_every_admitted_api_falls_in_no_category_and_is_torch_math():
     """Walks every name the pre-check may run: none falls in a refused category, and none resolves to a
     function of a module with effects (serialization, hub, distributed, RNG, profiler, processes...)."""
+    from ptdbg_ascend.precheck import admission
+
     from ptdbg_ascend.precheck.execution import Unrunnable, resolve
 
     admitted = admission.admitted()

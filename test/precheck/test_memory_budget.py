@@ -20,7 +20,6 @@ torch = pytest.importorskip("torch")
 
 from hostile_dumps import tensor_leaf, value, write_dump  # noqa: E402
 
-from ptdbg_ascend.memory import available_memory, default_budget, format_size, parse_size  # noqa: E402
 from ptdbg_ascend.errors import ParameterError  # noqa: E402
 
 CAP = 3 * 1024 ** 3  # the address space the run may map: torch itself maps ~0.7 GiB
@@ -136,6 +135,8 @@ def test_an_allocator_error_is_the_calls_row_and_the_run_goes_on(tmp_path, child
 
 
 def test_the_default_budget_follows_the_address_space_limit(child_env):
+    from ptdbg_ascend.memory import available_memory, default_budget
+
     script = ("from ptdbg_ascend.memory import available_memory, default_budget\n"
               "print(available_memory(), default_budget())")
     process = subprocess.run(["prlimit", "--as={}".format(CAP), sys.executable, "-c", script], env=child_env,
@@ -147,6 +148,8 @@ def test_the_default_budget_follows_the_address_space_limit(child_env):
 
 
 def test_sizes_in_words():
+    from ptdbg_ascend.memory import format_size, parse_size
+
     assert parse_size("memory_budget", "8G") == 8 * 1024 ** 3
     assert parse_size("memory_budget", "512MiB") == 512 * 1024 ** 2
     assert parse_size("memory_budget", "1.5g") == 3 * 1024 ** 3 // 2
