@@ -111,7 +111,11 @@ class PrecisionDebugger(object):
             self._writer_step = self.current_step
             logger.info("Dump data will be saved in {}.".format(recorder.writer.directory))
         # One writer per step/rank directory: a second process gets a DumpPathError here.
-        recorder.writer.claim()
+        try:
+            recorder.writer.claim()
+        except BaseException:
+            session.remove_observer(recorder)  # the window never started: nothing to write at exit
+            raise
         recorder.switch(True)
         self._started = True
         logger.info("Dump switch is turned on at step {}.".format(self.current_step))

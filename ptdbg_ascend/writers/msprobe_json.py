@@ -28,12 +28,14 @@ that finds it due. A SIGKILL therefore loses at most the entries of about the la
 ``2 * max_delay`` seconds (plus the last rewrite's duration when it is long).
 
 A full disk (or any write error) stops the dump with the JSON files complete: ``.ptdbg.reserve``
-(``reserve.py``) holds back the space the next rewrite needs; an entry is added only once the reserve
-covers it. The first failed write (a ``.pt`` file, a rewrite even with the reserve's space, or the
+(``reserve.py``) holds back the space the next rewrite needs, grown to cover every entry before a later
+file takes any space (by each ``.pt`` file's job; without tensor files, by ``add_entry`` before it adds
+the entry). The first failed write (a ``.pt`` file, a rewrite even with the reserve's space, or the
 reserve itself) removes the reserve, the failed file's partial copy and the files of unfinished entries,
 and rewrites the three files with every finished entry. From then on every record raises the same
-:class:`DumpWriteError` (path, error, what dump.json holds) until the next ``start()`` (:meth:`claim`),
-which drops the unfinished entries and goes on; nothing is written meanwhile, so nothing is glued.
+:class:`DumpWriteError` (path, error, what dump.json holds), or ``stop()`` does when no record came
+after the error, until the next ``start()`` (:meth:`claim`) records again after the finished entries;
+nothing is written meanwhile, so nothing is glued.
 """
 
 from __future__ import annotations
@@ -131,8 +133,8 @@ class MsprobeJsonWriter(object):
         self._space = JsonReserve(directory)
         self._failed = None  # type: Optional[str]
         self._reported = False
-        self._stopped_cleanly = False  # the files were rewritten after the error (once)
         self._unclaimed = []  # type: List[str]
+        self._entries_on_disk = 0  # in dump.json as last written
         # One rewrite at a time, so the files never go back to an older state (reentrant: a rewrite that
         # fails goes on to the last rewrite after the error).
         self._rewrite_lock = threading.RLock()
@@ -341,9 +343,9 @@ class MsprobeJsonWriter(object):
             try:
                 self.statistics_batch.resolve()  # outside _lock: the training thread keeps adding entries
                 with self._lock:
-                    texts, encoding = self._texts_locked(with_others)
+                    texts, encoding, shown = self._texts_locked(with_others)
                     self._unflushed = 0
-                error = self._write_texts(texts, keep_reserve=periodic)
+                error = self._write_texts(texts, shown, keep_reserve=periodic)
             finally:
                 ended = time.monotonic()
                 with self._lock:
@@ -357,10 +359,10 @@ class MsprobeJsonWriter(object):
             if error is not None:
                 self._stop_after_error(error)
 
-    def _texts_locked(self, with_others: bool) -> Tuple[List[Tuple[str, str]], float]:
-        """(file name, text) of dump.json (and stack.json, construct.json) with the finished entries, and
-        the seconds spent encoding new members (under ``_lock``). Counts what the texts leave out for
-        the reserve."""
+    def _texts_locked(self, with_others: bool) -> Tuple[List[Tuple[str, str]], float, int]:
+        """(file name, text) of dump.json (and stack.json, construct.json) with the finished entries, the
+        seconds spent encoding new members and the number of entries shown (under ``_lock``). Counts what
+        the texts leave out for the reserve."""
         space = self._space
         data_text, encoding, shown = self._finished_data_text()
         texts = [(DUMP_FILE, document_text(self.task, self.level, self.tensor_dir if self.saves_tensors else None,
@@ -375,11 +377,12 @@ class MsprobeJsonWriter(object):
                 space.measured(kind, longest)
                 texts.append((name, object_text(items, encoded, 0)))
                 space.pending[kind] = 0
-        return texts, encoding
+        return texts, encoding, shown
 
-    def _write_texts(self, texts: List[Tuple[str, str]], keep_reserve: bool) -> Optional[str]:
-        """Write the files; a failed write is tried again in the reserve's space (given back for it).
-        ``keep_reserve``: then grow the reserve for the next rewrite. Returns None, or why it failed."""
+    def _write_texts(self, texts: List[Tuple[str, str]], shown: int, keep_reserve: bool) -> Optional[str]:
+        """Write the files (dump.json shows ``shown`` entries); a failed write is tried again in the
+        reserve's space (given back for it). ``keep_reserve``: then grow the reserve for the next
+        rewrite. Returns None, or why it failed."""
         space = self._space
         try:
             try:
@@ -393,6 +396,7 @@ class MsprobeJsonWriter(object):
                     _write_atomic(os.path.join(self.directory, name), text)
         except DumpWriteError as error:
             return str(error)
+        self._entries_on_disk = shown
         sizes = dict(texts)
         space.written(len(sizes[DUMP_FILE]), _length(sizes.get(STACK_FILE)), _length(sizes.get(CONSTRUCT_FILE)))
         if keep_reserve:
@@ -409,14 +413,11 @@ class MsprobeJsonWriter(object):
         rewritten with every finished entry. Later errors are ignored (the first one says it all).
         Called where no ``.pt`` file can be written meanwhile: in the writer thread's job, or where
         there is no writer thread (or it was just flushed)."""
-        with self._lock:
-            if self._failed is not None:
-                return
-            self._failed = reason
-        with self._rewrite_lock:
-            if self._stopped_cleanly:
-                return
-            self._stopped_cleanly = True
+        with self._rewrite_lock:  # held from the start: a record raises the complete message below
+            with self._lock:
+                if self._failed is not None:
+                    return
+                self._failed = reason
             self._space.release()
             try:
                 self.statistics_batch.resolve()
@@ -425,17 +426,17 @@ class MsprobeJsonWriter(object):
             with self._lock:
                 self._finished_data_text()  # takes the entries finished by now off the waiting lists
                 orphans = self._drop_unfinished_locked()
-                texts, _ = self._texts_locked(with_others=True)
-                shown = len(self._data)
+                texts, _, shown = self._texts_locked(with_others=True)  # every entry left is finished
             for data_name in orphans:
                 remove_quietly(os.path.join(self.tensor_dir, data_name))
             try:
                 for name, text in texts:
                     _write_atomic(os.path.join(self.directory, name), text)
+                self._entries_on_disk = shown
                 held = "its dump.json holds the {} entr{} finished before the error".format(
                     shown, "y" if shown == 1 else "ies")
-            except DumpWriteError as error:
-                held = "its dump.json could not be rewritten ({}) and holds the entries of its last rewrite".format(error)
+            except DumpWriteError as error:  # even the reserve's space was not enough
+                held = "its dump.json could not be rewritten ({}): {}".format(error, self._on_disk_text())
             self._failed = ("{}. Dumping to {} stopped: {}; nothing more is written to it. Free space (or fix the "
                             "cause) and call start() again to resume.".format(reason, self.directory, held))
 
@@ -462,6 +463,12 @@ class MsprobeJsonWriter(object):
         self._stat_waiting.clear()
         return orphans
 
+    def _on_disk_text(self) -> str:
+        if not os.path.exists(os.path.join(self.directory, DUMP_FILE)):
+            return "there is no dump.json"
+        held = self._entries_on_disk
+        return "it holds the {} entr{} of its last rewrite".format(held, "y" if held == 1 else "ies")
+
     def _raise_failed(self) -> None:
         with self._rewrite_lock:  # the rewrite after the error may be running on the writer thread
             message = self._failed
@@ -481,7 +488,6 @@ class MsprobeJsonWriter(object):
             self._unclaimed = []
             self._failed = None
             self._reported = False
-            self._stopped_cleanly = False
 
     def _finished_data_text(self) -> Tuple[str, float, int]:
         """dump.json's ``data`` object of the finished entries (under ``_lock``): an entry waiting for a

@@ -299,3 +299,29 @@ def test_stop_raises_the_error_no_record_saw(small_disk):
     assert _load(rank_dir / "dump.json")["data"] == {"Torch.a.0.forward": {"output": [{"data_name": first}]}}
     assert os.listdir(str(rank_dir / "dump_tensor_data")) == [first]
     assert sorted(os.listdir(str(rank_dir))) == FILES
+
+
+def test_start_on_a_full_disk_says_so_and_leaves_no_lock(small_disk, session):
+    disk = small_disk(1)
+    filler = disk / "filler"
+    descriptor = os.open(str(filler), os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(descriptor, b"\0" * 4096):  # every page of the disk
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+    rank_dir = disk / "dump" / "step0" / "rank"
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(disk / "dump"))
+    with pytest.raises(DumpWriteError, match=r"^Cannot write the dump lock {}: {}$".format(
+            re.escape(str(rank_dir / ".ptdbg.lock")), NO_SPACE)):
+        debugger.start()
+    assert not os.path.exists(str(rank_dir / ".ptdbg.lock"))
+    assert debugger._recorder not in session.observers  # nothing is left to write at exit
+    filler.unlink()
+    debugger.start()
+    torch.add(torch.ones(2), 1)
+    debugger.stop()
+    assert list(_load(rank_dir / "dump.json")["data"]) == ["Torch.add.0.forward"]
+    assert sorted(os.listdir(str(rank_dir))) == ["construct.json", "dump.json", "stack.json"]
