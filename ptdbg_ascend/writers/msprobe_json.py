@@ -158,13 +158,14 @@ class MsprobeJsonWriter(object):
         write error (the entry is not added)."""
         if self._failed is not None:
             self._raise_failed()
-        self._make_dirs()
+        if not self._made_dirs:
+            self._make_dirs()
         space = self._space
-        if space.calibrating(ENTRY):
+        if space.unmeasured[ENTRY]:  # before any rewrite has measured entries
             space.measured(ENTRY, len(member_text(name, entry, 1)))
         if not self.saves_tensors:  # (with tensor files, each file's job grows the reserve first)
             try:
-                space.ensure(entries=1, stacks=1)  # the reserve covers this entry and its stack before it exists
+                space.ensure(1, 1)  # the reserve covers this entry and its stack before it exists
             except OSError as error:
                 self._stop_after_error(_reserve_error_text(space, error))
             if self._failed is not None:
@@ -172,10 +173,25 @@ class MsprobeJsonWriter(object):
         with self._lock:
             added = self._failed is None  # else stopped meanwhile (on the writer thread)
             if added:
-                with self._submit_lock:
-                    self._unclaimed = []  # the files queued since the last entry: this entry names them
+                if self._unclaimed:
+                    with self._submit_lock:
+                        self._unclaimed = []  # the files queued since the last entry: this entry names them
                 space.pending[ENTRY] += 1
-                self._add_locked(name, entry)
+                queued = self._queued
+                waiting = queued > self._written
+                deferred, self._new_deferred = self._new_deferred, []
+                if deferred:
+                    self._stat_waiting.setdefault(name, []).extend(deferred)
+                if name in self._data:
+                    self._data[name].update(entry)
+                    old = self._encoded.pop(name, None)
+                    if (waiting or deferred) and old is not None:  # _encoded holds finished versions only
+                        self._previous[name] = old
+                else:
+                    self._data[name] = entry
+                if waiting:
+                    self._ready_at[name] = queued
+                self._unflushed += 1
                 due = self._rewrite_due()
         if not added:
             self._raise_failed()
@@ -183,24 +199,6 @@ class MsprobeJsonWriter(object):
             self._start_rewrite()
             if self._failed is not None:  # the rewrite ran here (no writer thread) and failed
                 self._raise_failed()
-
-    def _add_locked(self, name: str, entry: Dict[str, Any]) -> None:
-        """Add or extend the entry (under ``_lock``); it waits while files queued before it are not written."""
-        queued = self._queued
-        waiting = queued > self._written
-        deferred, self._new_deferred = self._new_deferred, []
-        if deferred:
-            self._stat_waiting.setdefault(name, []).extend(deferred)
-        if name in self._data:
-            self._data[name].update(entry)
-            old = self._encoded.pop(name, None)
-            if (waiting or deferred) and old is not None:  # _encoded holds finished versions only
-                self._previous[name] = old
-        else:
-            self._data[name] = entry
-        if waiting:
-            self._ready_at[name] = queued
-        self._unflushed += 1
 
     def defer_leaf(self, leaf: Dict[str, Any], tensor: Any) -> bool:
         """``msprobe.leaves.tensor_leaf``'s hook: queue the statistics of ``tensor`` (off the CPU) on its
@@ -220,7 +218,7 @@ class MsprobeJsonWriter(object):
     def add_stack(self, name: str, lines: List[str]) -> None:
         """stack.json entry ``name`` -> its formatted frames."""
         space = self._space
-        if space.calibrating(STACK):
+        if space.unmeasured[STACK]:
             space.measured(STACK, len(member_text(name, lines, 0)))
         with self._lock:
             self._stack[name] = lines
@@ -230,7 +228,7 @@ class MsprobeJsonWriter(object):
     def add_construct(self, name: str, parent: Optional[str]) -> None:
         """construct.json entry ``name`` -> its parent module's name (None at top level)."""
         space = self._space
-        if space.calibrating(CONSTRUCT):
+        if space.unmeasured[CONSTRUCT]:
             space.measured(CONSTRUCT, len(member_text(name, parent, 0)))
         with self._lock:
             self._construct[name] = parent
@@ -461,6 +459,7 @@ class MsprobeJsonWriter(object):
             orphans.extend(sorted(named))
         self._ready_at.clear()
         self._stat_waiting.clear()
+        self._new_deferred = []  # leaves of an entry still being built: it is never added
         return orphans
 
     def _on_disk_text(self) -> str:
@@ -486,6 +485,7 @@ class MsprobeJsonWriter(object):
         with self._lock, self._submit_lock:
             self._written = self._queued
             self._unclaimed = []
+            self._new_deferred = []
             self._failed = None
             self._reported = False
 

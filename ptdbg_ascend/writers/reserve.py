@@ -49,6 +49,8 @@ class JsonReserve(object):
     Attributes:
         pending: per kind (``ENTRY``, ``STACK``, ``CONSTRUCT``), the members not in the files as last
             written; the writer counts them under its own lock.
+        unmeasured: per kind, how many more members to measure as they are added (:meth:`measured`;
+            ``CALIBRATION`` at first, each measurement, a rewrite's too, counts one).
         size: bytes held now (0: none).
     """
 
@@ -57,19 +59,16 @@ class JsonReserve(object):
         self.pending = [0, 0, 0]  # type: List[int]
         self.size = 0
         self._longest = [0, 0, 0]  # type: List[int]
-        self._measured = [0, 0, 0]  # type: List[int]
+        self.unmeasured = [CALIBRATION] * 3  # type: List[int]
         self._file_sizes = [0, 0, 0]  # type: List[int]  # dump.json, stack.json, construct.json as last written
         self._descriptor = None  # type: Optional[int]
         self._lock = threading.Lock()
 
     # -- measuring -------------------------------------------------------------------------------
-    def calibrating(self, kind: int) -> bool:
-        """Whether a member of ``kind`` added now should be measured (:meth:`measured`)."""
-        return self._measured[kind] < CALIBRATION
-
     def measured(self, kind: int, length: int) -> None:
         """A member text of ``kind`` is ``length`` characters long (ASCII: JSON escapes the rest)."""
-        self._measured[kind] += 1
+        if self.unmeasured[kind]:
+            self.unmeasured[kind] -= 1
         if length > self._longest[kind]:
             self._longest[kind] = length
 
@@ -86,15 +85,19 @@ class JsonReserve(object):
         """Bytes the next rewrite may need, with ``entries`` entries and ``stacks`` stacks more than counted."""
         pending = self.pending
         longest = self._longest
-        growth = ((pending[ENTRY] + entries) * longest[ENTRY] + (pending[STACK] + stacks) * longest[STACK]
-                  + pending[CONSTRUCT] * longest[CONSTRUCT])
+        growth = ((pending[0] + entries) * longest[0] + (pending[1] + stacks) * longest[1]
+                  + pending[2] * longest[2])
         return max(self._file_sizes) + GROWTH_FACTOR * growth + SLACK
 
     # -- the file --------------------------------------------------------------------------------
     def ensure(self, entries: int = 0, stacks: int = 0) -> None:
         """Hold at least :meth:`needed` bytes (growing the file by at least a quarter). Raises OSError
         (``ENOSPC``...) when the file system cannot give them; what was held before stays held."""
-        needed = self.needed(entries, stacks)
+        # needed(), inline: called for every entry (statistics only) or tensor file
+        pending = self.pending
+        longest = self._longest
+        needed = max(self._file_sizes) + SLACK + GROWTH_FACTOR * (
+            (pending[0] + entries) * longest[0] + (pending[1] + stacks) * longest[1] + pending[2] * longest[2])
         if needed <= self.size:
             return
         with self._lock:

@@ -25,6 +25,7 @@ import torch
 from ptdbg_ascend import PrecisionDebugger
 from ptdbg_ascend.comparison.api import compare
 from ptdbg_ascend.comparison.parsing import parse
+from ptdbg_ascend.dump import statistics
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.writers.background import BackgroundWriter
 from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter
@@ -141,7 +142,12 @@ def _check_short_traceback(error):
     assert not [name for name in files if name.endswith(("background.py", "serialization.py", "safe_fs.py"))], files
 
 
-def test_a_full_disk_keeps_every_finished_entry_of_a_tensor_dump(small_disk, tmp_path, session, capsys):
+@pytest.mark.parametrize("deferred", [False, True], ids=["cpu_statistics", "deferred_statistics"])
+def test_a_full_disk_keeps_every_finished_entry_of_a_tensor_dump(small_disk, tmp_path, session, capsys, monkeypatch,
+                                                                  deferred):
+    # deferred: statistics read back in batches, as for tensors on an accelerator (none here: CPU ones
+    # take that path), so entries also wait for their statistics when the disk fills
+    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", deferred)
     net, inputs = _model_and_inputs()
     _, errors, _ = _run(session, net, inputs, tmp_path / "reference", "tensor")
     assert not errors
