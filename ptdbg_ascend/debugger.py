@@ -121,7 +121,9 @@ class PrecisionDebugger(object):
         logger.info("Dump switch is turned on at step {}.".format(self.current_step))
 
     def stop(self) -> None:
-        """Turn dumping off and write dump.json, stack.json and construct.json of this step."""
+        """Turn dumping off and write dump.json, stack.json and construct.json of this step. Raises
+        DumpWriteError when a write failed (disk full) and no record has raised it yet: the files then
+        hold every entry finished before the error (doc/safety_guide.md)."""
         if not self._started:
             return
         from ptdbg_ascend.dump.session import get_session
