@@ -158,12 +158,13 @@ def test_a_full_disk_keeps_every_finished_entry_of_a_tensor_dump(small_disk, tmp
     reserves = []
 
     def look(_step):  # while the window is on: the reserve is a real (allocated) file, larger than dump.json
-        reserve = rank_dir / ".ptdbg.reserve"
-        if reserve.exists():
-            status = os.stat(str(reserve))
-            dump_json = rank_dir / "dump.json"
-            reserves.append((status.st_size, status.st_blocks * 512,
-                             os.path.getsize(str(dump_json)) if dump_json.exists() else 0))
+        dump_json = rank_dir / "dump.json"
+        try:
+            before = os.path.getsize(str(dump_json)) if dump_json.exists() else 0
+            status = os.stat(str(rank_dir / ".ptdbg.reserve"))
+        except FileNotFoundError:  # not made yet, or given back at the error meanwhile
+            return
+        reserves.append((status.st_size, status.st_blocks * 512, before))
 
     _, errors, stopped = _run(session, net, inputs, disk / "dump", "tensor", after_step=look)
     # the user saw one clear error, at every record from the first failure on; stop() had nothing to add
