@@ -111,13 +111,19 @@ class PrecisionDebugger(object):
             self._writer_step = self.current_step
             logger.info("Dump data will be saved in {}.".format(recorder.writer.directory))
         # One writer per step/rank directory: a second process gets a DumpPathError here.
-        recorder.writer.claim()
+        try:
+            recorder.writer.claim()
+        except BaseException:
+            session.remove_observer(recorder)  # the window never started: nothing to write at exit
+            raise
         recorder.switch(True)
         self._started = True
         logger.info("Dump switch is turned on at step {}.".format(self.current_step))
 
     def stop(self) -> None:
-        """Turn dumping off and write dump.json, stack.json and construct.json of this step."""
+        """Turn dumping off and write dump.json, stack.json and construct.json of this step. Raises
+        DumpWriteError when a write failed (disk full) and no record has raised it yet: the files then
+        hold every entry finished before the error (doc/safety_guide.md)."""
         if not self._started:
             return
         from ptdbg_ascend.dump.session import get_session

@@ -26,6 +26,16 @@ out (or kept at its last finished version), so dump.json never names a file not 
 writer thread the rewrite is one of its jobs; without one (no tensors) it runs at the ``add_entry``
 that finds it due. A SIGKILL therefore loses at most the entries of about the last
 ``2 * max_delay`` seconds (plus the last rewrite's duration when it is long).
+
+A full disk (or any write error) stops the dump with the JSON files complete: ``.ptdbg.reserve``
+(``reserve.py``) holds back the space the next rewrite needs, grown to cover every entry before a later
+file takes any space (by each ``.pt`` file's job; without tensor files, by ``add_entry`` before it adds
+the entry). The first failed write (a ``.pt`` file, a rewrite even with the reserve's space, or the
+reserve itself) removes the reserve, the failed file's partial copy and the files of unfinished entries,
+and rewrites the three files with every finished entry. From then on every record raises the same
+:class:`DumpWriteError` (path, error, what dump.json holds), or ``stop()`` does when no record came
+after the error, until the next ``start()`` (:meth:`claim`) records again after the finished entries;
+nothing is written meanwhile, so nothing is glued.
 """
 
 from __future__ import annotations
@@ -37,10 +47,14 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
+from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.msprobe.leaves import deferred_reductions, fill_statistics, msprobe_reduced
 from ptdbg_ascend.writers import background as background_module
 from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.safe_fs import RankDirectoryClaim, own_dir, own_dirs, replace_file, write_all
+from ptdbg_ascend.writers.json_text import (document_text, dump_json_text, encode_missing, member_text,  # noqa: F401
+                                            members_object, object_text)  # dump_json_text: re-exported
+from ptdbg_ascend.writers.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
+from ptdbg_ascend.writers.safe_fs import RankDirectoryClaim, own_dir, own_dirs, remove_quietly, replace_file, write_all
 
 TENSOR_DIR = "dump_tensor_data"
 # Deferred statistics read back at once when this many wait (a bound on device memory between rewrites).
@@ -58,53 +72,6 @@ def step_rank_dir(dump_path: str, step: int, rank: Optional[int]) -> str:
 # A periodic rewrite waits at least this many times the last one's duration after it: rewriting a
 # dump.json of n entries is O(n), so on a huge dump the rewrites take at most ~1/(1 + factor) of the time.
 REWRITE_COST_FACTOR = 10
-
-
-def dump_json_text(task: str, level: str, dump_data_dir: Optional[str], data: Dict[str, Any],
-                   encoded: Optional[Dict[str, str]] = None) -> str:
-    """The dump.json document (keys in msprobe's order, indent 1, NaN/Infinity tokens): the same text as
-    ``json.dumps(document, indent=1)``. ``encoded`` caches each entry's text between calls (an indented
-    dump is encoded in pure Python, slowly: each entry is encoded once however often the file is rewritten)."""
-    return _document_text(task, level, dump_data_dir, _object_text(data, encoded, 1))
-
-
-def _document_text(task: str, level: str, dump_data_dir: Optional[str], data_text: str) -> str:
-    head = json.dumps({"task": task, "level": level, "dump_data_dir": dump_data_dir}, indent=1)[:-2]
-    return head + ',\n "data": ' + data_text + "\n}"
-
-
-def _member_text(name: str, value: Any, depth: int) -> str:
-    """One ``"name": value`` member of an object nested at ``depth``, as ``json.dumps(indent=1)`` writes it."""
-    text = json.dumps(value, indent=1, allow_nan=True).replace("\n", "\n" + " " * (depth + 1))
-    return "{}{}: {}".format(" " * (depth + 1), json.dumps(name), text)
-
-
-def _members_object(members: List[str], depth: int) -> str:
-    if not members:
-        return "{}"
-    return "{\n" + ",\n".join(members) + "\n" + " " * depth + "}"
-
-
-def _encode_missing(items: Dict[str, Any], encoded: Dict[str, str], depth: int) -> float:
-    """Fill ``encoded`` with the member texts of ``items`` it lacks; returns the seconds it took."""
-    started = time.perf_counter()
-    for name, value in items.items():
-        if name not in encoded:
-            encoded[name] = _member_text(name, value, depth)
-    return time.perf_counter() - started
-
-
-def _object_text(items: Dict[str, Any], encoded: Optional[Dict[str, str]], depth: int) -> str:
-    """``json.dumps(items, indent=1)`` nested at ``depth``, reusing ``encoded[name]`` (the member text
-    of ``name``; a cache is used at one depth only)."""
-    cache = encoded if encoded is not None else {}
-    members = []
-    for name, value in items.items():
-        text = cache.get(name)
-        if text is None:
-            text = cache[name] = _member_text(name, value, depth)
-        members.append(text)
-    return _members_object(members, depth)
 
 
 class MsprobeJsonWriter(object):
@@ -157,11 +124,20 @@ class MsprobeJsonWriter(object):
         self._submit_lock = threading.Lock()
         self._queued = 0
         self._written = 0
-        self._write_failed = False  # after a failed .pt write nothing counts as finished any more
         self._ready_at = {}  # type: Dict[str, int]
         self._previous = {}  # type: Dict[str, str]
-        # One rewrite at a time, so the files never go back to an older state.
-        self._rewrite_lock = threading.Lock()
+        # A full disk (module docstring): the reserve, the first write error's message (None while all is
+        # well; set, nothing more is written), whether the training thread has raised it yet, and the
+        # data_names queued since the last add_entry (an entry still being built: its files are removed
+        # when a write error leaves it unfinished).
+        self._space = JsonReserve(directory)
+        self._failed = None  # type: Optional[str]
+        self._reported = False
+        self._unclaimed = []  # type: List[str]
+        self._entries_on_disk = 0  # in dump.json as last written
+        # One rewrite at a time, so the files never go back to an older state (reentrant: a rewrite that
+        # fails goes on to the last rewrite after the error).
+        self._rewrite_lock = threading.RLock()
         self._rewrite_queued = False
         self._next_rewrite = time.monotonic() + self._max_delay
         self._earliest_rewrite = 0.0  # REWRITE_COST_FACTOR x the last rewrite's duration after its end
@@ -178,26 +154,51 @@ class MsprobeJsonWriter(object):
     # -- adding ----------------------------------------------------------------------------------
     def add_entry(self, name: str, entry: Dict[str, Any]) -> None:
         """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``.
-        May rewrite the JSON files (see the module docstring)."""
+        May rewrite the JSON files (see the module docstring). Raises :class:`DumpWriteError` after a
+        write error (the entry is not added)."""
+        if self._failed is not None:
+            self._raise_failed()
+        if not self._made_dirs:
+            self._make_dirs()
+        space = self._space
+        if space.unmeasured[ENTRY]:  # before any rewrite has measured entries
+            space.measured(ENTRY, len(member_text(name, entry, 1)))
+        if not self.saves_tensors:  # (with tensor files, each file's job grows the reserve first)
+            try:
+                space.ensure(1, 1)  # the reserve covers this entry and its stack before it exists
+            except OSError as error:
+                self._stop_after_error(_reserve_error_text(space, error))
+            if self._failed is not None:
+                self._raise_failed()
         with self._lock:
-            queued = self._queued
-            waiting = queued > self._written
-            deferred, self._new_deferred = self._new_deferred, []
-            if deferred:
-                self._stat_waiting.setdefault(name, []).extend(deferred)
-            if name in self._data:
-                self._data[name].update(entry)
-                old = self._encoded.pop(name, None)
-                if (waiting or deferred) and old is not None:  # _encoded holds finished versions only
-                    self._previous[name] = old
-            else:
-                self._data[name] = entry
-            if waiting:
-                self._ready_at[name] = queued
-            self._unflushed += 1
-            due = self._rewrite_due()
+            added = self._failed is None  # else stopped meanwhile (on the writer thread)
+            if added:
+                if self._unclaimed:
+                    with self._submit_lock:
+                        self._unclaimed = []  # the files queued since the last entry: this entry names them
+                space.pending[ENTRY] += 1
+                queued = self._queued
+                waiting = queued > self._written
+                deferred, self._new_deferred = self._new_deferred, []
+                if deferred:
+                    self._stat_waiting.setdefault(name, []).extend(deferred)
+                if name in self._data:
+                    self._data[name].update(entry)
+                    old = self._encoded.pop(name, None)
+                    if (waiting or deferred) and old is not None:  # _encoded holds finished versions only
+                        self._previous[name] = old
+                else:
+                    self._data[name] = entry
+                if waiting:
+                    self._ready_at[name] = queued
+                self._unflushed += 1
+                due = self._rewrite_due()
+        if not added:
+            self._raise_failed()
         if due:
             self._start_rewrite()
+            if self._failed is not None:  # the rewrite ran here (no writer thread) and failed
+                self._raise_failed()
 
     def defer_leaf(self, leaf: Dict[str, Any], tensor: Any) -> bool:
         """``msprobe.leaves.tensor_leaf``'s hook: queue the statistics of ``tensor`` (off the CPU) on its
@@ -216,20 +217,31 @@ class MsprobeJsonWriter(object):
 
     def add_stack(self, name: str, lines: List[str]) -> None:
         """stack.json entry ``name`` -> its formatted frames."""
+        space = self._space
+        if space.unmeasured[STACK]:
+            space.measured(STACK, len(member_text(name, lines, 0)))
         with self._lock:
             self._stack[name] = lines
             self._stack_encoded.pop(name, None)
+            space.pending[STACK] += 1
 
     def add_construct(self, name: str, parent: Optional[str]) -> None:
         """construct.json entry ``name`` -> its parent module's name (None at top level)."""
+        space = self._space
+        if space.unmeasured[CONSTRUCT]:
+            space.measured(CONSTRUCT, len(member_text(name, parent, 0)))
         with self._lock:
             self._construct[name] = parent
             self._construct_encoded.pop(name, None)
+            space.pending[CONSTRUCT] += 1
 
     def save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
-        """Queue ``{tensor_dir}/{stem}.pt`` and return its data_name; None when tensors are not saved."""
+        """Queue ``{tensor_dir}/{stem}.pt`` and return its data_name; None when tensors are not saved.
+        Raises :class:`DumpWriteError` after a write error."""
         if not self.saves_tensors:
             return None
+        if self._failed is not None:
+            self._raise_failed()
         import torch
 
         self._make_dirs()
@@ -242,30 +254,46 @@ class MsprobeJsonWriter(object):
         with self._submit_lock:
             self._queued += 1
             number = self._queued
+            self._unclaimed.append(data_name)
 
             def job() -> None:
-                if self._write_failed:  # never referenced: an earlier file is missing
+                if self._failed is not None:  # stopped: nothing more is written
+                    return
+                space = self._space
+                try:
+                    # Every entry that is finished if this write fails was added before it was queued:
+                    # the reserve covers them all before the file takes any space.
+                    space.ensure()
+                except OSError as error:
+                    self._stop_after_error("Cannot write the tensor file {}: {}".format(
+                        path, _reserve_error_text(space, error, capital=False)))
                     return
                 try:
-                    _save_pt(path, copy)
-                except BaseException:
-                    self._write_failed = True
-                    raise
+                    _save_pt(path, copy)  # a partial file is removed (safe_fs.replace_file)
+                except Exception as error:  # noqa: BLE001 - disk full, I/O error, torch's own
+                    self._stop_after_error(_tensor_error_text(path, error))
+                    return
                 self._written = number
 
-            if self._background is None:
-                job()
-            else:
+            if self._background is not None:
                 self._background.submit(job, nbytes)
+        if self._background is None:  # written here, outside the lock (a failure takes it)
+            job()
+            if self._failed is not None:
+                self._raise_failed()
         return data_name
 
     # -- writing ---------------------------------------------------------------------------------
     def flush(self, json_only: bool = False) -> None:
         """Rewrite dump.json (and, unless ``json_only``, stack.json and construct.json) with every entry
-        so far; waits for queued ``.pt`` files first, so dump.json never names a file not yet written."""
+        so far; waits for queued ``.pt`` files first, so dump.json never names a file not yet written.
+        After a write error the files are already complete: nothing is written, and the error is raised
+        (:class:`DumpWriteError`) if no record has raised it yet."""
         if self._background is not None:
             self._background.flush()
         self._rewrite(with_others=not json_only, periodic=False)
+        if self._failed is not None and not self._reported:
+            self._raise_failed()
 
     def _rewrite_due(self) -> bool:
         """Whether a periodic rewrite starts now (called under ``_lock``; marks it queued)."""
@@ -300,27 +328,22 @@ class MsprobeJsonWriter(object):
                 self._rewrite_queued = False
 
     def _rewrite(self, with_others: bool, periodic: bool) -> None:
-        """Replace dump.json (and stack.json, construct.json) with the finished entries so far."""
+        """Replace dump.json (and stack.json, construct.json) with the finished entries so far. A write
+        that fails even with the reserve's space (or a reserve that cannot grow after a periodic
+        rewrite) stops the dump (:meth:`_stop_after_error`)."""
         self._make_dirs()
         with self._rewrite_lock:
+            if self._failed is not None:  # the files were rewritten at the error; nothing more is
+                return
             started = time.monotonic()
             encoding = 0.0
+            error = None
             try:
                 self.statistics_batch.resolve()  # outside _lock: the training thread keeps adding entries
                 with self._lock:
-                    data_text, encoding = self._finished_data_text()
-                    text = _document_text(self.task, self.level, self.tensor_dir if self.saves_tensors else None,
-                                          data_text)
-                    if with_others:
-                        encoding += _encode_missing(self._stack, self._stack_encoded, 0)
-                        encoding += _encode_missing(self._construct, self._construct_encoded, 0)
-                        stack_text = _object_text(self._stack, self._stack_encoded, 0)
-                        construct_text = _object_text(self._construct, self._construct_encoded, 0)
+                    texts, encoding, shown = self._texts_locked(with_others)
                     self._unflushed = 0
-                _write_atomic(os.path.join(self.directory, DUMP_FILE), text)
-                if with_others:
-                    _write_atomic(os.path.join(self.directory, STACK_FILE), stack_text)
-                    _write_atomic(os.path.join(self.directory, CONSTRUCT_FILE), construct_text)
+                error = self._write_texts(texts, shown, keep_reserve=periodic)
             finally:
                 ended = time.monotonic()
                 with self._lock:
@@ -331,11 +354,145 @@ class MsprobeJsonWriter(object):
                     if periodic:
                         self.rewrites += 1
                         self.rewrite_seconds += ended - started
+            if error is not None:
+                self._stop_after_error(error)
 
-    def _finished_data_text(self) -> Tuple[str, float]:
+    def _texts_locked(self, with_others: bool) -> Tuple[List[Tuple[str, str]], float, int]:
+        """(file name, text) of dump.json (and stack.json, construct.json) with the finished entries, the
+        seconds spent encoding new members and the number of entries shown (under ``_lock``). Counts what
+        the texts leave out for the reserve."""
+        space = self._space
+        data_text, encoding, shown = self._finished_data_text()
+        texts = [(DUMP_FILE, document_text(self.task, self.level, self.tensor_dir if self.saves_tensors else None,
+                                            data_text))]
+        # left out, or shown at a previous (shorter) version: still to come
+        space.pending[ENTRY] = len(self._data) - shown + len(self._previous)
+        if with_others:
+            for kind, name, items, encoded in ((STACK, STACK_FILE, self._stack, self._stack_encoded),
+                                               (CONSTRUCT, CONSTRUCT_FILE, self._construct, self._construct_encoded)):
+                seconds, longest = encode_missing(items, encoded, 0)
+                encoding += seconds
+                space.measured(kind, longest)
+                texts.append((name, object_text(items, encoded, 0)))
+                space.pending[kind] = 0
+        return texts, encoding, shown
+
+    def _write_texts(self, texts: List[Tuple[str, str]], shown: int, keep_reserve: bool) -> Optional[str]:
+        """Write the files (dump.json shows ``shown`` entries); a failed write is tried again in the
+        reserve's space (given back for it). ``keep_reserve``: then grow the reserve for the next
+        rewrite. Returns None, or why it failed."""
+        space = self._space
+        try:
+            try:
+                for name, text in texts:
+                    _write_atomic(os.path.join(self.directory, name), text)
+            except DumpWriteError:
+                if not space.size:
+                    raise
+                space.release()  # held for exactly this rewrite
+                for name, text in texts:
+                    _write_atomic(os.path.join(self.directory, name), text)
+        except DumpWriteError as error:
+            return str(error)
+        self._entries_on_disk = shown
+        sizes = dict(texts)
+        space.written(len(sizes[DUMP_FILE]), _length(sizes.get(STACK_FILE)), _length(sizes.get(CONSTRUCT_FILE)))
+        if keep_reserve:
+            try:
+                space.ensure()
+            except OSError as error:
+                return _reserve_error_text(space, error)
+        return None
+
+    # -- a write error ---------------------------------------------------------------------------
+    def _stop_after_error(self, reason: str) -> None:
+        """The first write error: nothing more is written (queued ``.pt`` jobs do nothing), the reserve
+        is given back, the unfinished entries and their files are dropped, and the JSON files are
+        rewritten with every finished entry. Later errors are ignored (the first one says it all).
+        Called where no ``.pt`` file can be written meanwhile: in the writer thread's job, or where
+        there is no writer thread (or it was just flushed)."""
+        with self._rewrite_lock:  # held from the start: a record raises the complete message below
+            with self._lock:
+                if self._failed is not None:
+                    return
+                self._failed = reason
+            self._space.release()
+            try:
+                self.statistics_batch.resolve()
+            except Exception:  # noqa: BLE001 - a device gone too: its entries stay unfinished, dropped below
+                pass
+            with self._lock:
+                self._finished_data_text()  # takes the entries finished by now off the waiting lists
+                orphans = self._drop_unfinished_locked()
+                texts, _, shown = self._texts_locked(with_others=True)  # every entry left is finished
+            for data_name in orphans:
+                remove_quietly(os.path.join(self.tensor_dir, data_name))
+            try:
+                for name, text in texts:
+                    _write_atomic(os.path.join(self.directory, name), text)
+                self._entries_on_disk = shown
+                held = "its dump.json holds the {} entr{} finished before the error".format(
+                    shown, "y" if shown == 1 else "ies")
+            except DumpWriteError as error:  # even the reserve's space was not enough
+                held = "its dump.json could not be rewritten ({}): {}".format(error, self._on_disk_text())
+            self._failed = ("{}. Dumping to {} stopped: {}; nothing more is written to it. Free space (or fix the "
+                            "cause) and call start() again to resume.".format(reason, self.directory, held))
+
+    def _drop_unfinished_locked(self) -> List[str]:
+        """Forget the entries still waiting (for a file or for statistics): back to their last finished
+        version, or gone with their stack. Returns the data_names only they (or an entry still being
+        built) named, whose files are to be removed (under ``_lock``)."""
+        with self._submit_lock:
+            orphans, self._unclaimed = self._unclaimed, []
+        for name in set(self._ready_at) | set(self._stat_waiting):
+            entry = self._data.get(name)
+            named = set(_data_names(entry))
+            previous = self._previous.pop(name, None)
+            if previous is None:
+                self._data.pop(name, None)
+                self._encoded.pop(name, None)
+                self._stack.pop(name, None)
+                self._stack_encoded.pop(name, None)
+            else:  # shown at its finished version from now on (its dict keeps the newer keys: never shown)
+                named -= set(_data_names(json.loads("{" + previous + "}")))
+                self._encoded[name] = previous
+            orphans.extend(sorted(named))
+        self._ready_at.clear()
+        self._stat_waiting.clear()
+        self._new_deferred = []  # leaves of an entry still being built: it is never added
+        return orphans
+
+    def _on_disk_text(self) -> str:
+        if not os.path.exists(os.path.join(self.directory, DUMP_FILE)):
+            return "there is no dump.json"
+        held = self._entries_on_disk
+        return "it holds the {} entr{} of its last rewrite".format(held, "y" if held == 1 else "ies")
+
+    def _raise_failed(self) -> None:
+        with self._rewrite_lock:  # the rewrite after the error may be running on the writer thread
+            message = self._failed
+        self._reported = True
+        raise DumpWriteError(message)
+
+    def _resume(self) -> None:
+        """After a write error, a new ``start()``: the jobs of the failed window are done (they wrote
+        nothing), the kept entries are all finished; record again."""
+        if self._background is not None:
+            try:
+                self._background.flush()
+            except DumpWriteError:
+                pass
+        with self._lock, self._submit_lock:
+            self._written = self._queued
+            self._unclaimed = []
+            self._new_deferred = []
+            self._failed = None
+            self._reported = False
+
+    def _finished_data_text(self) -> Tuple[str, float, int]:
         """dump.json's ``data`` object of the finished entries (under ``_lock``): an entry waiting for a
         file is left out, or shown at its last finished version. Also returns the seconds spent encoding
-        entries not encoded before."""
+        entries not encoded before, and the number of entries shown."""
         ready_at = self._ready_at
         stat_waiting = self._stat_waiting
         if stat_waiting:
@@ -345,7 +502,7 @@ class MsprobeJsonWriter(object):
                 if name not in ready_at:
                     self._previous.pop(name, None)
         if ready_at:
-            written = -1 if self._write_failed else self._written
+            written = self._written
             for name in [name for name, number in ready_at.items() if number <= written]:
                 del ready_at[name]
                 if name not in stat_waiting:
@@ -354,6 +511,7 @@ class MsprobeJsonWriter(object):
         previous = self._previous
         members = []
         encoding = 0.0
+        longest = 0
         for name, entry in self._data.items():
             if name in ready_at or name in stat_waiting:
                 text = previous.get(name)
@@ -363,10 +521,12 @@ class MsprobeJsonWriter(object):
                 text = encoded.get(name)
                 if text is None:
                     before = time.perf_counter()
-                    text = encoded[name] = _member_text(name, entry, 1)
+                    text = encoded[name] = member_text(name, entry, 1)
                     encoding += time.perf_counter() - before
+                    longest = max(longest, len(text))
             members.append(text)
-        return _members_object(members, 1), encoding
+        self._space.measured(ENTRY, longest)
+        return members_object(members, 1), encoding, len(members)
 
     def _make_dirs(self) -> None:
         if self._made_dirs:
@@ -380,12 +540,16 @@ class MsprobeJsonWriter(object):
 
     def claim(self) -> None:
         """Create the directories and take the rank directory's lock (``.ptdbg.lock``): a second
-        process writing the same step/rank directory gets a DumpPathError naming the holder."""
+        process writing the same step/rank directory gets a DumpPathError naming the holder. After a
+        write error (``start()`` again): record again, from the finished entries."""
         self._rank_dir.claim(self.directory)
         self._make_dirs()
+        if self._failed is not None:
+            self._resume()
 
     def release(self) -> None:
-        """Give the lock back (stop(), exit). Idempotent."""
+        """Remove the reserve and give the lock back (stop(), exit). Idempotent."""
+        self._space.release()
         self._rank_dir.release()
 
 
@@ -397,6 +561,46 @@ def _save_pt(path: str, tensor: Any) -> None:
             torch.save(tensor, handle)
 
     replace_file(path, write, "the tensor file")
+
+
+def _tensor_error_text(path: str, error: BaseException) -> str:
+    """"Cannot write the tensor file {path}: {the OS error}". torch.save may turn the OS error (disk
+    full) into a RuntimeError of its own ("unexpected pos ..."): the OS error it came from is named."""
+    if isinstance(error, DumpWriteError):  # safe_fs.replace_file's: "Cannot write the tensor file {path}: ..."
+        return str(error)
+    cause = error  # type: Optional[BaseException]
+    for _ in range(8):  # the chain torch left: __context__/__cause__
+        if cause is None or (isinstance(cause, OSError) and cause.errno is not None):
+            break
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, OSError) and cause.errno is not None:
+        return "Cannot write the tensor file {}: {}".format(path, cause)
+    return "Cannot write the tensor file {}: {}: {}".format(path, type(error).__name__, error)
+
+
+def _reserve_error_text(space: JsonReserve, error: OSError, capital: bool = True) -> str:
+    return "{}annot keep {} bytes free for the dump's JSON files (held in {}): {}".format(
+        "C" if capital else "c", space.needed(), space.path, error)
+
+
+def _data_names(value: Any) -> List[str]:
+    """Every ``data_name`` in an entry (nested dicts and lists)."""
+    names = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            name = item.get("data_name")
+            if isinstance(name, str):
+                names.append(name)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return names
+
+
+def _length(text: Optional[str]) -> Optional[int]:
+    return None if text is None else len(text)
 
 
 def _write_atomic(path: str, text: str) -> None:

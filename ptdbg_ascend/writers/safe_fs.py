@@ -233,9 +233,13 @@ class DumpLock(object):
                         self.path)) from error
                 raise DumpWriteError("Cannot create the dump lock {}: {}".format(self.path, error)) from error
             try:
-                os.write(descriptor, text.encode("utf-8"))
-            finally:
-                os.close(descriptor)
+                try:
+                    write_all(descriptor, text.encode("utf-8"))
+                finally:
+                    os.close(descriptor)
+            except OSError as error:  # a full disk: no empty lock left behind (it reads as "being created")
+                remove_quietly(self.path)
+                raise DumpWriteError("Cannot write the dump lock {}: {}".format(self.path, error)) from error
             self.held = True
             self._text = text
             return

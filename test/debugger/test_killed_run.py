@@ -83,12 +83,14 @@ def _data_names(value):
 def check_killed_dump(rank_dir, load=True):
     """The files a killed run left: dump.json (when present) parses and every tensor file it names exists
     and loads with ``weights_only=True``; stack.json and construct.json (when present) parse; every
-    ``.pt`` final name loads (never partial); leftovers are only ``.*.tmp`` files. Returns dump.json's
+    ``.pt`` final name loads (never partial); leftovers are only ``.*.tmp`` files and the lock and space
+    reserve of the killed writer (``.ptdbg.lock``, ``.ptdbg.reserve``). Returns dump.json's
     ``data`` ({} when there is no dump.json yet). ``load`` False: only that the files exist (a quick poll)."""
     tensor_dir = os.path.join(rank_dir, "dump_tensor_data")
     names = sorted(os.listdir(rank_dir))
     for name in names:
-        assert name in ("dump.json", "stack.json", "construct.json", "dump_tensor_data", ".ptdbg.lock") or (
+        assert name in ("dump.json", "stack.json", "construct.json", "dump_tensor_data", ".ptdbg.lock",
+                        ".ptdbg.reserve") or (
             name.startswith(".") and name.endswith(".tmp")), name
     for name in ("stack.json", "construct.json"):
         if name in names:

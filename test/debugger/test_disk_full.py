@@ -1,0 +1,334 @@
+"""A PrecisionDebugger dump that fills the disk keeps its finished records usable: dump.json, stack.json
+and construct.json are rewritten at the error with every entry whose tensor files are complete (the
+space for that rewrite is held back in ``.ptdbg.reserve`` while the window is on), the files of
+unfinished entries are removed, and every later record raises the same ``DumpWriteError`` until the
+next ``start()``.
+
+Each test mounts a real small tmpfs (root only) and fills it with a real dump of a small model; the
+same training run dumped to an ordinary directory is the reference: the entries a full disk keeps are
+exactly a prefix of the reference's, with the same values and the same tensors.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import threading
+import traceback
+
+import pytest
+import torch
+
+from ptdbg_ascend import PrecisionDebugger
+from ptdbg_ascend.comparison.api import compare
+from ptdbg_ascend.comparison.parsing import parse
+from ptdbg_ascend.dump import statistics
+from ptdbg_ascend.errors import DumpWriteError
+from ptdbg_ascend.writers.background import BackgroundWriter
+from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter
+
+STEPS = 30
+FILES = ["construct.json", "dump.json", "dump_tensor_data", "stack.json"]  # a rank directory after stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``mount(megabytes)``: a fresh tmpfs of that size (unmounted at the end)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounts = []
+
+    def mount(megabytes):
+        path = tmp_path / "disk{}".format(len(mounts))
+        path.mkdir()
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size={}m".format(megabytes), "tmpfs", str(path)],
+                                capture_output=True)
+        if result.returncode != 0:
+            pytest.skip("cannot mount a tmpfs: {}".format(result.stderr))
+        mounts.append(path)
+        return path
+
+    yield mount
+    for path in mounts:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _model_and_inputs():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+    inputs = torch.randn(STEPS + 1, 32, 64, generator=torch.Generator().manual_seed(1))
+    return net, inputs
+
+
+def _run(session, net, inputs, dump_path, task, steps=STEPS, after_step=None):
+    """Train ``steps`` steps in one start()/stop() window; the user catches DumpWriteError per step and
+    carries on. Returns (debugger, [(step, error)], the error stop() raised or None)."""
+    net = copy.deepcopy(net)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, foreach=False)
+    debugger = PrecisionDebugger(task=task, level="L1", dump_path=str(dump_path))
+    session.reset_counters()  # both runs name their calls alike
+    debugger.start()
+    errors = []
+    for step in range(steps):
+        try:
+            loss = net(inputs[step]).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        except DumpWriteError as error:
+            errors.append((step, error))
+        if after_step is not None:
+            after_step(step)
+    stopped = None
+    try:
+        debugger.stop()
+    except DumpWriteError as error:
+        stopped = error
+    return debugger, errors, stopped
+
+
+def _load(path):
+    with open(str(path), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _data_names(value):
+    if isinstance(value, dict):
+        if "data_name" in value:
+            yield value["data_name"]
+        for item in value.values():
+            yield from _data_names(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _data_names(item)
+
+
+def _frames(lines):
+    return [line for line in lines if ", in test_" not in line]
+
+
+def _tensor_leaves(value):
+    if isinstance(value, dict):
+        if value.get("type") == "torch.Tensor":
+            yield value
+        for item in value.values():
+            yield from _tensor_leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _tensor_leaves(item)
+
+
+STOPPED = (r"\. Dumping to {rank} stopped: its dump\.json holds the (?P<held>\d+) entr(y|ies) finished before the "
+           r"error; nothing more is written to it\. Free space \(or fix the cause\) and call start\(\) again to "
+           r"resume\.$")
+NO_SPACE = r"\[Errno 28\] No space left on device"
+
+
+def _check_later_records_raise(errors, steps=STEPS):
+    """From the first error on, every step raised, always the same message."""
+    first = errors[0][0]
+    assert [step for step, _ in errors] == list(range(first, steps))
+    assert len({str(error) for _, error in errors}) == 1
+    return first, errors[0][1]
+
+
+def _check_short_traceback(error):
+    """Raised on the training thread: no chained writer-thread error, no frame of the writer thread or torch.save."""
+    assert error.__cause__ is None and error.__context__ is None
+    files = [frame.filename for frame in traceback.extract_tb(error.__traceback__)]
+    assert not [name for name in files if name.endswith(("background.py", "serialization.py", "safe_fs.py"))], files
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["cpu_statistics", "deferred_statistics"])
+def test_a_full_disk_keeps_every_finished_entry_of_a_tensor_dump(small_disk, tmp_path, session, capsys, monkeypatch,
+                                                                  deferred):
+    # deferred: statistics read back in batches, as for tensors on an accelerator (none here: CPU ones
+    # take that path), so entries also wait for their statistics when the disk fills
+    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", deferred)
+    net, inputs = _model_and_inputs()
+    _, errors, _ = _run(session, net, inputs, tmp_path / "reference", "tensor")
+    assert not errors
+    reference_dir = tmp_path / "reference" / "step0" / "rank"
+    reference = _load(reference_dir / "dump.json")["data"]
+    disk = small_disk(3)
+    rank_dir = disk / "dump" / "step0" / "rank"
+    reserves = []
+
+    def look(_step):  # while the window is on: the reserve is a real (allocated) file, larger than dump.json
+        dump_json = rank_dir / "dump.json"
+        try:
+            before = os.path.getsize(str(dump_json)) if dump_json.exists() else 0
+            status = os.stat(str(rank_dir / ".ptdbg.reserve"))
+        except FileNotFoundError:  # not made yet, or given back at the error meanwhile
+            return
+        reserves.append((status.st_size, status.st_blocks * 512, before))
+
+    _, errors, stopped = _run(session, net, inputs, disk / "dump", "tensor", after_step=look)
+    # the user saw one clear error, at every record from the first failure on; stop() had nothing to add
+    assert errors and stopped is None
+    first, error = _check_later_records_raise(errors)
+    assert 2 <= first < STEPS - 2, first
+    tensor_dir = rank_dir / "dump_tensor_data"
+    pattern = r"^Cannot write the tensor file {}/(?P<file>[\w.]+\.pt): ({}|cannot keep \d+ bytes free for the dump's " \
+              r"JSON files \(held in {}\): {})".format(re.escape(str(tensor_dir)), NO_SPACE,
+                                                        re.escape(str(rank_dir / ".ptdbg.reserve")), NO_SPACE)
+    match = re.match(pattern + STOPPED.format(rank=re.escape(str(rank_dir))), str(error))
+    assert match, str(error)
+    _check_short_traceback(error)
+    assert reserves and all(held >= size >= max(dump_json, 64 * 1024) for size, held, dump_json in reserves), reserves
+
+    # dump.json holds exactly the entries finished before the failed file: the reference's up to the
+    # entry that names it, with the same values
+    failed = match.group("file")
+    names = list(reference)
+    cut = next(index for index, name in enumerate(names) if failed in set(_data_names(reference[name])))
+    dump = _load(rank_dir / "dump.json")
+    assert list(dump) == ["task", "level", "dump_data_dir", "data"] and dump["task"] == "tensor"
+    data = dump["data"]
+    assert list(data) == names[:cut] and int(match.group("held")) == cut > 20
+    assert data == {name: reference[name] for name in names[:cut]}
+    # every file it names loads and is the reference's tensor; nothing else is left (no partial, no orphan)
+    named = [name for entry in data.values() for name in _data_names(entry)]
+    assert sorted(os.listdir(str(rank_dir))) == FILES
+    assert sorted(os.listdir(str(tensor_dir))) == sorted(named) and len(named) > 60
+    for name in named:
+        saved = torch.load(str(tensor_dir / name), weights_only=True)
+        assert torch.equal(saved, torch.load(str(reference_dir / "dump_tensor_data" / name), weights_only=True))
+    stack = _load(rank_dir / "stack.json")
+    reference_stack = _load(reference_dir / "stack.json")
+    assert list(stack) == [name for name in reference_stack if name in data] and stack
+    for name, lines in stack.items():  # the same frames (the test's own line that called _run aside)
+        assert _frames(lines) == _frames(reference_stack[name])
+    assert _load(rank_dir / "construct.json") == {}
+
+    # compare and parse read it: every tensor it holds pairs with the reference's and passes
+    leaves = sum(1 for entry in data.values() for _ in _tensor_leaves(entry))
+    all_leaves = sum(1 for entry in reference.values() for _ in _tensor_leaves(entry))
+    output = tmp_path / "compare"
+    output.mkdir()
+    outcome = compare({"npu_json_path": str(rank_dir / "dump.json"), "bench_json_path": str(reference_dir / "dump.json"),
+                       "is_print_compare_log": False}, str(output), xlsx=False)
+    counts = outcome.counts
+    assert (counts.compared, counts.passed, counts.npu_only, counts.bench_only) == (leaves, leaves, 0, all_leaves - leaves)
+    assert not outcome.torn
+    capsys.readouterr()
+    last = names[cut - 1]
+    parse(str(rank_dir / "dump.json"), last.replace(".", "_"))
+    printed = capsys.readouterr().out
+    assert "Statistic Info:" in printed and last.replace(".", "_") in printed
+
+
+def test_start_after_freeing_space_goes_on_from_the_finished_entries(small_disk, session):
+    net, inputs = _model_and_inputs()
+    disk = small_disk(3)
+    filler = disk / "filler"
+    filler.write_bytes(b"\0" * (1024 * 1024))
+    rank_dir = disk / "dump" / "step0" / "rank"
+    debugger, errors, _ = _run(session, net, inputs, disk / "dump", "tensor", steps=STEPS)
+    assert errors
+    kept = _load(rank_dir / "dump.json")["data"]
+    filler.unlink()
+    x = inputs[STEPS]
+    debugger.start()  # the same step: the window adds to the finished entries
+    net(x).sum().backward()
+    debugger.stop()
+    data = _load(rank_dir / "dump.json")["data"]
+    assert list(data)[:len(kept)] == list(kept) and {name: data[name] for name in kept} == kept
+    added = list(data)[len(kept):]
+    assert added[0].startswith("Functional.linear.") and added[-1].startswith("Functional.linear.")
+    assert len(added) == 9 and len([name for name in added if name.endswith(".backward")]) == 4, added
+    named = [name for entry in data.values() for name in _data_names(entry)]
+    assert sorted(os.listdir(str(rank_dir / "dump_tensor_data"))) == sorted(named)
+    for name in named:
+        assert isinstance(torch.load(str(rank_dir / "dump_tensor_data" / name), weights_only=True), torch.Tensor)
+    assert sorted(os.listdir(str(rank_dir))) == FILES
+
+
+def test_a_full_disk_keeps_every_entry_of_a_statistics_dump(small_disk, tmp_path, session):
+    net, inputs = _model_and_inputs()
+    _, errors, _ = _run(session, net, inputs, tmp_path / "reference", "statistics")
+    assert not errors
+    reference = _load(tmp_path / "reference" / "step0" / "rank" / "dump.json")["data"]
+    per_step = len(reference) // STEPS
+    assert per_step * STEPS == len(reference)
+    disk = small_disk(2)
+    (disk / "filler").write_bytes(b"\0" * (1024 * 1024 + 512 * 1024))
+    rank_dir = disk / "dump" / "step0" / "rank"
+    _, errors, stopped = _run(session, net, inputs, disk / "dump", "statistics")
+    assert errors and stopped is None
+    first, error = _check_later_records_raise(errors)
+    pattern = r"^Cannot (keep \d+ bytes free for the dump's JSON files \(held in {}\)|write {}): {}".format(
+        re.escape(str(rank_dir / ".ptdbg.reserve")), re.escape(str(rank_dir)) + r"/\S+", NO_SPACE)
+    match = re.match(pattern + STOPPED.format(rank=re.escape(str(rank_dir))), str(error))
+    assert match, str(error)
+    _check_short_traceback(error)
+    data = _load(rank_dir / "dump.json")["data"]
+    # every record of the steps before the error, and those of its step up to the one that raised
+    held = int(match.group("held"))
+    assert first * per_step <= held < (first + 1) * per_step and first >= 1
+    assert list(data) == list(reference)[:held] and data == {name: reference[name] for name in list(reference)[:held]}
+    assert sorted(os.listdir(str(rank_dir))) == ["construct.json", "dump.json", "stack.json"]
+
+
+def test_stop_raises_the_error_no_record_saw(small_disk):
+    """The file that fails is written after the last record was accepted: flush() (what stop() calls)
+    raises the error, once; the record accepted meanwhile is not finished and not in dump.json."""
+    disk = small_disk(1)
+    rank_dir = disk / "step0" / "rank"
+    background = BackgroundWriter()
+    writer = MsprobeJsonWriter(str(rank_dir), "tensor", "L1", saves_tensors=True, background=background)
+    writer.claim()
+    try:
+        first = writer.save_tensor("Torch.a.0.forward.output.0", torch.ones(4))
+        writer.add_entry("Torch.a.0.forward", {"output": [{"data_name": first}]})
+        background.flush()
+        gate = threading.Event()
+        background.submit(gate.wait)  # the writer thread waits here: the next file is written after the records
+        big = writer.save_tensor("Torch.b.0.forward.output.0", torch.ones(512, 1024))  # 2 MiB on a 1 MiB disk
+        writer.add_entry("Torch.b.0.forward", {"output": [{"data_name": big}]})
+        writer.add_entry("Torch.c.0.forward", {"output": [{"type": "int", "value": 3}]})
+        gate.set()
+        with pytest.raises(DumpWriteError) as raised:
+            writer.flush()
+        writer.flush()  # said once
+        with pytest.raises(DumpWriteError) as later:  # every later record raises it again
+            writer.add_entry("Torch.d.0.forward", {})
+    finally:
+        writer.release()
+        background.close()
+    message = str(raised.value)
+    assert message.startswith("Cannot write the tensor file {}: ".format(rank_dir / "dump_tensor_data" / big))
+    assert re.search(NO_SPACE + STOPPED.format(rank=re.escape(str(rank_dir))), message) and "holds the 1 entry" in message
+    assert str(later.value) == message
+    assert _load(rank_dir / "dump.json")["data"] == {"Torch.a.0.forward": {"output": [{"data_name": first}]}}
+    assert os.listdir(str(rank_dir / "dump_tensor_data")) == [first]
+    assert sorted(os.listdir(str(rank_dir))) == FILES
+
+
+def test_start_on_a_full_disk_says_so_and_leaves_no_lock(small_disk, session):
+    disk = small_disk(1)
+    filler = disk / "filler"
+    descriptor = os.open(str(filler), os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(descriptor, b"\0" * 4096):  # every page of the disk
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+    rank_dir = disk / "dump" / "step0" / "rank"
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(disk / "dump"))
+    with pytest.raises(DumpWriteError, match=r"^Cannot write the dump lock {}: {}$".format(
+            re.escape(str(rank_dir / ".ptdbg.lock")), NO_SPACE)):
+        debugger.start()
+    assert not os.path.exists(str(rank_dir / ".ptdbg.lock"))
+    assert debugger._recorder not in session.observers  # nothing is left to write at exit
+    filler.unlink()
+    debugger.start()
+    torch.add(torch.ones(2), 1)
+    debugger.stop()
+    assert list(_load(rank_dir / "dump.json")["data"]) == ["Torch.add.0.forward"]
+    assert sorted(os.listdir(str(rank_dir))) == ["construct.json", "dump.json", "stack.json"]
