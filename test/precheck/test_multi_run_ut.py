@@ -6,6 +6,8 @@ written."""
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import os
 import re
 import signal
@@ -207,6 +209,10 @@ def test_torchrun_two_ranks_rank0_writes_the_merged_csvs(model_dumps, single_cle
     names = sorted(name for name in os.listdir(str(out)) if name.endswith(".csv"))
     assert len(names) == 2  # rank 0's pair only
     assert len(os.listdir(str(out))) == 4  # with rank 0's run file and lock file
+    run_file = [name for name in os.listdir(str(out)) if name.startswith("accuracy_checking_run_")][0]
+    with open(str(out / run_file), encoding="utf-8") as handle:
+        recorded = json.load(handle)["dump"]
+    assert recorded["sha256"] == hashlib.sha256(read_bytes(model_dumps["clean"])).hexdigest()
     result, details = (str(out / name) for name in names[::-1])  # result sorts after details
     assert read_bytes(result) == read_bytes(single_clean.result_csv)
     assert read_bytes(details) == read_bytes(single_clean.details_csv)
