@@ -243,7 +243,8 @@ def migrate_source(source: str, path: str = "train.py", config_path: str = "./co
         return _migrate_tree(cst, metadata, source, path, config_path)
     except RecursionError:  # libcst's Python side, on a script just within MAX_NESTING
         raise FileFormatError("{}: nested too deeply for the parser (libcst ran out of Python recursion); nothing "
-                              "was written. Split the deepest expression into several statements.".format(path)) from None
+                              "was written. Split the deepest expression into several statements.".format(path)
+                              ) from None
 
 
 def check_nesting(source: str, path: str = "train.py") -> None:
@@ -263,7 +264,8 @@ def check_nesting(source: str, path: str = "train.py") -> None:
         if "EOF in multi-line" in message:
             return  # an unclosed bracket or string at the very end: every token was measured; libcst names the line
         # stopped in the middle (e.g. Python >= 3.12: "too many nested parentheses"): the rest was not measured
-        raise FileFormatError("{}:{}: not valid Python ({}); nothing was written.".format(path, line, message)) from None
+        raise FileFormatError("{}:{}: not valid Python ({}); nothing was written.".format(path, line, message)
+                              ) from None
     except SyntaxError as error:  # an indentation error in the middle: not handed to libcst either
         raise FileFormatError("{}:{}: not valid Python ({}); nothing was written.".format(
             path, error.lineno, error.msg)) from None

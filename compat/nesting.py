@@ -125,7 +125,8 @@ def _is_operand(token: Optional[tuple]) -> bool:
     if kind == tokenize.NAME:
         return text not in _KEYWORDS and text not in ("return", "yield", "assert", "del", "import", "from",
                                                       "raise", "with", "as", "elif", "while", "case", "match")
-    return kind in (tokenize.NUMBER, tokenize.STRING) or kind in _STRING_CLOSE or (kind == tokenize.OP and text in _CLOSE)
+    return (kind in (tokenize.NUMBER, tokenize.STRING) or kind in _STRING_CLOSE
+            or (kind == tokenize.OP and text in _CLOSE))
 
 
 def _fstring_depth(text: str) -> int:

@@ -125,7 +125,8 @@ def join(rank: int, world_size: int, timeout: float = DEFAULT_TIMEOUT) -> Cluste
         if rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             _wait_for_address(address, int(port_text), deadline)
         left = max(1.0, deadline - time.monotonic())
-        store = next(iter(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timedelta(seconds=left))))[0]
+        rendezvous = dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timedelta(seconds=left))
+        store = next(iter(rendezvous))[0]
     except (RuntimeError, OSError, ValueError) as error:  # torch's DistError is a RuntimeError
         late = time.monotonic() >= deadline - 1.0
         raise ClusterJoinError(

@@ -76,7 +76,8 @@ def acquire(result_csv_path: str, parameter: str = "result_csv_path") -> RunLock
         raise DumpPathError("Cannot open the lock file {} of {}: {}.".format(path, result_csv_path, error)) from None
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise DumpPathError("The lock file {} of {} is not a regular file; remove it.".format(path, result_csv_path))
+            raise DumpPathError("The lock file {} of {} is not a regular file; remove it.".format(
+                path, result_csv_path))
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:

@@ -48,7 +48,8 @@ def read_csv(path):
 
 
 def result_csvs(directory):
-    return [os.path.join(str(directory), n) for n in os.listdir(str(directory)) if n.startswith("accuracy_checking_result_")]
+    return [os.path.join(str(directory), name) for name in os.listdir(str(directory))
+            if name.startswith("accuracy_checking_result_")]
 
 
 def wait_for_rows(directory, count, process, timeout=120):
