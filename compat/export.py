@@ -3,7 +3,8 @@ running script made, and say what could not be mapped exactly.
 
 ``run_and_export(script, args, config_path)`` is ``ptdbg export-config``: it runs a script the way
 ``python script.py args`` would, then writes its config even when the script fails (a crash after the
-legacy calls still tells us what the run asked for).
+legacy calls still tells us what the run asked for). A script Python cannot compile (not Python, or nested
+too deeply for its compiler) is refused before it runs, and nothing is written.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.compat.mapping import Caveat, MappingResult, map_calls
 from ptdbg_ascend.compat.recording import LegacyCall, clear_calls, recorded_calls
-from ptdbg_ascend.errors import DumpPathError, DumpWriteError, ParameterError
+from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.writers.safe_fs import check_path_text, replace_file, write_all
 
@@ -81,6 +82,7 @@ def run_and_export(script: str, script_args: List[str], config_path: str) -> Scr
     """
     if not os.path.isfile(script):
         raise ParameterError("script", script, "an existing Python file")
+    _check_compiles(script)
     clear_calls()
     saved_argv, saved_path = list(sys.argv), list(sys.path)
     sys.argv = [script] + list(script_args)
@@ -102,3 +104,25 @@ def run_and_export(script: str, script_args: List[str], config_path: str) -> Scr
     if not calls:
         logger.warning("The script {} made no legacy ptdbg_ascend call; the config holds the defaults.".format(script))
     return ScriptRun(export_config(config_path, calls), error)
+
+
+def _check_compiles(script: str) -> None:
+    """FileFormatError naming ``script`` when Python cannot compile it: then nothing runs and no config
+    is written (a config of defaults would pretend the script asked for them). Python raises, never
+    crashes, on deep nesting (SyntaxError "too many nested parentheses", RecursionError, MemoryError)."""
+    try:
+        with open(script, "rb") as handle:
+            source = handle.read()
+    except OSError as error:
+        raise FileFormatError("Cannot read the script {}: {}".format(script, error)) from None
+    try:
+        compile(source, script, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        raise FileFormatError("{}:{}: not valid Python ({}); the script was not run and nothing was written.".format(
+            script, error.lineno, error.msg)) from None
+    except (RecursionError, MemoryError) as error:
+        raise FileFormatError("{}: nested too deeply for Python's compiler ({}); the script was not run and nothing "
+                              "was written.".format(script, type(error).__name__)) from None
+    except ValueError as error:  # e.g. a null byte
+        raise FileFormatError("{}: not Python source ({}); the script was not run and nothing was written.".format(
+            script, error)) from None

@@ -17,6 +17,9 @@ set_dump_switch("OFF") / set_overflow_check_switch("OFF") ``debugger.stop()``
 The config is ``map_calls`` of the calls in source order. Anything the tool cannot rewrite (an argument
 that is not a literal, a legacy call inside an expression, calls spread over several functions) is
 reported as ``file:line: message`` and nothing is written.
+
+A script nested deeper than ``nesting.MAX_NESTING`` (500) levels is refused before libcst sees it: libcst's
+native parser crashes (SIGSEGV) on deep nesting instead of raising (see ``compat/nesting.py``).
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ import inspect
 import json
 import os
 import stat
+import tokenize
 from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 from ptdbg_ascend import legacy
+from ptdbg_ascend.compat import nesting
 from ptdbg_ascend.compat.export import write_config
 from ptdbg_ascend.compat.mapping import MappingResult, map_calls
 from ptdbg_ascend.compat.recording import RECORDED_FUNCTIONS, LegacyCall
@@ -233,6 +238,40 @@ def migrate_source(source: str, path: str = "train.py", config_path: str = "./co
     cst = _libcst()
     import libcst.metadata as metadata
 
+    check_nesting(source, path)
+    try:
+        return _migrate_tree(cst, metadata, source, path, config_path)
+    except RecursionError:  # libcst's Python side, on a script just within MAX_NESTING
+        raise FileFormatError("{}: nested too deeply for the parser (libcst ran out of Python recursion); nothing "
+                              "was written. Split the deepest expression into several statements.".format(path)
+                              ) from None
+
+
+def check_nesting(source: str, path: str = "train.py") -> None:
+    """Refuse ``source`` (the text of ``path``) when it nests deeper than ``nesting.MAX_NESTING``
+    (FileFormatError naming the line), before any parser sees it."""
+    try:
+        nesting.measure(source, limit=nesting.MAX_NESTING)
+    except nesting.TooDeep as error:
+        raise FileFormatError(
+            "{}:{}: nested more than {} levels deep (each bracket, call, chained operator, lambda or conditional "
+            "counts one); deeper scripts crash libcst's parser, so ptdbg migrate does not parse it. Nothing was "
+            "written: split that expression into several statements.".format(
+                path, error.nesting.line, nesting.MAX_NESTING)) from None
+    except tokenize.TokenError as error:
+        message = str(error.args[0]) if error.args else ""
+        line = error.args[1][0] if len(error.args) > 1 and isinstance(error.args[1], tuple) else 0
+        if "EOF in multi-line" in message:
+            return  # an unclosed bracket or string at the very end: every token was measured; libcst names the line
+        # stopped in the middle (e.g. Python >= 3.12: "too many nested parentheses"): the rest was not measured
+        raise FileFormatError("{}:{}: not valid Python ({}); nothing was written.".format(path, line, message)
+                              ) from None
+    except SyntaxError as error:  # an indentation error in the middle: not handed to libcst either
+        raise FileFormatError("{}:{}: not valid Python ({}); nothing was written.".format(
+            path, error.lineno, error.msg)) from None
+
+
+def _migrate_tree(cst, metadata, source: str, path: str, config_path: str) -> Migration:
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:

@@ -1,11 +1,13 @@
 """The ``ptdbg`` console script. Each feature package contributes its sub-commands through an
 ``add_commands(subparsers)`` function, so this file only dispatches and maps every error (ours and
-unexpected ones) to one readable stderr line with exit status 2 (``ptdbg --debug ...`` shows the traceback)."""
+unexpected ones) to one readable stderr line with exit status 2 (``ptdbg --debug ...`` shows the traceback);
+Ctrl-C is one line too, exit status 130."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 import traceback
 from typing import List, Optional
@@ -48,7 +50,9 @@ def _one_line(text: object) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run ``ptdbg``. The one place where errors become exit statuses: 0 success, 1 only for "accuracy
     not reached" (the handler says so), 2 for usage and input errors (argparse's own usage errors
-    included) and for any unexpected error, each as one line on stderr; ``--debug`` adds the traceback."""
+    included) and for any unexpected error, each as one line on stderr; ``--debug`` adds the traceback.
+    Ctrl-C: exit status 130 and one line, ``ptdbg CMD: interrupted`` (run-ut and multi-run-ut add
+    ``: resume with -csv_path RESULT_CSV``, the CSV that resumes the run)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv  # known before parsing, so an error while building the parser is covered too
     command = "ptdbg"
@@ -62,6 +66,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
         command = "ptdbg " + args.command
         return int(handler(args) or 0)
+    except KeyboardInterrupt as interrupt:
+        if debug:
+            traceback.print_exc()
+        resume = getattr(interrupt, "result_csv", None)  # errors.RunInterrupted
+        print("{}: interrupted{}".format(command, ": resume with -csv_path " + shlex.quote(resume) if resume else ""),
+              file=sys.stderr)
+        return 130
     except PtdbgError as error:
         if debug:
             traceback.print_exc()

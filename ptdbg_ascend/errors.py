@@ -76,3 +76,20 @@ class WorkerProcessError(PtdbgError, RuntimeError):
     """A worker process of a parallel run (``multi_run_ut``) could not start or raised an unexpected
     error; the message names the worker, the API it ran and the cause. What was already written stays
     (the run resumes)."""
+
+
+class ClusterJoinError(PtdbgError, RuntimeError):
+    """The ranks of a distributed pre-check (``RANK``/``WORLD_SIZE`` from the environment) did not all
+    join within ``cluster_timeout``, or their rendezvous address cannot be used. The message names the
+    variables and their values (a stale ``RANK``/``WORLD_SIZE`` in the shell is the usual cause)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped ``run_ut``/``multi_run_ut`` after its result CSV was opened. A
+    KeyboardInterrupt, so Python and callers stop as they always did on Ctrl-C (deliberately not a
+    PtdbgError: ``except Exception`` must not swallow it); ``result_csv`` is the CSV to resume with
+    (``result_csv_path=`` / ``-csv_path``): it holds every API finished before the interrupt."""
+
+    def __init__(self, result_csv: str) -> None:
+        self.result_csv = result_csv
+        super().__init__("interrupted: resume with -csv_path {}".format(result_csv))

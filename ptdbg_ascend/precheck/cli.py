@@ -3,7 +3,8 @@
 
 Exit status (the one error boundary is ``ptdbg_ascend/cli.py``): 0 no API is an error (warnings alone
 included), 1 at least one API's accuracy is an error (run-ut) / an API is judged error against the GPU
-(api-precision-compare), 2 a usage or input error (one line on stderr, nothing half-written).
+(api-precision-compare), 2 a usage or input error (one line on stderr, nothing half-written), 130 Ctrl-C
+(one line on stderr naming the ``-csv_path`` that resumes the run).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _multi_run_ut(args: argparse.Namespace) -> int:
     devices = [_device(value) for value in (args.device or [None])]
     outcome = multi_run_ut(args.api_info_file, n=args.num_splits, devices=devices, preload=args.preload or (),
                            start_method=args.start_method, threads_per_worker=args.threads_per_worker,
-                           **_run_ut_options(args))
+                           cluster_timeout=args.cluster_timeout, **_run_ut_options(args))
     print(outcome.summary())
     return 1 if outcome.failed else 0
 
@@ -172,6 +173,9 @@ def add_commands(subparsers) -> None:
     multi.add_argument("--threads-per-worker", "--threads_per_worker", dest="threads_per_worker", type=int,
                        default=None, help="torch intra-op threads per worker (default: run-ut's, which keeps the "
                                           "CSVs identical to run-ut's; 1 avoids oversubscribing the cores)")
+    multi.add_argument("--cluster-timeout", "--cluster_timeout", dest="cluster_timeout", type=float, default=300.0,
+                       metavar="SECONDS", help="under torchrun (RANK/WORLD_SIZE set): give up when the other ranks "
+                                               "have not all joined within SECONDS (default 300)")
     multi.set_defaults(handler=_multi_run_ut)
 
     compare = subparsers.add_parser(

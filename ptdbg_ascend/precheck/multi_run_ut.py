@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ptdbg_ascend.errors import ParameterError, PtdbgError, WorkerProcessError
+from ptdbg_ascend.errors import ParameterError, PtdbgError, RunInterrupted, WorkerProcessError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck import ut_cluster, ut_workers
 from ptdbg_ascend.precheck.api_inputs import Dump
@@ -71,14 +70,6 @@ class MultiRunUtOutcome(RunUtOutcome):
         for name, how in self.crashed:
             lines.append("  error   {}: killed its worker on both attempts ({}); not judged".format(name, how))
         return "\n".join(printable(line) for line in lines)  # API names from the dump: controls escaped
-
-
-def _remove_pair(files: Any) -> None:
-    for path in (files.result_path, files.details_path):
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
 
 
 def _workers(count: int) -> str:
@@ -151,7 +142,8 @@ def multi_run_ut(api_info: str, n: int = 8, out_path: str = ".", save_error_data
                  dumped_outputs: bool = False, devices: Union[str, Sequence[str]] = "cpu",
                  compare_csv: Optional[Any] = None, preload: Sequence[str] = (),
                  start_method: str = "forkserver", threads_per_worker: Optional[int] = None,
-                 memory_budget: Optional[Any] = None, data_dir: Optional[str] = None) -> MultiRunUtOutcome:
+                 memory_budget: Optional[Any] = None, data_dir: Optional[str] = None,
+                 cluster_timeout: float = ut_cluster.DEFAULT_TIMEOUT) -> MultiRunUtOutcome:
     """``run_ut`` (same arguments, same CSVs) on ``n`` worker processes; see the module doc.
 
     Args (beyond :func:`ptdbg_ascend.precheck.run_ut.run_ut`'s, whose defaults are the same):
@@ -170,17 +162,21 @@ def multi_run_ut(api_info: str, n: int = 8, out_path: str = ".", save_error_data
         memory_budget: the memory one call may take in one worker (run_ut's meaning). Default None: a
             quarter of the memory available, shared by the workers running at once on this machine
             (``n``, times ``LOCAL_WORLD_SIZE`` under torchrun).
+        cluster_timeout: under torchrun (RANK/WORLD_SIZE > 1 in the environment), the seconds every rank
+            has to join before this one gives up with a ClusterJoinError naming RANK/WORLD_SIZE/MASTER_ADDR/
+            MASTER_PORT. Default 300 (torch's own would wait 30 minutes). Ignored without torchrun.
 
     A worker that dies (segfault, SIGKILL)
     loses only its call in flight: it is retried once in a fresh worker, then written as an error row
     saying so. Under torchrun the CSVs are written by rank 0 only.
 
     Raises (before anything is written): what run_ut raises; ParameterError for n, devices, preload,
-    start_method; WorkerProcessError when a worker cannot start or an API raises an unexpected error
+    start_method, cluster_timeout; ClusterJoinError when the ranks do not all join; WorkerProcessError when a worker cannot start or an API raises an unexpected error
     inside a worker (what was written before stays, ``result_csv_path`` resumes).
     """
     workers, device_list, modules = _check_options(n, devices, preload, start_method)
     threads = _check_threads(threads_per_worker)
+    cluster_timeout = ut_cluster.check_timeout(cluster_timeout)
     options = dict(out_path=out_path, save_error_data=save_error_data, filter_same=filter_same,
                    result_csv_path=result_csv_path, white_list=white_list, black_list=black_list,
                    error_data_path=error_data_path, random_data=random_data, seed=seed,
@@ -190,7 +186,7 @@ def multi_run_ut(api_info: str, n: int = 8, out_path: str = ".", save_error_data
     options["processes"] = workers * (_local_ranks() if ranks is not None else 1)
     run = _Run(workers, device_list, modules, start_method, progress, threads)
     if ranks is not None:
-        return run.on_cluster(api_info, options, *ranks)
+        return run.on_cluster(api_info, options, *ranks, timeout=cluster_timeout)
     return run.alone(api_info, options)
 
 
@@ -254,22 +250,24 @@ class _Run(object):
             outcome.retried, outcome.crashed = pool.retried, pool.crashed
             outcome.startup_seconds = pool.startup_seconds
             outcome.peak_rss_workers_kib = pool.peak_rss_workers_kib
+            outcome.seconds = time.time() - started
+            outcome.peak_rss_parent_kib = [ut_workers.peak_rss_kib()]
+            finish(outcome, files, plan)  # before close: the Compare Link column is written under the lock
+        except KeyboardInterrupt as interrupt:  # the pair stays, even empty: the message names it to resume
+            raise RunInterrupted(files.result_path) from interrupt
         except BaseException:
-            files.close()
             if commit.next == 0 and not plan.result_csv_path:
-                _remove_pair(files)  # e.g. no worker could start: leave no empty pair behind
+                files.remove()  # e.g. no worker could start: leave no empty pair behind
             raise
         finally:
             bar.close()
             files.close()
-        outcome.seconds = time.time() - started
-        outcome.peak_rss_parent_kib = [ut_workers.peak_rss_kib()]
-        finish(outcome, files, plan)
         return outcome
 
-    def on_cluster(self, api_info: str, options: Dict[str, Any], rank: int, world_size: int) -> MultiRunUtOutcome:
+    def on_cluster(self, api_info: str, options: Dict[str, Any], rank: int, world_size: int,
+                   timeout: float = ut_cluster.DEFAULT_TIMEOUT) -> MultiRunUtOutcome:
         """Under torchrun: this rank's share on its N workers; rank 0 gathers and writes (module doc)."""
-        cluster = ut_cluster.join(rank, world_size)
+        cluster = ut_cluster.join(rank, world_size, timeout)
         try:
             return self._cluster_run(cluster, api_info, options)
         finally:
@@ -291,9 +289,9 @@ class _Run(object):
         problems = cluster.all_gather(None if problem is None else str(problem))
         if any(problems):
             if files is not None:
-                files.close()
                 if not options.get("result_csv_path"):  # only the header lines: leave no empty pair behind
-                    _remove_pair(files)
+                    files.remove()
+                files.close()
             if problem is not None:
                 raise problem
             first = next(i for i, text in enumerate(problems) if text)
@@ -336,6 +334,19 @@ class _Run(object):
             pool.close()
             outcome.startup_seconds = pool.startup_seconds
             stats = cluster.gather((pool.peak_rss_workers_kib, ut_workers.peak_rss_kib(), pool.retried, pool.crashed))
+            outcome.seconds = time.time() - started
+            if writes:
+                outcome.apis_run = commit.next
+                for workers_kib, parent_kib, retried, crashed in stats:
+                    outcome.peak_rss_workers_kib += workers_kib
+                    outcome.peak_rss_parent_kib.append(parent_kib)
+                    outcome.retried += retried
+                    outcome.crashed += crashed
+                finish(outcome, files, plan)  # before close: under the lock
+        except KeyboardInterrupt as interrupt:
+            if writes:
+                raise RunInterrupted(files.result_path) from interrupt
+            raise
         finally:
             if pool is not None:
                 pool.close()
@@ -343,14 +354,4 @@ class _Run(object):
                 bar.close()
             if files is not None:
                 files.close()
-        outcome.seconds = time.time() - started
-        if not writes:
-            return outcome
-        outcome.apis_run = commit.next
-        for workers_kib, parent_kib, retried, crashed in stats:
-            outcome.peak_rss_workers_kib += workers_kib
-            outcome.peak_rss_parent_kib.append(parent_kib)
-            outcome.retried += retried
-            outcome.crashed += crashed
-        finish(outcome, files, plan)
         return outcome

@@ -23,14 +23,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
-from ptdbg_ascend.errors import ParameterError
+from ptdbg_ascend.errors import ParameterError, RunInterrupted
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.memory import default_budget, parse_size
 from ptdbg_ascend.precheck import columns as col
-from ptdbg_ascend.precheck import csv_files, ut_files
+from ptdbg_ascend.precheck import csv_files, ut_files, ut_identity, ut_lock
 from ptdbg_ascend.precheck.api_inputs import ApiCall, Dump, open_dump
 from ptdbg_ascend.precheck.call_values import Source
-from ptdbg_ascend.precheck.compare_link import drop_link_column, link_outcome, read_compare, times_allowed
+from ptdbg_ascend.precheck.compare_link import (LINK_COLUMN, drop_link_column, link_outcome, read_compare,
+                                                times_allowed)
 from ptdbg_ascend.terminal import printable
 
 # statistics that may differ between calls filter_same still takes for identical
@@ -255,7 +256,8 @@ def _save_error_data(directory: str, call: ApiCall, runs: Any) -> None:
 
 @dataclass
 class UtPlan:
-    """The checked options of one run (:func:`plan_run`); ``error_data_path`` None: save_error_data off."""
+    """The checked options of one run (:func:`plan_run`); ``error_data_path`` None: save_error_data off;
+    ``identity``: the dump's fingerprint, recorded beside a new CSV pair (None: this process writes no CSV)."""
 
     dump: Dump
     white_list: Tuple[str, ...]
@@ -270,6 +272,7 @@ class UtPlan:
     error_data_path: Optional[str]
     compare_report: Optional[Any] = None
     memory_budget: int = 0  # bytes one call may take (plan_run sets it; 0 only in hand-made plans: the default)
+    identity: Optional[ut_identity.RunIdentity] = None
 
     def source(self) -> Source:
         """Where the tensors come from (the dump's files, or random data seeded by ``seed``) and the
@@ -288,8 +291,9 @@ def plan_run(api_info: str, out_path: str = ".", save_error_data: bool = False, 
              writes_csv: bool = True, memory_budget: Optional[Any] = None, data_dir: Optional[str] = None,
              processes: int = 1) -> UtPlan:
     """Check the options of :func:`run_ut` (same meanings and errors) and open the dump; nothing is
-    written but ``out_path`` (created). ``writes_csv=False`` (a torchrun rank other than 0, which writes no
-    CSV): ``result_csv_path`` is not read and ``out_path`` is created only for save_error_data.
+    written but ``out_path`` (created). A ``result_csv_path`` must be a regular file of the same dump
+    (``ut_identity``). ``writes_csv=False`` (a torchrun rank other than 0, which writes no CSV):
+    ``result_csv_path`` is not read and ``out_path`` is created only for save_error_data.
     ``processes`` (default 1): how many processes run calls at once on this machine, sharing the default
     memory budget."""
     white_list = check_api_list("white_list", white_list)
@@ -310,32 +314,38 @@ def plan_run(api_info: str, out_path: str = ".", save_error_data: bool = False, 
     if use_random and random_data is None and writes_csv:
         logger.info("{} holds statistics only: the APIs run on random inputs within the recorded Max/Min "
                     "(seed {}).".format(api_info, seed))
+    identity = ut_identity.of_dump(dump.path, use_random, bool(dumped_outputs), seed) if writes_csv else None
     if result_csv_path:
-        if writes_csv:
-            drop_link_column(result_csv_path)  # a linked (finished) run resumes like any other
-            ut_files.check_resumable(result_csv_path)
+        if writes_csv:  # only reads: the files are rewritten under the run's lock (open_files)
+            ut_files.check_resumable(result_csv_path, extra_result_columns=(LINK_COLUMN,))
+            ut_files.check_identity(result_csv_path, identity)
         base_dir = os.path.dirname(os.path.abspath(result_csv_path))
     elif writes_csv or save_error_data:
         base_dir = csv_files.ensure_out_dir(out_path)
     else:
         base_dir = os.path.realpath(out_path or ".")
-    if save_error_data:
-        error_data_path = base_dir if error_data_path is None else error_data_path
-        if not isinstance(error_data_path, str) or not os.path.isdir(error_data_path):
-            raise ParameterError("error_data_path", error_data_path, "must be an existing directory (save_error_data "
-                                                                     "writes the failing APIs' data under it)")
+    if save_error_data:  # checked writable before any CSV exists (a read-only mount leaves nothing behind)
+        error_data_path = ut_files.check_error_data_path(base_dir if error_data_path is None else error_data_path,
+                                                         defaulted=error_data_path is None)
     else:
         error_data_path = None
     return UtPlan(dump, white_list, black_list, bool(filter_same), seed, device, use_random, bool(dumped_outputs),
                   base_dir, (result_csv_path or None) if writes_csv else None, error_data_path, compare_report,
-                  budget)
+                  memory_budget=budget, identity=identity)
 
 
 def open_files(plan: UtPlan) -> Tuple[ut_files.UtFiles, Set[str]]:
-    """The CSV pair of the run (resumed, or new in ``base_dir``) and the APIs it already holds."""
+    """The CSV pair of the run (resumed, or new in ``base_dir``) and the APIs it already holds; the
+    pair's lock is held until the files are closed (``ut_lock``: a second run on it is refused)."""
     if plan.result_csv_path:
-        return ut_files.resume_pair(plan.result_csv_path)
-    return ut_files.new_pair(plan.base_dir), set()
+        lock = ut_lock.acquire(plan.result_csv_path)
+        try:
+            drop_link_column(plan.result_csv_path)  # a linked (finished) run resumes like any other
+            return ut_files.resume_pair(plan.result_csv_path, lock)
+        except BaseException:
+            lock.release()
+            raise
+    return ut_files.new_pair(plan.base_dir, plan.identity), set()
 
 
 def check_call(call: ApiCall, source: Source, plan: UtPlan,
@@ -436,9 +446,15 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
         data_dir: the directory of the dump's tensor files. Default None: ``dump_tensor_data/`` beside the
             dump.json (the directory recorded inside the dump is never used).
 
+    Files: beside the CSV pair, ``accuracy_checking_run_{ts}.json`` records the dump.json's fingerprint
+    (a resume of another dump is refused) and ``.accuracy_checking_result_{ts}.csv.lock`` is locked while
+    the run writes (a second run on the same CSV is refused).
+
     Raises (before anything is written): ParameterError (a list name not in the wrap list, a bad
-    result_csv_path, error_data_path missing, random_data=False on a dump without tensors, an unknown
+    result_csv_path: not a regular file, of another dump, missing its run file, in use by another run;
+    error_data_path missing or not writable, random_data=False on a dump without tensors, an unknown
     device), FileFormatError (dump.json missing/corrupt/legacy pkl, tensor directory missing).
+    RunInterrupted (a KeyboardInterrupt) on Ctrl-C once the CSVs are open: its ``result_csv`` resumes.
     """
     plan = plan_run(api_info, out_path=out_path, save_error_data=save_error_data, filter_same=filter_same,
                     result_csv_path=result_csv_path, white_list=white_list, black_list=black_list,
@@ -459,10 +475,12 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
         for call in _progress(calls, progress):
             files.write_api(*check_call(call, source, plan, error_dir))
             outcome.apis_run += 1
+        outcome.seconds = time.time() - loop_started
+        finish(outcome, files, plan)  # before close: the Compare Link column is written under the lock
+    except KeyboardInterrupt as interrupt:
+        raise RunInterrupted(files.result_path) from interrupt
     finally:
         files.close()
-    outcome.seconds = time.time() - loop_started
-    finish(outcome, files, plan)
     return outcome
 
 

@@ -4,17 +4,30 @@
 Communication is ``torch.distributed`` on the gloo backend (CPU, everywhere): the default process group
 when the launcher's script has not initialised one (it is then torn down at the end), else a gloo group
 beside the caller's (an NCCL/HCCL default group cannot carry Python objects from the CPU).
+
+Joining waits at most ``cluster_timeout`` seconds for every rank (torch's own default is 30 minutes of
+silence): RANK/WORLD_SIZE come from the environment, and a stale ``RANK=0 WORLD_SIZE=2`` left in a shell
+would otherwise make a run on one machine wait for a peer that never comes. Rank 0 serves the rendezvous
+(a TCPStore on MASTER_ADDR:MASTER_PORT) and waits for the others; the others first wait, quietly, until
+that address accepts a connection (torch's client logs a C++ trace per failed try). Once all have joined,
+the collectives keep torch's default timeout: ranks legitimately wait for the slowest one's block.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, List, Optional, Sequence, Tuple, TypeVar
 
-from ptdbg_ascend.errors import ParameterError
+from ptdbg_ascend.errors import ClusterJoinError, ParameterError
+from ptdbg_ascend.log import logger
 
 T = TypeVar("T")
+DEFAULT_TIMEOUT = 300.0  # seconds every rank has to join (cluster_timeout)
+_PROBE_INTERVAL = 0.5
 
 
 def launched_ranks() -> Optional[Tuple[int, int]]:
@@ -78,9 +91,19 @@ class Cluster:
             dist.destroy_process_group()
 
 
-def join(rank: int, world_size: int) -> Cluster:
-    """Join the launch's ranks (see the module doc). ParameterError when the launcher's rendezvous
-    variables are missing."""
+def check_timeout(cluster_timeout: Any) -> float:
+    """``cluster_timeout`` as seconds > 0; ParameterError otherwise."""
+    if isinstance(cluster_timeout, bool) or not isinstance(cluster_timeout, (int, float)) \
+            or not 0 < cluster_timeout < float("inf"):
+        raise ParameterError("cluster_timeout", cluster_timeout, "must be a number of seconds > 0 (how long every "
+                             "rank of a torchrun launch has to join; default {:g})".format(DEFAULT_TIMEOUT))
+    return float(cluster_timeout)
+
+
+def join(rank: int, world_size: int, timeout: float = DEFAULT_TIMEOUT) -> Cluster:
+    """Join the launch's ranks (see the module doc), waiting at most ``timeout`` seconds (default 300)
+    for all of them. ParameterError when the launcher's rendezvous variables are missing or malformed;
+    ClusterJoinError, naming RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, when the ranks do not all come."""
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -90,5 +113,40 @@ def join(rank: int, world_size: int) -> Cluster:
     if missing:
         raise ParameterError(missing[0], os.environ.get(missing[0]), "must be set beside RANK and WORLD_SIZE (launch "
                              "with torchrun, which sets them all)")
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    address, port_text = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ParameterError("MASTER_PORT", port_text, "must be a TCP port number, 1..65535 (as torchrun sets it)")
+    where = ("RANK={} WORLD_SIZE={} MASTER_ADDR={} MASTER_PORT={}, all from the environment".format(
+        rank, world_size, address, port_text))
+    logger.info("multi_run_ut: waiting up to {:g} s for the {} ranks of WORLD_SIZE to join ({}).".format(
+        timeout, world_size, where))
+    deadline = time.monotonic() + timeout
+    try:
+        if rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            _wait_for_address(address, int(port_text), deadline)
+        left = max(1.0, deadline - time.monotonic())
+        rendezvous = dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timedelta(seconds=left))
+        store = next(iter(rendezvous))[0]
+    except (RuntimeError, OSError, ValueError) as error:  # torch's DistError is a RuntimeError
+        late = time.monotonic() >= deadline - 1.0
+        raise ClusterJoinError(
+            "multi_run_ut: {} the other ranks: this process is {}. torchrun sets these; a stale RANK/"
+            "WORLD_SIZE left in the shell is the usual cause (unset RANK WORLD_SIZE to run on this machine alone). "
+            "Start every rank within cluster_timeout (--cluster-timeout, now {:g} s). torch said: {}".format(
+                "gave up after {:g} s waiting for".format(timeout) if late else "could not join", where, timeout,
+                " ".join(str(error).split())[:300])) from None
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     return Cluster(rank, world_size, None, created=True)
+
+
+def _wait_for_address(address: str, port: int, deadline: float) -> None:
+    """Until ``deadline``: try a plain TCP connection to rank 0's rendezvous (closed at once: the store
+    ignores it); TimeoutError when it never accepts."""
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                return
+        except OSError as error:
+            if time.monotonic() + _PROBE_INTERVAL >= deadline:
+                raise TimeoutError("nothing accepted a connection at {}:{} ({})".format(address, port, error)) from None
+        time.sleep(_PROBE_INTERVAL)

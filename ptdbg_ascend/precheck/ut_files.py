@@ -5,25 +5,35 @@ Write order, per API: its details rows, then its result row, each followed by a 
 the commit mark of the API. A run killed at any moment therefore leaves (a) result rows of finished APIs
 only, (b) perhaps the details rows of the API in flight and (c) perhaps a half-written last line. Resuming
 (:func:`resume_pair`) drops a torn last line, and the details rows of APIs without a result row, so the
-resumed run appends exactly what an uninterrupted run would have written.
+resumed run appends exactly what an uninterrupted run would have written. A signal that stops the run
+(Ctrl-C, SIGTERM) is held while one API's rows are written, so an interrupted run leaves whole APIs.
 
 Cells go through :mod:`ptdbg_ascend.csv_cells`: written with a ``'`` before text a spreadsheet would run
 (an API name or message from the dump starting with ``=``...), read back without it, so a resume and the
 summary see the text the run produced.
+
+Beside the pair: ``accuracy_checking_run_{tail}.json`` (``ut_identity``: which dump.json the rows belong to,
+checked on resume) and the hidden lock file ``.accuracy_checking_result_{tail}.csv.lock`` (``ut_lock``: one
+writer at a time, held until :meth:`UtFiles.close`). A resumed CSV must be a regular file (never a link).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
 import re
-from typing import IO, Any, Iterable, List, Optional, Sequence, Set, Tuple
+import signal
+import stat
+import tempfile
+import threading
+from typing import IO, Any, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ptdbg_ascend import csv_cells
-from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
+from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.precheck import columns as col
-from ptdbg_ascend.precheck import csv_files
+from ptdbg_ascend.precheck import csv_files, ut_identity, ut_lock
 from ptdbg_ascend.writers.safe_fs import replace_file, write_all
 
 RESULT_STEM = "accuracy_checking_result_"
@@ -33,36 +43,94 @@ BOM = "\ufeff"  # 1.0.4 writes its CSVs as utf-8-sig (Excel shows the Chinese ti
 _ROW_NAME = re.compile(r"^(?P<api>.+)\.(forward|backward)\.output\.\d+$")
 
 
-class UtFiles(object):
-    """The open result/details pair; :meth:`write_api` appends one API and flushes."""
+# the signals that end a run: held while one API's rows are written (delivered right after)
+_HELD_SIGNALS = frozenset(getattr(signal, name) for name in ("SIGINT", "SIGTERM") if hasattr(signal, name))
 
-    def __init__(self, result_path: str, result: IO[str], details_path: str, details: IO[str], tail: str) -> None:
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Block Ctrl-C/SIGTERM in the main thread for the duration (no-op elsewhere or without sigmask)."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _rows_text(rows: Iterable[Sequence[Any]]) -> str:
+    """The CSV text of ``rows``, every cell through csv_cells (no cell a spreadsheet would run)."""
+    buffer = io.StringIO(newline="")
+    csv_cells.writer(buffer).writerows(rows)
+    return buffer.getvalue()
+
+
+class UtFiles(object):
+    """The open result/details pair; :meth:`write_api` appends one API and flushes; :meth:`close`
+    closes both and releases the run's lock (``lock``, a ``ut_lock.RunLock``; None: not locked)."""
+
+    def __init__(self, result_path: str, result: IO[str], details_path: str, details: IO[str], tail: str,
+                 lock: Optional[ut_lock.RunLock] = None) -> None:
         self.result_path, self.details_path, self.tail = result_path, details_path, tail
+        self.identity_path = ut_identity.path_of(result_path, RESULT_STEM)
         self._result, self._details = result, details
-        self._result_writer, self._details_writer = csv_cells.writer(result), csv_cells.writer(details)
+        self.lock = lock
 
     def write_api(self, result_row: Sequence[Any], detail_rows: Iterable[Sequence[Any]]) -> None:
-        for row in detail_rows:
-            self._details_writer.writerow(row)
-        self._details.flush()
-        self._result_writer.writerow(result_row)
-        self._result.flush()
+        details, result = _rows_text(detail_rows), _rows_text([result_row])
+        with _signals_held():  # the details rows, then the result row (the commit mark), as one
+            self._details.write(details)
+            self._details.flush()
+            self._result.write(result)
+            self._result.flush()
 
     def close(self) -> None:
+        try:
+            self._result.close()
+            self._details.close()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def remove(self) -> None:
+        """Close and delete a fresh pair that holds no API, with its run file and lock file (removed while
+        still locked: with the CSVs gone there is nothing left for another run to take)."""
         self._result.close()
         self._details.close()
+        paths = [self.result_path, self.details_path, self.identity_path]
+        if self.lock is not None and self.lock.held:
+            paths.append(self.lock.path)
+        try:
+            for path in paths:
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
+        finally:
+            self.close()
 
 
-def new_pair(out_dir: str) -> UtFiles:
+def new_pair(out_dir: str, identity: Optional[ut_identity.RunIdentity] = None) -> UtFiles:
     """Claim ``accuracy_checking_result_{ts}.csv`` + ``accuracy_checking_details_{ts}.csv`` (same tail,
-    ``_1``... when taken, created with O_EXCL) and write the header lines."""
+    ``_1``... when taken, created with O_EXCL), take their lock, write the header lines and the run file
+    ``accuracy_checking_run_{ts}.json`` of ``identity`` (None: no run file; such a pair cannot be resumed)."""
     result_path, result, details_path, details = csv_files.claim_pair(out_dir, RESULT_STEM, DETAILS_STEM)
     tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
-    for handle, header in ((result, col.RESULT_COLUMNS), (details, col.DETAIL_COLUMNS)):
-        handle.write(BOM)
-        csv_cells.writer(handle).writerow(header)
-        handle.flush()
-    return UtFiles(result_path, result, details_path, details, tail)
+    files = UtFiles(result_path, result, details_path, details, tail)
+    try:
+        files.lock = ut_lock.acquire(result_path, parameter="out_path")
+        for handle, header in ((result, col.RESULT_COLUMNS), (details, col.DETAIL_COLUMNS)):
+            handle.write(BOM)
+            csv_cells.writer(handle).writerow(header)
+            handle.flush()
+        if identity is not None:
+            ut_identity.write(files.identity_path, identity)
+    except BaseException:
+        files.remove()
+        raise
+    return files
 
 
 def details_path_of(result_csv_path: str) -> str:
@@ -71,22 +139,47 @@ def details_path_of(result_csv_path: str) -> str:
     return os.path.join(os.path.dirname(result_csv_path), DETAILS_STEM + name[len(RESULT_STEM):])
 
 
-def check_resumable(result_csv_path: str) -> Tuple[str, str]:
+def check_resumable(result_csv_path: str, extra_result_columns: Sequence[str] = ()) -> Tuple[str, str]:
     """``(result path, details path)`` of a run to resume; ParameterError naming ``result_csv_path`` when
-    it is not an existing ``accuracy_checking_result_*.csv`` with its details CSV beside it."""
+    it is not an existing ``accuracy_checking_result_*.csv`` with its details CSV beside it, both regular
+    files (a symlink, even to a good CSV, or a FIFO is refused before anything is opened). Only reads.
+    ``extra_result_columns``: titles the result header may have after 1.0.4's (the Compare Link column)."""
     allowed = ("an existing accuracy_checking_result_{timestamp}.csv written by run_ut, with its "
                "accuracy_checking_details_{timestamp}.csv beside it")
-    if not isinstance(result_csv_path, str) or not os.path.isfile(result_csv_path):
+    if not isinstance(result_csv_path, str) or not result_csv_path:
         raise ParameterError("result_csv_path", result_csv_path, allowed)
     name = os.path.basename(result_csv_path)
     if not (name.startswith(RESULT_STEM) and name.endswith(".csv")):
         raise ParameterError("result_csv_path", result_csv_path, allowed, "Keep the file name run_ut gave it.")
     details = details_path_of(result_csv_path)
-    if not os.path.isfile(details):
-        raise ParameterError("result_csv_path", result_csv_path, allowed, "{} is missing.".format(details))
-    _check_header(result_csv_path, col.RESULT_COLUMNS)
+    for path in (result_csv_path, details):
+        _check_regular(path, result_csv_path, allowed)
+    _check_header(result_csv_path, col.RESULT_COLUMNS, extra_result_columns)
     _check_header(details, col.DETAIL_COLUMNS)
     return os.path.abspath(result_csv_path), os.path.abspath(details)
+
+
+def _check_regular(path: str, result_csv_path: str, allowed: str) -> None:
+    """``path`` is a regular file, not a link (``lstat``: nothing is opened)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        raise ParameterError("result_csv_path", result_csv_path, allowed, "{} does not exist.".format(path)) from None
+    except OSError as error:
+        raise ParameterError("result_csv_path", result_csv_path, allowed, "{}: {}.".format(path, error)) from None
+    if stat.S_ISLNK(mode):
+        raise ParameterError("result_csv_path", result_csv_path, allowed + ", both regular files",
+                             "{} is a symlink (to {}); a resume rewrites the CSVs and never does so through a link: "
+                             "pass the file itself.".format(path, os.readlink(path)))
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ParameterError("result_csv_path", result_csv_path, allowed + ", both regular files",
+                             "{} is {}.".format(path, kind))
+
+
+def check_identity(result_csv_path: str, identity: ut_identity.RunIdentity) -> None:
+    """The run file beside ``result_csv_path`` records ``identity`` (``ut_identity.check``)."""
+    ut_identity.check(ut_identity.path_of(result_csv_path, RESULT_STEM), result_csv_path, identity)
 
 
 def _read_text(path: str) -> str:
@@ -97,13 +190,14 @@ def _read_text(path: str) -> str:
         raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
 
 
-def _check_header(path: str, header: Sequence[str]) -> None:
+def _check_header(path: str, header: Sequence[str], extra: Sequence[str] = ()) -> None:
     try:
         with open(path, encoding="utf-8-sig", newline="") as handle:
             first = handle.readline().rstrip("\r\n")  # the header line only, not the whole file
     except (OSError, UnicodeDecodeError) as error:
         raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
-    if csv_cells.restore_row(next(csv.reader([first]), [])) != list(header):
+    titles = csv_cells.restore_row(next(csv.reader([first]), []))
+    if titles != list(header) and titles != list(header) + list(extra):
         raise FileFormatError("{} does not start with the run_ut header line ({}...): not a run_ut CSV of this "
                               "version.".format(path, ", ".join(header[:3])))
 
@@ -127,10 +221,10 @@ def api_of_row(name: str) -> str:
     return match.group("api") if match else name
 
 
-def resume_pair(result_csv_path: str) -> Tuple[UtFiles, Set[str]]:
+def resume_pair(result_csv_path: str, lock: Optional[ut_lock.RunLock] = None) -> Tuple[UtFiles, Set[str]]:
     """Reopen an interrupted run for appending; returns the files and the APIs already done. Both CSVs
     are first rewritten (atomically) without a torn last line and without details rows of unfinished
-    APIs."""
+    APIs. ``lock``: the run's lock, already held (``ut_lock.acquire``); the files release it on close."""
     result_path, details_path = check_resumable(result_csv_path)
     results = [row for row in _complete_rows(result_path) if row]
     done = {row[0] for row in results}
@@ -138,9 +232,22 @@ def resume_pair(result_csv_path: str) -> Tuple[UtFiles, Set[str]]:
     rewrite_csv(result_path, col.RESULT_COLUMNS, results)
     rewrite_csv(details_path, col.DETAIL_COLUMNS, details)
     tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
-    result = open(result_path, "a", newline="", encoding="utf-8")
-    details_handle = open(details_path, "a", newline="", encoding="utf-8")
-    return UtFiles(result_path, result, details_path, details_handle, tail), done
+    result = _open_append(result_path)
+    try:
+        details_handle = _open_append(details_path)
+    except BaseException:
+        result.close()
+        raise
+    return UtFiles(result_path, result, details_path, details_handle, tail, lock), done
+
+
+def _open_append(path: str) -> IO[str]:
+    """``path`` open for appending text, never through a link (O_NOFOLLOW)."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    except OSError as error:
+        raise DumpWriteError("Cannot append to {}: {}".format(path, error)) from None
+    return os.fdopen(descriptor, "a", newline="", encoding="utf-8")
 
 
 def rewrite_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
@@ -162,16 +269,40 @@ def read_results(files: UtFiles) -> Tuple[List[List[str]], List[List[str]]]:
 
 # --- error data ---------------------------------------------------------------------------------------
 
+ERROR_DATA_ALLOWED = "must be an existing directory (save_error_data writes the failing APIs' data under it)"
+
+
+def check_error_data_path(error_data_path: Any, defaulted: bool = False) -> str:
+    """``error_data_path`` as given, once it is an existing directory this process can write: a
+    temporary directory is really created in it and removed (permission bits say nothing to root, nor
+    about a read-only mount). ParameterError naming ``error_data_path`` otherwise; ``defaulted``: the
+    value is the output directory (error_data_path not given), which the message says."""
+    hint = "(error_data_path not given: the output directory is used)" if defaulted else None
+    if not isinstance(error_data_path, str) or not os.path.isdir(error_data_path):
+        raise ParameterError("error_data_path", error_data_path, ERROR_DATA_ALLOWED, hint)
+    try:
+        probe = tempfile.mkdtemp(prefix=".ptdbg_write_check_", dir=error_data_path)
+        os.rmdir(probe)
+    except OSError as error:
+        raise ParameterError("error_data_path", error_data_path, "must be a directory this process can write "
+                             "(save_error_data writes the failing APIs' data under it)",
+                             "Creating a directory in it failed: {}.{}".format(
+                                 error.strerror or error, " " + hint if hint else "")) from None
+    return error_data_path
+
+
 def error_data_dir(error_data_path: str, tail: str) -> str:
     """``{error_data_path}/ut_error_data{tail}`` (created); ``error_data_path`` must exist."""
     if not isinstance(error_data_path, str) or not os.path.isdir(error_data_path):
-        raise ParameterError("error_data_path", error_data_path, "must be an existing directory (save_error_data "
-                                                                 "writes the failing APIs' data under it)")
+        raise ParameterError("error_data_path", error_data_path, ERROR_DATA_ALLOWED)
     path = os.path.join(os.path.realpath(error_data_path), ERROR_DATA_STEM + tail)
     if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
         raise DumpPathError("Cannot write the error data into {}: something else than a directory is there."
                             .format(path))
-    os.makedirs(path, mode=0o750, exist_ok=True)
+    try:
+        os.makedirs(path, mode=0o750, exist_ok=True)
+    except OSError as error:
+        raise DumpWriteError("Cannot create the error data directory {}: {}".format(path, error)) from None
     return path
 
 

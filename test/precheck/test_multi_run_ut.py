@@ -6,6 +6,8 @@ written."""
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import os
 import re
 import signal
@@ -61,8 +63,12 @@ def test_merged_csvs_equal_a_single_run_ut(model_dumps, single_clean, tmp_path):
     assert len(outcome.peak_rss_workers_kib) == 2 and min(outcome.peak_rss_workers_kib) > 50 * 1024
     assert re.search(r"\n  2 workers \(forkserver, ready after \d+\.\d s\); peak RSS: parent \d+ MiB, one worker "
                      r"\d+ MiB", outcome.summary())
+    tail = os.path.basename(outcome.result_csv)[len("accuracy_checking_result_"):]
+    # the pair, the run file (the dump's fingerprint) and the hidden lock file
     assert sorted(os.listdir(str(tmp_path))) == sorted([os.path.basename(outcome.result_csv),
-                                                        os.path.basename(outcome.details_csv)])
+                                                        os.path.basename(outcome.details_csv),
+                                                        "accuracy_checking_run_" + tail[:-len(".csv")] + ".json",
+                                                        ".accuracy_checking_result_" + tail + ".lock"])
 
 
 def test_failures_found_in_workers_are_named(model_dumps, tmp_path):
@@ -110,7 +116,7 @@ def test_resume_after_sigkill_of_the_whole_run_gives_the_uninterrupted_csvs(mode
     resumed = multi_run_ut(model_dumps["clean"], n=2, progress=False, result_csv_path=result, white_list=SHORT_LIST)
     assert resumed.apis_resumed == len(written) and resumed.apis_run == total - len(written)
     assert_same_csvs(resumed, whole)
-    assert len(os.listdir(str(out))) == 2  # appended to the pair, no new one
+    assert len(os.listdir(str(out))) == 4  # appended to the pair (+ run file, lock file), no new one
 
 
 # --- a worker that dies -----------------------------------------------------------------------------------
@@ -204,8 +210,13 @@ def test_torchrun_two_ranks_rank0_writes_the_merged_csvs(model_dumps, single_cle
     assert process.returncode == 0, text
     assert "multi_run_ut rank 1/2: 95 API calls run by 1 worker; rank 0 writes the CSVs." in text  # 190 / 2
     assert re.search(r"1 worker \(forkserver, ready after \d+\.\d s\) on each of 2 ranks", text)
-    names = sorted(os.listdir(str(out)))
+    names = sorted(name for name in os.listdir(str(out)) if name.endswith(".csv"))
     assert len(names) == 2  # rank 0's pair only
+    assert len(os.listdir(str(out))) == 4  # with rank 0's run file and lock file
+    run_file = [name for name in os.listdir(str(out)) if name.startswith("accuracy_checking_run_")][0]
+    with open(str(out / run_file), encoding="utf-8") as handle:
+        recorded = json.load(handle)["dump"]
+    assert recorded["sha256"] == hashlib.sha256(read_bytes(model_dumps["clean"])).hexdigest()
     result, details = (str(out / name) for name in names[::-1])  # result sorts after details
     assert read_bytes(result) == read_bytes(single_clean.result_csv)
     assert read_bytes(details) == read_bytes(single_clean.details_csv)

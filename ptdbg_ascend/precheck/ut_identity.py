@@ -1,0 +1,151 @@
+"""Which dump a ``run_ut`` result CSV belongs to: ``accuracy_checking_run_{tail}.json`` beside the CSV pair.
+
+A new result/details pair gets this small file (same ``{tail}`` as the CSVs, whose columns stay msprobe
+1.0.4's): the fingerprint of the ``dump.json`` it checks (its size and the SHA-256 of its bytes) and how
+the APIs were run (dumped tensors or random data; re-run or the dump's own outputs). A resume
+(``result_csv_path``) reads it back and refuses a CSV of another dump or run the other way: appending
+another dump's rows to it would mix two runs in one report without a trace.
+
+What identifies "the same run" is the dump.json's bytes, not its path (a dump that was moved or copied
+resumes) and not the seed (it changes random numbers, not what a row means); the path, the seed, the
+time and the tool version are recorded for the messages only. A pair without this file (written before
+it existed, or moved without it) is refused: nothing shows which dump its rows came from.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import stat
+import time
+from dataclasses import dataclass
+from typing import Any, Dict
+
+from ptdbg_ascend.errors import FileFormatError, ParameterError
+from ptdbg_ascend.version import __version__
+from ptdbg_ascend.writers.safe_fs import replace_file, write_all
+
+RUN_STEM = "accuracy_checking_run_"
+FORMAT = "ptdbg_ascend run_ut run"
+VERSION = 1
+MAX_BYTES = 64 * 1024  # the file holds a few hundred bytes; anything bigger is not ours
+_CHUNK = 1 << 20
+_RESTART = "Start a new run (without -csv_path / result_csv_path) instead."
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """The dump a run checks (``dump_size`` bytes with SHA-256 ``dump_sha256``; ``dump_path`` is where
+    it was, for messages) and how its APIs run (``inputs``: "dumped tensors" / "random data";
+    ``outputs``: "re-run outputs" / "dumped outputs"). ``seed`` is recorded, not compared."""
+
+    dump_path: str
+    dump_size: int
+    dump_sha256: str
+    inputs: str
+    outputs: str
+    seed: int = 0
+
+    def describe(self) -> str:
+        """``/p/dump.json (1234 bytes, sha256 ab12cd34ef56...)``."""
+        return "{} ({} bytes, sha256 {}...)".format(self.dump_path, self.dump_size, self.dump_sha256[:16])
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "ptdbg_ascend": __version__,
+                "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "dump": {"path": self.dump_path, "size": self.dump_size, "sha256": self.dump_sha256},
+                "inputs": self.inputs, "outputs": self.outputs, "seed": self.seed}
+
+
+def of_dump(api_info: str, random_data: bool, dumped_outputs: bool, seed: int = 0) -> RunIdentity:
+    """The identity of a run of the dump.json ``api_info`` (read once, in chunks: any size)."""
+    digest, size = hashlib.sha256(), 0
+    try:
+        with open(api_info, "rb") as handle:
+            for chunk in iter(lambda: handle.read(_CHUNK), b""):
+                digest.update(chunk)
+                size += len(chunk)
+    except OSError as error:
+        raise FileFormatError("Cannot read {} to fingerprint it: {}".format(api_info, error)) from None
+    return RunIdentity(os.path.abspath(api_info), size, digest.hexdigest(),
+                       "random data" if random_data else "dumped tensors",
+                       "dumped outputs" if dumped_outputs else "re-run outputs", seed)
+
+
+def path_of(result_csv_path: str, result_stem: str) -> str:
+    """``accuracy_checking_run_{tail}.json`` beside ``accuracy_checking_result_{tail}.csv``."""
+    directory, name = os.path.split(result_csv_path)
+    return os.path.join(directory, RUN_STEM + name[len(result_stem):-len(".csv")] + ".json")
+
+
+def write(path: str, identity: RunIdentity) -> None:
+    """Write the identity file ``path`` (atomically, never through a link)."""
+    data = (json.dumps(identity.to_json(), indent=1, sort_keys=True) + "\n").encode("utf-8")
+    replace_file(path, lambda descriptor: write_all(descriptor, data), "the run_ut run file")
+
+
+def read(path: str, result_csv_path: str) -> RunIdentity:
+    """The identity recorded in ``path`` (the run file of ``result_csv_path``).
+
+    Raises ParameterError naming ``result_csv_path`` when the file is missing; FileFormatError naming
+    the file when it is not a regular file or not a run file of this format."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise ParameterError("result_csv_path", result_csv_path, "must be a run_ut result CSV with its run file "
+                             "{} beside it".format(os.path.basename(path)),
+                             "{} is missing: the CSVs were written before ptdbg_ascend recorded which dump.json a run "
+                             "checks, or were moved without it, so nothing shows which dump their rows came from. {}"
+                             .format(path, _RESTART)) from None
+    except OSError as error:
+        raise FileFormatError("Cannot read the run file {}: {}. {}".format(path, error, _RESTART)) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise FileFormatError("The run file {} is {}, not a regular file; it is not read. {}".format(
+            path, "a symlink" if stat.S_ISLNK(info.st_mode) else "not a file", _RESTART))
+    if info.st_size > MAX_BYTES:
+        raise FileFormatError("The run file {} holds {} bytes: not a run_ut run file (a few hundred bytes). {}"
+                              .format(path, info.st_size, _RESTART))
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        try:
+            data = os.read(descriptor, MAX_BYTES + 1)
+        finally:
+            os.close(descriptor)
+        record = json.loads(data.decode("utf-8"))
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise FileFormatError("The run file {} is a symlink; it is not read. {}".format(path, _RESTART)) from None
+        raise FileFormatError("Cannot read the run file {}: {}. {}".format(path, error, _RESTART)) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise FileFormatError("The run file {} is not valid JSON ({}). {}".format(path, error, _RESTART)) from None
+    try:
+        if record["format"] != FORMAT or record["version"] != VERSION:
+            raise ValueError("format {!r} version {!r}".format(record["format"], record["version"]))
+        dump = record["dump"]
+        identity = RunIdentity(str(dump["path"]), int(dump["size"]), str(dump["sha256"]), str(record["inputs"]),
+                               str(record["outputs"]), int(record.get("seed", 0)))
+    except (KeyError, TypeError, ValueError) as error:
+        raise FileFormatError("The run file {} is not a run_ut run file of format {!r} version {} ({}: {}). {}"
+                              .format(path, FORMAT, VERSION, type(error).__name__, error, _RESTART)) from None
+    return identity
+
+
+def check(path: str, result_csv_path: str, current: RunIdentity) -> None:
+    """Refuse to resume ``result_csv_path`` (whose run file is ``path``) with a run that is not the one
+    it records: another dump.json (by content), or the same dump run another way. ParameterError naming
+    ``result_csv_path``, both dumps and what to do."""
+    recorded = read(path, result_csv_path)
+    if (recorded.dump_size, recorded.dump_sha256) != (current.dump_size, current.dump_sha256):
+        raise ParameterError("result_csv_path", result_csv_path, "must be a run of the same dump.json",
+                             "Its rows were checked from {} (recorded in {}), but this run reads {}: another dump. "
+                             "Resume with -api_info {}, or start a new run (without -csv_path) for this dump."
+                             .format(recorded.describe(), os.path.basename(path), current.describe(),
+                                     recorded.dump_path))
+    for before, now, option in ((recorded.inputs, current.inputs, "random_data (--random-data)"),
+                                (recorded.outputs, current.outputs, "dumped_outputs (--dumped-outputs)")):
+        if before != now:
+            raise ParameterError("result_csv_path", result_csv_path, "must be resumed the way it was started",
+                                 "Its APIs were checked with {}, this run would use {}: pass the same {} as the first "
+                                 "run, or start a new run (without -csv_path).".format(before, now, option))

@@ -1,0 +1,251 @@
+"""A resume CSV must be the run's own: the run file records the dump.json's fingerprint and is checked on
+resume (another dump, a missing or corrupt run file: refused), the CSVs must be regular files (a symlink,
+a FIFO or a directory is refused before anything is opened), and one writer at a time holds the lock
+(two resumes started at the same moment: exactly one proceeds, no duplicated row)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ptdbg_ascend.errors import FileFormatError, ParameterError  # noqa: E402
+from ptdbg_ascend.precheck import ut_lock  # noqa: E402
+from ptdbg_ascend.precheck.multi_run_ut import multi_run_ut  # noqa: E402
+from ptdbg_ascend.precheck.run_ut import run_ut  # noqa: E402
+
+SHORT = ["linear", "softmax"]  # 6 calls of the reference model
+
+
+def read_csv(path):
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        return list(csv.reader(handle))
+
+
+def read_bytes(path):
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def run_file_of(result_csv):
+    directory, name = os.path.split(result_csv)
+    return os.path.join(directory, "accuracy_checking_run_" + name[len("accuracy_checking_result_"):-4] + ".json")
+
+
+def partial_run(dump, directory, white_list=SHORT, keep=2):
+    """A run cut after ``keep`` APIs (as if killed): its result CSV path."""
+    outcome = run_ut(dump, str(directory), progress=False, white_list=white_list)
+    rows = read_csv(outcome.result_csv)
+    with open(outcome.result_csv, "w", encoding="utf-8-sig", newline="") as handle:
+        csv.writer(handle).writerows(rows[:1 + keep])
+    return outcome.result_csv
+
+
+# --- the fingerprint ---------------------------------------------------------------------------------------
+
+def test_a_new_pair_records_the_dump_fingerprint(model_dumps, tmp_path):
+    outcome = run_ut(model_dumps["clean"], str(tmp_path), progress=False, white_list=SHORT, seed=7)
+    record = json.loads(open(run_file_of(outcome.result_csv)).read())
+    data = read_bytes(model_dumps["clean"])
+    assert record["format"] == "ptdbg_ascend run_ut run" and record["version"] == 1
+    assert record["dump"] == {"path": os.path.abspath(model_dumps["clean"]), "size": len(data),
+                              "sha256": hashlib.sha256(data).hexdigest()}
+    assert (record["inputs"], record["outputs"], record["seed"]) == ("dumped tensors", "re-run outputs", 7)
+    # the CSVs keep msprobe 1.0.4's columns: nothing of this is in them
+    assert read_csv(outcome.result_csv)[0] == ["API name", "Forward Test Success", "Backward Test Success", "Message"]
+
+
+def test_resume_with_another_dump_is_refused_and_touches_nothing(model_dumps, tmp_path):
+    result = partial_run(model_dumps["clean"], tmp_path)
+    details = result.replace("result", "details")
+    before = read_bytes(result), read_bytes(details)
+    with pytest.raises(ParameterError) as caught:
+        run_ut(model_dumps["planted"], progress=False, result_csv_path=result, white_list=SHORT)
+    message = str(caught.value)
+    assert message.startswith("Invalid result_csv_path={!r}: must be a run of the same dump.json.".format(result))
+    assert os.path.abspath(model_dumps["clean"]) in message and model_dumps["planted"] in message
+    assert "Resume with -api_info {}".format(os.path.abspath(model_dumps["clean"])) in message
+    assert (read_bytes(result), read_bytes(details)) == before
+    with pytest.raises(ParameterError, match="must be a run of the same dump.json"):
+        multi_run_ut(model_dumps["planted"], n=1, progress=False, result_csv_path=result, white_list=SHORT)
+    assert (read_bytes(result), read_bytes(details)) == before
+
+
+def test_the_same_dump_moved_elsewhere_resumes(model_dumps, tmp_path):
+    result = partial_run(model_dumps["clean"], tmp_path / "out")
+    moved = tmp_path / "moved"
+    shutil.copytree(os.path.dirname(model_dumps["clean"]), str(moved))
+    resumed = run_ut(str(moved / "dump.json"), progress=False, result_csv_path=result, white_list=SHORT)
+    assert resumed.apis_resumed == 2 and resumed.apis_run == 4
+    assert len({row[0] for row in read_csv(result)[1:]}) == 6
+
+
+def test_resume_run_another_way_is_refused(model_dumps, tmp_path):
+    result = partial_run(model_dumps["clean"], tmp_path)
+    with pytest.raises(ParameterError, match=r"resumed the way it was started. Its APIs were checked with dumped "
+                                             r"tensors, this run would use random data"):
+        run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT, random_data=True)
+    with pytest.raises(ParameterError, match=r"checked with re-run outputs, this run would use dumped outputs"):
+        run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT, dumped_outputs=True)
+    # the seed is not part of the identity
+    assert run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT, seed=99).apis_run == 4
+
+
+def test_missing_or_corrupt_run_file_is_a_clear_error(model_dumps, tmp_path):
+    result = partial_run(model_dumps["clean"], tmp_path)
+    run_file = run_file_of(result)
+    saved = read_bytes(run_file)
+    os.remove(run_file)  # as a pair written before the run file existed
+    with pytest.raises(ParameterError) as caught:
+        run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT)
+    assert "Invalid result_csv_path=" in str(caught.value)
+    assert "{} is missing: the CSVs were written before ptdbg_ascend recorded which dump.json".format(run_file) \
+        in str(caught.value)
+    assert "Start a new run" in str(caught.value)
+    for bad, expected in ((b"{\"format\": ", "is not valid JSON"),
+                          (b"{\"format\": \"other\", \"version\": 1}", "is not a run_ut run file of format"),
+                          (saved.replace(b"\"size\"", b"\"sighs\""), "is not a run_ut run file of format")):
+        with open(run_file, "wb") as handle:
+            handle.write(bad)
+        with pytest.raises(FileFormatError, match=expected) as caught:
+            run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT)
+        assert run_file in str(caught.value)
+    os.remove(run_file)
+    os.symlink(str(tmp_path / "elsewhere.json"), run_file)
+    with pytest.raises(FileFormatError, match="is a symlink"):
+        run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT)
+    assert not os.path.exists(str(tmp_path / "elsewhere.json"))
+    assert len(read_csv(result)) == 3  # never rewritten
+
+
+# --- regular files only -----------------------------------------------------------------------------------
+
+def test_a_symlinked_csv_is_refused_and_stays_a_link(model_dumps, tmp_path):
+    result = partial_run(model_dumps["clean"], tmp_path / "real")
+    name = os.path.basename(result)
+    before = read_bytes(result)
+    links = tmp_path / "links"
+    links.mkdir()
+    for real in (result, result.replace("result", "details"), run_file_of(result)):
+        os.symlink(real, str(links / os.path.basename(real)))
+    with pytest.raises(ParameterError, match=r": an existing .* both regular files. .*{} is a symlink \(to {}\)"
+                       .format(name, result)):
+        run_ut(model_dumps["clean"], progress=False, result_csv_path=str(links / name), white_list=SHORT)
+    assert os.path.islink(str(links / name)) and read_bytes(result) == before
+    assert sorted(os.listdir(str(links))) == sorted(os.path.basename(p) for p in
+                                                    (result, result.replace("result", "details"), run_file_of(result)))
+    # the result CSV itself, its details CSV a link: refused the same way
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(result, str(mixed / name))
+    shutil.copy(run_file_of(result), str(mixed))
+    details_name = name.replace("result", "details")
+    os.symlink(result.replace("result", "details"), str(mixed / details_name))
+    with pytest.raises(ParameterError, match="{} is a symlink".format(details_name)):
+        run_ut(model_dumps["clean"], progress=False, result_csv_path=str(mixed / name), white_list=SHORT)
+    assert os.path.islink(str(mixed / details_name))
+
+
+def test_a_fifo_or_directory_named_like_a_result_csv_is_refused_at_once(model_dumps, tmp_path, child_env):
+    fifo = tmp_path / "accuracy_checking_result_20240101000000.csv"
+    os.mkfifo(str(fifo))
+    code = ("from ptdbg_ascend.precheck.run_ut import run_ut\n"
+            "try:\n    run_ut({!r}, progress=False, result_csv_path={!r})\n"
+            "except Exception as error:\n    print(error)\n").format(model_dumps["clean"], str(fifo))
+    started = time.time()
+    process = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             timeout=60, env=child_env)
+    text = process.stdout.decode()
+    assert "{} is a FIFO.".format(fifo) in text, text
+    assert time.time() - started < 30  # refused, not blocked opening the FIFO
+    directory = tmp_path / "d" / "accuracy_checking_result_20240101000000.csv"
+    directory.mkdir(parents=True)
+    with pytest.raises(ParameterError, match="is a directory"):
+        run_ut(model_dumps["clean"], progress=False, result_csv_path=str(directory))
+
+
+# --- one writer at a time -----------------------------------------------------------------------------------
+
+def test_a_held_lock_refuses_a_resume_naming_the_holder(model_dumps, tmp_path):
+    result = partial_run(model_dumps["clean"], tmp_path)
+    lock = ut_lock.acquire(result)
+    try:
+        with pytest.raises(ParameterError) as caught:
+            run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT)
+        message = str(caught.value)
+        assert "must not be in use by another run" in message
+        assert "(pid {} on host ".format(os.getpid()) in message
+        assert os.path.join(str(tmp_path), "." + os.path.basename(result) + ".lock") in message
+    finally:
+        lock.release()
+    assert len(read_csv(result)) == 3  # untouched while refused
+    assert run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT).apis_run == 4
+
+
+RESUMER = """
+import os, sys, time
+ready, go = sys.argv[1], sys.argv[2]
+from ptdbg_ascend.cli import main  # torch and the pre-check imported before the start line
+import ptdbg_ascend.precheck.execution, ptdbg_ascend.precheck.judge
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.002)
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_two_resumes_started_at_the_same_moment_exactly_one_proceeds(model_dumps, tmp_path, child_env):
+    result = partial_run(model_dumps["clean"], tmp_path / "out", white_list=["layer_norm"], keep=1)
+    script = tmp_path / "resumer.py"
+    script.write_text(RESUMER)
+    go = tmp_path / "go"
+    processes = []
+    for number in range(2):
+        ready = tmp_path / "ready{}".format(number)
+        processes.append((ready, subprocess.Popen(
+            [sys.executable, str(script), str(ready), str(go), "run-ut", "-api_info", model_dumps["clean"],
+             "-csv_path", result, "--no-progress"],
+            env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+    deadline = time.time() + 120
+    while not all(ready.exists() for ready, _ in processes):
+        assert time.time() < deadline and all(p.poll() is None for _, p in processes)
+        time.sleep(0.01)
+    go.write_text("")  # both start now
+    outputs = [(p.wait(timeout=300), p.stdout.read().decode(), p.stderr.read().decode()) for _, p in processes]
+    codes = sorted(code for code, _, _ in outputs)
+    assert codes == [0, 2], outputs
+    winner = [p for (_, p), out in zip(processes, outputs) if out[0] == 0][0]
+    loser_error = [err for code, _, err in outputs if code == 2][0]
+    assert loser_error.startswith("ptdbg run-ut: error: Invalid result_csv_path={!r}: must not be in use by another "
+                                  "run. Another run_ut/multi_run_ut writes it right now (pid {} on host "
+                                  .format(result, winner.pid)), loser_error
+    assert loser_error.count("\n") == 1
+    names = [row[0] for row in read_csv(result)[1:]]
+    assert len(names) == len(set(names)) == 190  # every API of the dump once: no row appended twice
+    details = [row[0] for row in read_csv(result.replace("result", "details"))[1:]]
+    assert len(details) == len(set(details))
+
+
+def test_torchrun_rank0_checks_the_fingerprint_too(model_dumps, tmp_path, child_env):
+    result = partial_run(model_dumps["clean"], tmp_path / "out")
+    before = read_bytes(result)
+    process = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                              "-m", "ptdbg_ascend.cli", "multi-run-ut", "-api_info", model_dumps["planted"],
+                              "-csv_path", result, "-n", "1", "--no-progress", "-white_list"] + SHORT,
+                             env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120,
+                             cwd=str(tmp_path))
+    text = process.stdout.decode(errors="replace")
+    assert process.returncode != 0, text
+    assert "ptdbg multi-run-ut: error: Invalid result_csv_path={!r}: must be a run of the same dump.json".format(
+        result) in text
+    assert "multi_run_ut: rank 0 could not start" in text  # rank 1 stops too, naming rank 0's reason
+    assert read_bytes(result) == before
