@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 

@@ -51,8 +51,7 @@ from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.msprobe.leaves import deferred_reductions, fill_statistics, msprobe_reduced
 from ptdbg_ascend.writers import background as background_module
 from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.json_text import (document_text, dump_json_text, encode_missing, member_text,  # noqa: F401
-                                            members_object, object_text)  # dump_json_text: re-exported
+from ptdbg_ascend.writers.json_text import document_text, encode_missing, member_text, members_object, object_text
 from ptdbg_ascend.writers.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
 from ptdbg_ascend.writers.safe_fs import RankDirectoryClaim, own_dir, own_dirs, remove_quietly, replace_file, write_all
 

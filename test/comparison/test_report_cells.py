@@ -8,7 +8,6 @@ import csv
 import itertools
 import json
 import logging
-import os
 import subprocess
 import sys
 
