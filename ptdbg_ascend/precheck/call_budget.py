@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 from ptdbg_ascend.memory import format_size
 from ptdbg_ascend.precheck import arguments
 from ptdbg_ascend.precheck.arguments import MissingInput
-from ptdbg_ascend.precheck.call_values import TENSOR_TYPES
+from ptdbg_ascend.precheck.call_values import TENSOR_TYPES, recorded_size
 
 FREE_INT = 2 ** 16  # integer arguments up to this size never count as asking for a large output
 
@@ -55,18 +55,6 @@ def _recorded_leaves(block: Any) -> Iterator[Mapping[str, Any]]:
             stack.extend(item)
 
 
-def _leaf_size(leaf: Mapping[str, Any], where: str) -> Any:
-    dtype = arguments.dtype_named(leaf.get("dtype"))
-    shape = leaf.get("shape")
-    if dtype is None or not isinstance(shape, list) or not all(arguments.is_int(n) and n >= 0 for n in shape):
-        raise MissingInput("{}: a tensor of dtype {} and shape {} cannot be rebuilt".format(
-            where, arguments.shown(leaf.get("dtype")), arguments.shown(shape)))
-    numel = 1
-    for n in shape:
-        numel *= n
-    return numel, dtype
-
-
 def input_bytes(call: Any) -> int:
     """Bytes of the call's tensors before it runs: each recorded input (and output gradient, when the call
     has a backward) as loaded, as the float64 benchmark copy and as the dumped-dtype copy."""
@@ -76,7 +64,7 @@ def input_bytes(call: Any) -> int:
     total = 0
     for block, name in blocks:
         for leaf in _recorded_leaves(block):
-            numel, dtype = _leaf_size(leaf, "{} {}".format(call.full_name, name))
+            numel, dtype = recorded_size(leaf, "{} {}".format(call.full_name, name))
             total += numel * (2 * dtype.itemsize + bench_itemsize(dtype))
     return total
 

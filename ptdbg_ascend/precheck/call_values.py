@@ -91,6 +91,20 @@ def load_tensor(leaf: Mapping[str, Any], data_dir: Optional[str], where: str, ma
     return tensor
 
 
+def recorded_size(leaf: Mapping[str, Any], where: str) -> Tuple[int, Any]:
+    """``(elements, torch dtype)`` of a recorded tensor leaf; MissingInput when its dtype is not one of
+    torch's or its shape is not a list of ints >= 0."""
+    dtype = arguments.dtype_named(leaf.get("dtype"))
+    shape = leaf.get("shape")
+    if dtype is None or not isinstance(shape, list) or not all(arguments.is_int(n) and n >= 0 for n in shape):
+        raise MissingInput("{}: a tensor of dtype {} and shape {} cannot be rebuilt".format(
+            where, arguments.shown(leaf.get("dtype")), arguments.shown(shape)))
+    numel = 1
+    for n in shape:
+        numel *= n
+    return numel, dtype
+
+
 def random_tensor(leaf: Mapping[str, Any], seed: int, where: str, max_bytes: Optional[int] = None) -> Any:
     """A tensor with the leaf's shape and dtype, uniformly within [Min, Max] (the first element is Min and
     the last Max, so the range is reached exactly); bool from Max (any) / Min (all). Seeded by ``seed``
@@ -99,14 +113,8 @@ def random_tensor(leaf: Mapping[str, Any], seed: int, where: str, max_bytes: Opt
     :func:`ptdbg_ascend.memory.default_budget`)."""
     import torch
 
-    dtype = arguments.dtype_named(leaf.get("dtype"))
-    shape = leaf.get("shape")
-    if dtype is None or not isinstance(shape, list) or not all(arguments.is_int(n) and n >= 0 for n in shape):
-        raise MissingInput("{}: cannot generate a tensor of dtype {} and shape {}".format(
-            where, arguments.shown(leaf.get("dtype")), arguments.shown(shape)))
-    numel = 1
-    for n in shape:
-        numel *= n
+    numel, dtype = recorded_size(leaf, where)
+    shape = leaf["shape"]
     limit = default_budget() if max_bytes is None else max_bytes
     needed = numel * (8 + dtype.itemsize)  # the float64 draw and the tensor in its dtype
     if needed > limit:

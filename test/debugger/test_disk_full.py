@@ -21,6 +21,7 @@ import traceback
 
 import pytest
 import torch
+from dump_json_names import data_names
 
 from ptdbg_ascend import PrecisionDebugger
 from ptdbg_ascend.comparison.api import compare
@@ -94,16 +95,6 @@ def _load(path):
     with open(str(path), encoding="utf-8") as handle:
         return json.load(handle)
 
-
-def _data_names(value):
-    if isinstance(value, dict):
-        if "data_name" in value:
-            yield value["data_name"]
-        for item in value.values():
-            yield from _data_names(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _data_names(item)
 
 
 def _frames(lines):
@@ -184,14 +175,14 @@ def test_a_full_disk_keeps_every_finished_entry_of_a_tensor_dump(small_disk, tmp
     # entry that names it, with the same values
     failed = match.group("file")
     names = list(reference)
-    cut = next(index for index, name in enumerate(names) if failed in set(_data_names(reference[name])))
+    cut = next(index for index, name in enumerate(names) if failed in set(data_names(reference[name])))
     dump = _load(rank_dir / "dump.json")
     assert list(dump) == ["task", "level", "dump_data_dir", "data"] and dump["task"] == "tensor"
     data = dump["data"]
     assert list(data) == names[:cut] and int(match.group("held")) == cut > 20
     assert data == {name: reference[name] for name in names[:cut]}
     # every file it names loads and is the reference's tensor; nothing else is left (no partial, no orphan)
-    named = [name for entry in data.values() for name in _data_names(entry)]
+    named = [name for entry in data.values() for name in data_names(entry)]
     assert sorted(os.listdir(str(rank_dir))) == FILES
     assert sorted(os.listdir(str(tensor_dir))) == sorted(named) and len(named) > 60
     for name in named:
@@ -240,7 +231,7 @@ def test_start_after_freeing_space_goes_on_from_the_finished_entries(small_disk,
     added = list(data)[len(kept):]
     assert added[0].startswith("Functional.linear.") and added[-1].startswith("Functional.linear.")
     assert len(added) == 9 and len([name for name in added if name.endswith(".backward")]) == 4, added
-    named = [name for entry in data.values() for name in _data_names(entry)]
+    named = [name for entry in data.values() for name in data_names(entry)]
     assert sorted(os.listdir(str(rank_dir / "dump_tensor_data"))) == sorted(named)
     for name in named:
         assert isinstance(torch.load(str(rank_dir / "dump_tensor_data" / name), weights_only=True), torch.Tensor)

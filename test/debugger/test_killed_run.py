@@ -16,6 +16,7 @@ import textwrap
 import time
 
 import torch
+from dump_json_names import data_names
 from zygote import Zygote
 
 DELAY = 0.2  # background.DEFAULT_MAX_DELAY in the killed runs (seconds)
@@ -68,17 +69,6 @@ def _step_records(step):
             "Functional.linear.{}.backward".format(2 * step), "Tensor.add_.{}.forward".format(4 * step + 3)]
 
 
-def _data_names(value):
-    """Every ``data_name`` in an entry (nested lists and dicts)."""
-    if isinstance(value, dict):
-        if "data_name" in value:
-            yield value["data_name"]
-        for item in value.values():
-            yield from _data_names(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _data_names(item)
-
 
 def check_killed_dump(rank_dir, load=True):
     """The files a killed run left: dump.json (when present) parses and every tensor file it names exists
@@ -113,7 +103,7 @@ def check_killed_dump(rank_dir, load=True):
         return {}
     assert list(dump) == ["task", "level", "dump_data_dir", "data"] and dump["task"] == "tensor"
     for entry_name, entry in dump["data"].items():
-        for data_name in _data_names(entry):
+        for data_name in data_names(entry):
             assert data_name in files, "{} names {}, which is not on disk".format(entry_name, data_name)
             assert not load or isinstance(torch.load(os.path.join(tensor_dir, data_name), weights_only=True), torch.Tensor)
     return dump["data"]
@@ -141,7 +131,7 @@ def test_sigkill_at_random_points_keeps_the_finished_records(tmp_path):
             killed_at = time.monotonic()
             zygote.kill(pid)
             data = check_killed_dump(str(out / "step0" / "rank"))
-            referenced += sum(1 for entry in data.values() for _ in _data_names(entry))
+            referenced += sum(1 for entry in data.values() for _ in data_names(entry))
             for step, when in printed.items():
                 if when < killed_at - 2 * DELAY - SLACK:
                     missing = [name for name in _step_records(step) if name not in data]

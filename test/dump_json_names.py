@@ -1,0 +1,17 @@
+"""Reading a dump.json back in tests: the tensor files its entries name."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+
+def data_names(value: Any) -> Iterator[str]:
+    """Every ``data_name`` in an entry (nested lists and dicts)."""
+    if isinstance(value, dict):
+        if "data_name" in value:
+            yield value["data_name"]
+        for item in value.values():
+            yield from data_names(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from data_names(item)
