@@ -10,7 +10,9 @@ memory it will take known and bounded *before* it is allocated.
   off); the tensor's logical size must fit ``max_bytes`` too (a stride-0 tensor of 2**31 elements
   takes 1.5 KB on disk and 16 GiB once copied).
 
-Every refusal is a :class:`TensorFileRefused` (a ValueError) whose message names the file and why.
+Every refusal is a :class:`TensorFileRefused` (a ValueError) whose message names the file and why; a
+refusal for size says how to allow more (``PTDBG_MAX_TENSOR_BYTES`` for compare, parse and convert;
+``--memory-budget`` for the pre-check).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import IO, Any
 from ptdbg_ascend.memory import format_size
 
 MAX_MEMBERS = 4096  # a tensor file holds a handful of members; a huge central directory is not read
+RAISE_HINT = (" (if this machine has the memory: --memory-budget for run-ut, PTDBG_MAX_TENSOR_BYTES=16G for compare, "
+              "parse and convert)")
 
 
 class TensorFileRefused(ValueError):
@@ -51,8 +55,9 @@ def check_npy(handle: IO[bytes], path: str, max_bytes: int) -> None:
     declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
     held = os.fstat(handle.fileno()).st_size - handle.tell()
     if declared > max_bytes:
-        raise TensorFileRefused("{} declares an array of shape {} ({}), over the {} a tensor may take here"
-                                .format(path, tuple(shape), format_size(declared), format_size(max_bytes)))
+        raise TensorFileRefused("{} declares an array of shape {} ({}), over the {} a tensor may take here{}"
+                                .format(path, tuple(shape), format_size(declared), format_size(max_bytes),
+                                        RAISE_HINT))
     if declared > held:
         raise TensorFileRefused("{} declares {} of data but holds {}: truncated or crafted".format(
             path, format_size(declared), format_size(max(0, held))))
@@ -82,8 +87,8 @@ def check_pt(handle: IO[bytes], path: str, max_bytes: int) -> None:
                                 "1.6); older formats are not read: their sizes cannot be checked before "
                                 "loading".format(path)) from None
     if declared > max_bytes:
-        raise TensorFileRefused("{} unpacks to {}, over the {} a tensor may take here".format(
-            path, format_size(declared), format_size(max_bytes)))
+        raise TensorFileRefused("{} unpacks to {}, over the {} a tensor may take here{}".format(
+            path, format_size(declared), format_size(max_bytes), RAISE_HINT))
     handle.seek(0)
 
 
@@ -108,5 +113,6 @@ def load_pt(handle: IO[bytes], path: str, max_bytes: int) -> Any:
     logical = tensor.numel() * tensor.element_size()
     if logical > max_bytes:
         raise TensorFileRefused("{} holds a tensor of shape {} ({} once copied), over the {} a tensor may take "
-                                "here".format(path, tuple(tensor.shape), format_size(logical), format_size(max_bytes)))
+                                "here{}".format(path, tuple(tensor.shape), format_size(logical), format_size(max_bytes),
+                                                RAISE_HINT))
     return tensor

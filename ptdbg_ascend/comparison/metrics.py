@@ -174,13 +174,17 @@ def load_tensor(path: str, root: Optional[str] = None, max_bytes: Optional[int] 
 
 
 _READ_LIMIT = []  # the default read limit, computed once per process (reading /proc for every file costs)
+READ_LIMIT_VARIABLE = "PTDBG_MAX_TENSOR_BYTES"
 
 
 def _default_read_limit() -> int:
+    """The memory one tensor file may take when read: ``$PTDBG_MAX_TENSOR_BYTES`` (``"16G"``, bytes...)
+    when set, else :func:`ptdbg_ascend.memory.default_budget` (a quarter of the memory available)."""
     if not _READ_LIMIT:
-        from ptdbg_ascend.memory import default_budget
+        from ptdbg_ascend.memory import default_budget, parse_size
 
-        _READ_LIMIT.append(default_budget())
+        value = os.environ.get(READ_LIMIT_VARIABLE)
+        _READ_LIMIT.append(parse_size(READ_LIMIT_VARIABLE, value) if value else default_budget())
     return _READ_LIMIT[0]
 
 

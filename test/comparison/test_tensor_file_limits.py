@@ -130,3 +130,21 @@ def test_reader_module_stays_torch_free():
     from ptdbg_ascend import tensor_files
 
     assert tensor_files.MAX_MEMBERS == 4096
+
+
+@pytest.mark.torchfree
+@pytest.mark.parametrize("limit, loads", [("1K", False), ("1M", True)])
+def test_the_read_limit_is_set_by_an_environment_variable(tmp_path, limit, loads):
+    """Compare, parse and convert read with the default limit (a quarter of the memory available) unless
+    PTDBG_MAX_TENSOR_BYTES says otherwise: a user with a legitimately huge tensor can raise it."""
+    array = tmp_path / "two_kib.npy"
+    np.save(str(array), np.zeros(256, dtype=np.float64))
+    code = ("from ptdbg_ascend.comparison.metrics import load_tensor\n"
+            "try:\n    print(load_tensor({!r}).shape)\nexcept ValueError as error:\n    print(error)".format(str(array)))
+    env = dict(os.environ, PTDBG_MAX_TENSOR_BYTES=limit)
+    output = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, timeout=60).stdout.decode()
+    if loads:
+        assert output.strip() == "(256,)"
+    else:
+        assert "over the 1.0 KiB a tensor may take here (if this machine has the memory: --memory-budget for " \
+               "run-ut, PTDBG_MAX_TENSOR_BYTES=16G for compare, parse and convert)" in output, output
