@@ -12,9 +12,10 @@ the only device this tool re-runs on today), forward and, with the dumped output
   ``__ptdbg_original__``), and the runs happen inside the "inside a wrapped API" state, so a debugger
   still installed in the process neither counts nor dumps.
 - :func:`execute`: the memory budget (``call_budget``: from the recorded shapes before anything is
-  loaded, then from a dry run on the meta device before the real runs), then both runs;
-  ``torch.manual_seed(seed)`` before each, inside ``torch.random.fork_rng`` so the caller's random state
-  is left as it was. A run that raises (an op missing on the CPU, a dtype it refuses) is a SKIP reason.
+  loaded, then from a dry run on the meta device before the real runs), then both runs, the run
+  device's generators seeded with ``seed`` before each inside ``torch.random.fork_rng``, so the caller's
+  random state is left as it was. A run that raises (an op missing on the CPU, a dtype it refuses) is a
+  SKIP reason.
 
 Backward: the dump's ``X.n.backward`` entry has ``input`` = the gradients arriving at the outputs (one
 per tensor output) and ``output`` = the gradients w.r.t. the inputs (one per tensor input, positional
@@ -182,6 +183,7 @@ class _Side(object):
 
     def __init__(self, args: List[Any], kwargs: Dict[str, Any], bench: bool, device: str, need_grad: bool) -> None:
         self.leaves: List[Any] = []
+        self.device = device
 
         def tensor(value: Any) -> Any:
             target = _bench_dtype(value.dtype) if bench else value.dtype
@@ -204,9 +206,15 @@ def _call(function: Callable[..., Any], side: _Side, seed: int, need_grad: bool)
 
     from ptdbg_ascend.dump.interception import Inside
 
-    # fork_rng: the seed is for this run only; the caller's (a training script's) random state is kept
-    with torch.random.fork_rng(devices=[]), Inside(), torch.set_grad_enabled(need_grad):
-        torch.manual_seed(seed)
+    # The seed is for this run only: the generators of the run's device are seeded inside fork_rng, so the
+    # caller's (a training script's) random state is kept; torch.manual_seed would also (lazily) seed every
+    # CUDA device of the caller.
+    device = torch.device(side.device)
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda), Inside(), torch.set_grad_enabled(need_grad):
+        torch.random.default_generator.manual_seed(seed)
+        if cuda:
+            torch.cuda.default_generators[cuda[0]].manual_seed(seed)
         return function(*side.args, **side.kwargs)
 
 

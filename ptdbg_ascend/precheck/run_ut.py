@@ -429,7 +429,7 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
             CSV's directory).
         random_data: True: random inputs within the recorded Max/Min; False: the dumped tensors; None
             (default): the dumped tensors if the dump has them, else random data.
-        seed: seeds the runs (``torch.manual_seed`` per API) and random data. Default 1234.
+        seed: seeds the runs (the run device's generators, per API) and random data. Default 1234.
         progress: show a tqdm progress bar on stderr. Default True.
         dumped_outputs: judge the dump's own outputs against the benchmark instead of re-running in the
             dumped dtypes. Default False.
