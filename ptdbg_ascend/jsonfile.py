@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 
@@ -21,7 +21,8 @@ ERROR = "error"  # configuration files: FileFormatError naming the key and the f
 MAX_REPORTED = 5  # duplicate keys named in one warning or error; the rest are counted
 
 
-def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = WARN) -> Any:
+def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = WARN,
+              on_bytes: Optional[Callable[[bytes], None]] = None) -> Any:
     """The JSON value stored in ``path``.
 
     Args:
@@ -32,6 +33,8 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
         duplicates: what a key appearing twice in one object gives: ``WARN`` (default: a warning naming
             the key, the file and the enclosing keys; the later value is kept, as json does) or ``ERROR``
             (a FileFormatError; for configuration files).
+        on_bytes: called with the file's bytes as read, before they are parsed (default None), e.g. to
+            fingerprint exactly what was parsed without reading the file twice.
 
     Raises:
         ParameterError: ``path`` is not a path (an int would be taken for a file descriptor), or
@@ -47,8 +50,11 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
         raise FileFormatError("The {} {} does not exist (or is not a file).".format(what, path))
     found: List[Tuple[Dict[str, Any], List[str]]] = []
     try:
-        with open(path, "r", encoding="utf-8") as handle:
-            value = json.load(handle, object_pairs_hook=_pairs_hook(found))
+        with open(path, "rb") as handle:
+            data = handle.read()
+        if on_bytes is not None:
+            on_bytes(data)
+        value = json.loads(data.decode("utf-8"), object_pairs_hook=_pairs_hook(found))
     except (OSError, UnicodeDecodeError) as error:
         raise FileFormatError("Cannot read the {} {}: {}".format(what, path, error)) from None
     except ValueError as error:

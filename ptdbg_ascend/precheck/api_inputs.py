@@ -17,6 +17,7 @@ The values of a call are rebuilt when it runs (``call_values``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ class Dump:
     data_dir: Optional[str]
     calls: List[ApiCall] = field(default_factory=list)
     has_tensors: bool = False
+    size: int = 0  # bytes of the dump.json as parsed
+    sha256: str = ""  # of those bytes: which dump a run's CSVs belong to (ut_identity)
 
 
 def split_name(dotted: str) -> Optional[Tuple[str, str, str, str]]:
@@ -101,7 +104,14 @@ def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
     if api_info.endswith(".pkl") or _looks_like_pkl(api_info):
         raise FileFormatError("{} is a legacy pkl dump; the pre-check needs a dump.json. {}".format(api_info,
                                                                                                  LEGACY_HINT))
-    dump = load_json(api_info, "dump file", " (incomplete after a crash?)")
+    digest = hashlib.sha256()
+    read: List[int] = []
+
+    def fingerprint(data: bytes) -> None:  # of the bytes parsed: the file is read once
+        digest.update(data)
+        read.append(len(data))
+
+    dump = load_json(api_info, "dump file", " (incomplete after a crash?)", on_bytes=fingerprint)
     if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
         raise FileFormatError("The dump file {} has no \"data\" object: not a dump.json written by PrecisionDebugger "
                               "or msprobe.".format(api_info))
@@ -129,7 +139,7 @@ def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
     stacks = _stacks(os.path.join(os.path.dirname(os.path.abspath(api_info)), "stack.json"))
     calls = [_call(full_name, prefix, api, entry, backwards.get(full_name), stacks.get(full_name + ".forward", ()))
              for full_name, (prefix, api, entry) in forwards.items()]
-    return Dump(api_info, task, tensor_dir, calls, has_tensors)
+    return Dump(api_info, task, tensor_dir, calls, has_tensors, read[0], digest.hexdigest())
 
 
 _TOO_DEEP = "__ptdbg_too_deep__"  # stands for an entry nested deeper than ENTRY_DEPTH (its content dropped)

@@ -314,7 +314,7 @@ def plan_run(api_info: str, out_path: str = ".", save_error_data: bool = False, 
     if use_random and random_data is None and writes_csv:
         logger.info("{} holds statistics only: the APIs run on random inputs within the recorded Max/Min "
                     "(seed {}).".format(api_info, seed))
-    identity = ut_identity.of_dump(dump.path, use_random, bool(dumped_outputs), seed) if writes_csv else None
+    identity = ut_identity.of_dump(dump, use_random, bool(dumped_outputs), seed) if writes_csv else None
     if result_csv_path:
         if writes_csv:  # only reads: the files are rewritten under the run's lock (open_files)
             ut_files.check_resumable(result_csv_path, extra_result_columns=(LINK_COLUMN,))

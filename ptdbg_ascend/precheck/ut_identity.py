@@ -15,7 +15,6 @@ it existed, or moved without it) is refused: nothing shows which dump its rows c
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import stat
@@ -31,7 +30,6 @@ RUN_STEM = "accuracy_checking_run_"
 FORMAT = "ptdbg_ascend run_ut run"
 VERSION = 1
 MAX_BYTES = 64 * 1024  # the file holds a few hundred bytes; anything bigger is not ours
-_CHUNK = 1 << 20
 _RESTART = "Start a new run (without -csv_path / result_csv_path) instead."
 
 
@@ -59,17 +57,10 @@ class RunIdentity:
                 "inputs": self.inputs, "outputs": self.outputs, "seed": self.seed}
 
 
-def of_dump(api_info: str, random_data: bool, dumped_outputs: bool, seed: int = 0) -> RunIdentity:
-    """The identity of a run of the dump.json ``api_info`` (read once, in chunks: any size)."""
-    digest, size = hashlib.sha256(), 0
-    try:
-        with open(api_info, "rb") as handle:
-            for chunk in iter(lambda: handle.read(_CHUNK), b""):
-                digest.update(chunk)
-                size += len(chunk)
-    except OSError as error:
-        raise FileFormatError("Cannot read {} to fingerprint it: {}".format(api_info, error)) from None
-    return RunIdentity(os.path.abspath(api_info), size, digest.hexdigest(),
+def of_dump(dump: Any, random_data: bool, dumped_outputs: bool, seed: int = 0) -> RunIdentity:
+    """The identity of a run of ``dump`` (an ``api_inputs.Dump``: its size and SHA-256 are those of the
+    bytes it was parsed from, so the file is read once and what is fingerprinted is what was checked)."""
+    return RunIdentity(os.path.abspath(dump.path), dump.size, dump.sha256,
                        "random data" if random_data else "dumped tensors",
                        "dumped outputs" if dumped_outputs else "re-run outputs", seed)
 
