@@ -50,6 +50,10 @@ class RunLock(object):
     def release(self) -> None:
         descriptor, self._descriptor = self._descriptor, None
         if descriptor is not None:
+            try:
+                os.ftruncate(descriptor, 0)  # no stale holder for the next process to name
+            except OSError:
+                pass
             os.close(descriptor)  # closing the only descriptor of the open file releases the flock
 
 
@@ -94,11 +98,21 @@ def acquire(result_csv_path: str, parameter: str = "result_csv_path") -> RunLock
     return RunLock(path, descriptor)
 
 
+HOLDER_WAIT = 1.0  # seconds to wait for a holder that has just taken the lock to write who it is
+
+
 def _holder(descriptor: int) -> str:
-    try:
-        text = os.pread(descriptor, 256, 0).decode("utf-8", "replace").strip()
-    except OSError:
-        text = ""
+    """``pid P on host H, since T`` of the process holding the lock (it writes that right after taking
+    it: a process refused at that very moment waits up to HOLDER_WAIT for it)."""
+    deadline = time.time() + HOLDER_WAIT
+    while True:
+        try:
+            text = os.pread(descriptor, 256, 0).decode("utf-8", "replace").strip()
+        except OSError:
+            text = ""
+        if text or time.time() >= deadline:
+            break
+        time.sleep(0.01)
     parts = text.split(" ", 2)
     if len(parts) == 3 and parts[0].isdigit():
         return "pid {} on host {}, since {}".format(parts[0], parts[1], parts[2])
