@@ -30,11 +30,12 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 **
 _SIZE = re.compile(r"^\s*(?P<number>\d+(\.\d+)?)\s*(?P<unit>[kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 
 
-def _meminfo_available() -> Optional[int]:
+def _proc_kib(path: str, field: str) -> Optional[int]:
+    """The ``{field}: N kB`` line of a /proc file as bytes; None where there is none."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
+        with open(path, encoding="ascii") as handle:
             for line in handle:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
@@ -79,20 +80,12 @@ def _address_space_room() -> Optional[int]:
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY or soft < 0:
         return None
-    mapped = 0
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmSize:"):
-                    mapped = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return max(0, soft - mapped)
+    return max(0, soft - (_proc_kib("/proc/self/status", "VmSize") or 0))
 
 
 def available_memory() -> Optional[int]:
     """Bytes this process can still take (see the module doc); None when nothing tells."""
-    candidates: List[int] = [value for value in (_meminfo_available() or _physical_memory(), _cgroup_room(),
+    candidates: List[int] = [value for value in (_proc_kib("/proc/meminfo", "MemAvailable") or _physical_memory(), _cgroup_room(),
                                                  _address_space_room()) if value is not None]
     return min(candidates) if candidates else None
 

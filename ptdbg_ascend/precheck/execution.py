@@ -87,6 +87,11 @@ def resolve(prefix: str, api: str) -> Callable[..., Any]:
     refused = admission.refusal(prefix, api)
     if refused:
         raise Unrunnable(refused)
+    return _lookup(prefix, api)
+
+
+def _lookup(prefix: str, api: str) -> Callable[..., Any]:
+    """:func:`resolve` for a call already admitted (execute asks ``static_skip_reason`` first)."""
     import torch
     import torch.nn.functional
 
@@ -318,7 +323,7 @@ def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAU
     try:
         before = call_budget.input_bytes(call)
         call_budget.check(call, before, source.budget, "inputs as loaded, their float64 and dumped-dtype copies")
-        function = resolve(call.prefix, call.api)
+        function = _lookup(call.prefix, call.api)  # admitted: static_skip_reason asked above
         args, kwargs = forward_inputs(call, source)
         args = _index_as_tuple(call.api, args)
         inputs = tensor_leaves(args) + tensor_leaves(kwargs)

@@ -34,7 +34,7 @@ from ptdbg_ascend import csv_cells
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import csv_files, ut_identity, ut_lock
-from ptdbg_ascend.writers.safe_fs import replace_file, write_all
+from ptdbg_ascend.writers.safe_fs import remove_quietly, replace_file, write_all
 
 RESULT_STEM = "accuracy_checking_result_"
 DETAILS_STEM = "accuracy_checking_details_"
@@ -102,14 +102,9 @@ class UtFiles(object):
         paths = [self.result_path, self.details_path, self.identity_path]
         if self.lock is not None and self.lock.held:
             paths.append(self.lock.path)
-        try:
-            for path in paths:
-                try:
-                    os.remove(path)
-                except FileNotFoundError:
-                    pass
-        finally:
-            self.close()
+        for path in paths:
+            remove_quietly(path)
+        self.close()
 
 
 def new_pair(out_dir: str, identity: Optional[ut_identity.RunIdentity] = None) -> UtFiles:

@@ -5,13 +5,11 @@ tensor may take; a compare meeting such a file writes that row's reason and comp
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import zipfile
 
 import numpy as np
 import pytest
@@ -66,20 +64,10 @@ def test_pt_archives_are_sized_before_they_are_loaded(tmp_path):
     torch.save(torch.ones(2), str(legacy), _use_new_zipfile_serialization=False)
     with pytest.raises(refused(), match="is not a zip-format .pt file"):
         load_tensor(str(legacy))
-    buffer = io.BytesIO()
-    torch.save(torch.zeros(4), buffer)
-    source = zipfile.ZipFile(io.BytesIO(buffer.getvalue()))
+    from tensor_bombs import deflated_pt
+
     bomb = tmp_path / "bomb.pt"
-    with zipfile.ZipFile(str(bomb), "w") as archive:
-        for member in source.infolist():
-            if member.filename.endswith("/data/0"):
-                info = zipfile.ZipInfo(member.filename)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                with archive.open(info, "w", force_zip64=True) as handle:
-                    for _ in range(256):
-                        handle.write(bytes(1024 ** 2))
-            else:
-                archive.writestr(member, source.read(member.filename))
+    bomb.write_bytes(deflated_pt(256 * 1024 ** 2))
     assert os.path.getsize(str(bomb)) < 2 * 1024 ** 2
     with pytest.raises(refused(), match=r"bomb\.pt unpacks to 256\.0 MiB, over the 1\.0 MiB"):
         load_tensor(str(bomb), max_bytes=1024 ** 2)

@@ -15,13 +15,13 @@ import copy
 import json
 import os
 import re
-import subprocess
 import threading
 import traceback
 
 import pytest
 import torch
 from dump_json_names import data_names
+import tmpfs
 
 from ptdbg_ascend import PrecisionDebugger
 from ptdbg_ascend.comparison.api import compare
@@ -38,23 +38,17 @@ FILES = ["construct.json", "dump.json", "dump_tensor_data", "stack.json"]  # a r
 @pytest.fixture
 def small_disk(tmp_path):
     """``mount(megabytes)``: a fresh tmpfs of that size (unmounted at the end)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
     mounts = []
 
     def mount(megabytes):
         path = tmp_path / "disk{}".format(len(mounts))
         path.mkdir()
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size={}m".format(megabytes), "tmpfs", str(path)],
-                                capture_output=True)
-        if result.returncode != 0:
-            pytest.skip("cannot mount a tmpfs: {}".format(result.stderr))
-        mounts.append(path)
+        mounts.append(tmpfs.mount(path, "size={}m".format(megabytes)))
         return path
 
     yield mount
     for path in mounts:
-        subprocess.run(["umount", "-l", str(path)], check=False)
+        tmpfs.unmount(path)
 
 
 def _model_and_inputs():

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 import torch
+import tmpfs
 from zygote import Zygote
 
 from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
@@ -216,15 +217,10 @@ def test_a_second_process_on_the_same_path_is_refused_and_the_first_loses_nothin
 # -- 4. disk full ----------------------------------------------------------------------------------
 @pytest.fixture
 def small_disk(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
     mount = tmp_path / "small"
     mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
-    if result.returncode != 0:
-        pytest.skip("cannot mount a tmpfs: {}".format(result.stderr))
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    yield tmpfs.mount(mount, "size=2m")
+    tmpfs.unmount(mount)
 
 
 def _check_pkl_and_npy(rank_dir, stem="npu_dump", killed=False):

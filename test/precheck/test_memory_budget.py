@@ -5,20 +5,19 @@ through would kill the run: every one must end as a SKIP row within seconds, the
 from __future__ import annotations
 
 import csv
-import io
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-import zipfile
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from hostile_dumps import tensor_leaf, value, write_dump  # noqa: E402
+from tensor_bombs import deflated_pt  # noqa: E402
 
 from ptdbg_ascend.errors import ParameterError  # noqa: E402
 
@@ -29,26 +28,6 @@ pytestmark = pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs p
 def read_rows(path):
     with open(path, encoding="utf-8-sig", newline="") as handle:
         return {row[0]: row for row in list(csv.reader(handle))[1:]}
-
-
-def deflated_pt(inflated_bytes):
-    """A .pt whose data member is ``inflated_bytes`` of zeros, deflated (a zip bomb: ~1 MB per GiB)."""
-    buffer = io.BytesIO()
-    torch.save(torch.zeros(4), buffer)
-    source = zipfile.ZipFile(io.BytesIO(buffer.getvalue()))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as bomb:
-        for member in source.infolist():
-            if member.filename.endswith("/data/0"):
-                info = zipfile.ZipInfo(member.filename)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                chunk = bytes(1024 ** 2)
-                with bomb.open(info, "w", force_zip64=True) as handle:
-                    for _ in range(inflated_bytes // len(chunk)):
-                        handle.write(chunk)
-            else:
-                bomb.writestr(member, source.read(member.filename))
-    return out.getvalue()
 
 
 def run_capped(args, cwd, env, cap=CAP):

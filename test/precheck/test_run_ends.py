@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -15,6 +14,7 @@ import sys
 import time
 
 import pytest
+import tmpfs
 
 torch = pytest.importorskip("torch")
 
@@ -227,16 +227,8 @@ def read_only_dir(tmp_path):
     """A read-only tmpfs mount (root ignores permission bits); skipped where mounting is not allowed."""
     path = tmp_path / "read_only"
     path.mkdir()
-    if shutil.which("mount") is None:
-        pytest.skip("no mount command here")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a read-only tmpfs here: {}".format(mounted.stdout.decode().strip()))
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
+    yield tmpfs.mount(path, "ro,size=1m")
+    tmpfs.unmount(path)
 
 
 def test_read_only_error_data_path_is_refused_before_any_csv(model_dumps, tmp_path, read_only_dir, capsys):
