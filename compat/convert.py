@@ -31,7 +31,7 @@ import tempfile
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.comparison.distributed import RANK_DIR
-from ptdbg_ascend.comparison.readers.legacy_pkl import read_lines
+from ptdbg_ascend.readers.legacy_pkl import read_lines
 from ptdbg_ascend.comparison.records import file_name_problem
 from ptdbg_ascend.compat.convert_fs import (TensorDir, check_plain_name, check_target, make_dirs,
                                            move_into_place, output_path, read_tensor, relative_parts, save_npy,
@@ -39,8 +39,8 @@ from ptdbg_ascend.compat.convert_fs import (TensorDir, check_plain_name, check_t
 from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.naming import STACK_SUFFIX, parse_record_name, to_dotted, to_legacy
-from ptdbg_ascend.writers.safe_fs import check_path_text
+from ptdbg_ascend.formats.naming import STACK_SUFFIX, parse_record_name, to_dotted, to_legacy
+from ptdbg_ascend.fs.writes import check_path_text
 
 SCALAR_TYPES = {"<class 'int'>": "int", "<class 'float'>": "float", "<class 'bool'>": "bool"}
 LEGACY_SCALAR_DTYPES = {value: key for key, value in SCALAR_TYPES.items()}

@@ -5,8 +5,8 @@
   compare uses: letters, digits, ``_ . + -``, no ``..``, no leading dot, no separator).
 * Every output path is built by :func:`output_path`: plain components joined under the output root,
   and the resolved result (``realpath``) must lie inside the resolved root. Directories are created
-  with :func:`~ptdbg_ascend.writers.safe_fs.own_dir` (an existing symlink there is an error, never
-  followed); files through :func:`~ptdbg_ascend.writers.safe_fs.replace_file` (an unpredictable
+  with :func:`~ptdbg_ascend.fs.writes.own_dir` (an existing symlink there is an error, never
+  followed); files through :func:`~ptdbg_ascend.fs.writes.replace_file` (an unpredictable
   temporary name beside the target, renamed into place).
 * Tensor files are read by the comparison readers' own loader
   (:func:`~ptdbg_ascend.comparison.metrics.load_tensor`: resolved inside the input's data directory,
@@ -19,10 +19,10 @@ import os
 import stat
 from typing import Any, Optional, Tuple
 
-from ptdbg_ascend.comparison.metrics import OutsideRoot, load_tensor, resolve_inside
+from ptdbg_ascend.fs.confined import OutsideRoot, load_tensor, resolve_inside
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.writers.safe_fs import NAME_MAX, TEMP_SUFFIX, check_path_text, own_dir, replace_file, write_all
+from ptdbg_ascend.fs.writes import NAME_MAX, TEMP_SUFFIX, check_path_text, own_dir, replace_file, write_all
 
 PKL_SUFFIX = ".pkl"
 # replace_file writes "{name}" through ".{name}.XXXXXXXX.tmp" (tempfile's 8 random characters): that name

@@ -19,7 +19,7 @@ from ptdbg_ascend.compat.mapping import Caveat, MappingResult, map_calls
 from ptdbg_ascend.compat.recording import LegacyCall, clear_calls, recorded_calls
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.writers.safe_fs import check_path_text, replace_file, write_all
+from ptdbg_ascend.fs.writes import check_path_text, replace_file, write_all
 
 
 def write_config(result: MappingResult, config_path: str) -> None:

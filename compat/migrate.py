@@ -40,7 +40,7 @@ from ptdbg_ascend.compat.mapping import MappingResult, map_calls
 from ptdbg_ascend.compat.recording import RECORDED_FUNCTIONS, LegacyCall
 from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.writers.safe_fs import check_path_text, remove_quietly, temporary_beside, write_all
+from ptdbg_ascend.fs.writes import check_path_text, remove_quietly, temporary_beside, write_all
 
 HOOK_NAMES = ("acc_cmp_dump", "overflow_check")
 REMOVABLE_IMPORTS = set(RECORDED_FUNCTIONS) | set(HOOK_NAMES)

@@ -302,7 +302,7 @@ def _seed(value: Any) -> int:
 def _dump_path(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ParameterError("dump_path", value, "must be a non-empty string (a directory path)")
-    from ptdbg_ascend.writers.safe_fs import check_path_text
+    from ptdbg_ascend.fs.writes import check_path_text
 
     check_path_text("dump_path", value)
     check_path_text("dump_path", os.path.abspath(os.path.expanduser(value)))  # the length as written to

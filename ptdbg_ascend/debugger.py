@@ -193,8 +193,8 @@ class PrecisionDebugger(object):
         return self._recorder
 
     def _new_writer(self) -> Any:
-        from ptdbg_ascend.writers.background import BackgroundWriter
-        from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter, step_rank_dir
+        from ptdbg_ascend.sinks.background import BackgroundWriter
+        from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter, step_rank_dir
 
         if self.config.saves_tensors and self._background is None:
             self._background = BackgroundWriter(name="ptdbg-msprobe-writer")

@@ -66,7 +66,7 @@ def set_dump_path(fpath: Optional[str] = None, dump_tag: str = "ptdbg_dump") -> 
         dump_tag: the name of the directory under the path. Default ``"ptdbg_dump"``.
     """
     _record_call("set_dump_path", locals())  # for compat.export_config; never raises
-    from ptdbg_ascend.dump import api
+    from ptdbg_ascend import legacy_dump as api
 
     api.set_dump_path(fpath, dump_tag)
 
@@ -108,7 +108,7 @@ def register_hook(
             extra_apis=extra_apis,
         )
     elif hook is acc_cmp_dump:
-        from ptdbg_ascend.dump import api
+        from ptdbg_ascend import legacy_dump as api
 
         api.register_dump(model, overflow_nums=overflow_nums, dump_mode=dump_mode, dump_config=dump_config, rank=rank,
                           extra_apis=extra_apis)
@@ -139,7 +139,7 @@ def set_dump_switch(
         summary_only: True writes statistics to the pkl without npy files. Default False.
     """
     _record_call("set_dump_switch", locals())  # for compat.export_config; never raises
-    from ptdbg_ascend.dump import api
+    from ptdbg_ascend import legacy_dump as api
 
     api.set_dump_switch(
         switch, mode=mode, scope=scope, api_list=api_list, filter_switch=filter_switch,

@@ -114,7 +114,7 @@ def our_compare(npu_dir, bench_dir, out):
     import pandas
 
     from ptdbg_ascend import compare
-    from ptdbg_ascend.naming import to_dotted
+    from ptdbg_ascend.formats.naming import to_dotted
 
     os.makedirs(out, exist_ok=True)
     compare({"npu_path": os.path.join(npu_dir, "dump.json"), "bench_path": os.path.join(bench_dir, "dump.json"),

@@ -9,7 +9,7 @@ from ptdbg_ascend.acl.config import AclDumpConfig
 from ptdbg_ascend.acl.runner import rerun_backward, rerun_forward
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.errors import CallOrderError
-from ptdbg_ascend.naming import BACKWARD, FORWARD
+from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 
 
 class AclTarget(NamedTuple):

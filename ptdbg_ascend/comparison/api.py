@@ -15,7 +15,7 @@ from ptdbg_ascend.comparison.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import check_api_mapping, check_bool, check_output_path, parse_input_param
 from ptdbg_ascend.comparison.matching import pair_rows
 from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts, Finding
-from ptdbg_ascend.comparison.readers import read_dump
+from ptdbg_ascend.readers import read_dump
 from ptdbg_ascend.errors import CompareError, ParameterError
 from ptdbg_ascend.log import logger
 

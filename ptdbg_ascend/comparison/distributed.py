@@ -18,7 +18,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.inputs import check_api_mapping
-from ptdbg_ascend.comparison.metrics import resolve_inside
+from ptdbg_ascend.fs.confined import resolve_inside
 from ptdbg_ascend.errors import CompareError, ParameterError
 from ptdbg_ascend.log import logger
 

@@ -1,7 +1,7 @@
 """Is a dump complete? Tell compare/parse users when the dump they read ended torn (no clean close).
 
 The dump writers mark a rank directory while they write: ``.ptdbg.lock`` (``"{pid} {host}"``, see
-:class:`ptdbg_ascend.writers.safe_fs.DumpLock`) exists from the first write of a window to its clean close,
+:class:`ptdbg_ascend.fs.writes.DumpLock`) exists from the first write of a window to its clean close,
 and every final file is written under a temporary ``.{name}.XXXXXXXX.tmp`` name and renamed. So a rank
 directory that still holds the lock, or a temporary file, was not closed cleanly: the writer is still
 running, or it was killed (SIGKILL, OOM killer, a crash of the machine).
@@ -21,7 +21,8 @@ from typing import NamedTuple, Optional, Sequence, Set
 from ptdbg_ascend.comparison.records import CallRecord
 from ptdbg_ascend.errors import DumpPathError
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.writers.safe_fs import TEMP_SUFFIX, DumpLock, host_name, pid_alive
+from ptdbg_ascend.fs.writes import TEMP_SUFFIX
+from ptdbg_ascend.fs.locks import DumpLock, host_name, pid_alive
 
 RUNNING = "running"  # the lock's holder is alive on this host
 ENDED = "ended"  # the lock's holder is gone, or no lock but leftover temporary files
@@ -128,7 +129,7 @@ def _default_data_dir(dump_path: str) -> str:
 
 
 def _count_temp_files(directories: Set[str]) -> int:
-    """Leftover ``.{name}.XXXXXXXX.tmp`` files (writers/safe_fs.temporary_beside) in ``directories``."""
+    """Leftover ``.{name}.XXXXXXXX.tmp`` files (fs/writes.temporary_beside) in ``directories``."""
     count = 0
     seen = set()
     for directory in directories:

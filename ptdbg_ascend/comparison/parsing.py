@@ -22,7 +22,7 @@ def parse_lines(pkl_file: str, module_name_prefix: str) -> List[str]:
     """The lines ``parse`` prints (a pkl or a dump.json). Names, dtypes and stack lines come from the
     file: their control characters are escaped (``\\x1b``), so each is one printed line that cannot move
     the cursor or retitle the terminal."""
-    from ptdbg_ascend.comparison.readers import read_dump
+    from ptdbg_ascend.readers import read_dump
     from ptdbg_ascend.comparison.records import format_stack
 
     if not isinstance(pkl_file, (str, os.PathLike)):

@@ -12,7 +12,7 @@ import os
 from typing import Dict, List, Optional, Sequence
 
 from ptdbg_ascend.comparison import columns as col
-from ptdbg_ascend.writers.safe_fs import replace_file
+from ptdbg_ascend.fs.writes import replace_file
 
 RESULT_SHEET, CHART_SHEET = "compare_result", "chart"
 # Excel's standard "bad" / "neutral" fills; the first failure gets a darker red so it stands out of a red block.

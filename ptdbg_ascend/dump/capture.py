@@ -1,7 +1,7 @@
 """Turn an API call's arguments, output or gradients into legacy records.
 
 A record is ``(name, value)`` where ``value`` is a torch tensor or a Python bool/int/float. Names follow
-the legacy grammar (``naming.py``): ``{call}_input.{i}[.{j}...]``, ``{call}_output`` for a single
+the legacy grammar (``formats/naming.py``): ``{call}_input.{i}[.{j}...]``, ``{call}_output`` for a single
 tensor, ``{call}_output.{i}[...]`` for a tuple/list. Tensor keyword arguments come after the
 positional ones and continue their numbering.
 """

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from ptdbg_ascend.naming import BACKWARD, FORWARD, call_name
+from ptdbg_ascend.formats.naming import BACKWARD, FORWARD, call_name
 
 
 class ApiCall(object):

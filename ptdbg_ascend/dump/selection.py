@@ -16,7 +16,7 @@ import threading
 from typing import Any, FrozenSet, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ptdbg_ascend.errors import ParameterError
-from ptdbg_ascend.naming import BACKWARD, FORWARD, PREFIXES, parse_call_name
+from ptdbg_ascend.formats.naming import BACKWARD, FORWARD, PREFIXES, parse_call_name
 
 MODES = ("all", "list", "range", "stack", "acl", "api_list", "api_stack")
 # File-name prefix of each mode's pkl and npy dir ("all" has none).

@@ -9,10 +9,10 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import ptdbg_ascend
 
 # Frames from the tool itself (wrappers, recorder, writers) are not the user's code.
-_TOOL_DIR = os.path.dirname(os.path.abspath(ptdbg_ascend.__file__)) + os.sep
+_TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the package directory
+
 
 @functools.lru_cache(maxsize=4096)
 def _is_tool_file(filename: str) -> bool:

@@ -71,7 +71,7 @@ def crc32_hex(tensor: Any) -> str:
     return "{:08x}".format(zlib.crc32(array.tobytes()) & 0xFFFFFFFF)
 
 
-# ``defer(leaf, tensor)``: the writer's hook for statistics read back in batches (writers/msprobe_json).
+# ``defer(leaf, tensor)``: the writer's hook for statistics read back in batches (sinks/msprobe/json_writer).
 DeferLeaf = Callable[[Dict[str, Any], Any], bool]
 
 

@@ -14,7 +14,7 @@ from typing import Any, Optional, Tuple
 
 from ptdbg_ascend.config import DebuggerConfig
 from ptdbg_ascend.errors import DeviceUnavailableError, FileFormatError, ParameterError
-from ptdbg_ascend.naming import to_legacy
+from ptdbg_ascend.formats.naming import to_legacy
 
 
 class AclLevelDump(object):

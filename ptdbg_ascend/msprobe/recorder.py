@@ -23,10 +23,10 @@ from ptdbg_ascend.errors import OverflowLimitReached  # noqa: F401 - re-exported
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.msprobe.leaves import value_leaf
 from ptdbg_ascend.msprobe.selection import MsprobeSelection, block_wanted, dotted  # noqa: F401 - dotted re-exported
-from ptdbg_ascend.naming import BACKWARD, FORWARD
+from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.overflow import detection
 from ptdbg_ascend.overflow.policy import OverflowPolicy
-from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter
+from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
 
 class MsprobeRecorder(Recorder):

@@ -22,7 +22,7 @@ from typing import Any, Tuple
 
 from ptdbg_ascend.config import DebuggerConfig
 from ptdbg_ascend.dump.selection import SelectionPolicy
-from ptdbg_ascend.naming import BACKWARD, FORWARD
+from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 
 
 def dotted(call: Any, direction: str) -> str:

@@ -110,7 +110,7 @@ def _place(session: Any, acl_config: Any) -> Any:
         if settings.directory is None:
             if acl_config is not None and not os.environ.get("ASCEND_WORK_PATH"):
                 return OverflowPlace(os.path.abspath(acl_config.dump_path), settings.tag, __version__)
-            from ptdbg_ascend.dump import api as dump_api
+            from ptdbg_ascend import legacy_dump as dump_api
 
             dump_api.set_dump_path(None, settings.tag)  # the environment fallback, or a clear DumpPathError
         return OverflowPlace(settings.directory, settings.tag, __version__)

@@ -18,7 +18,7 @@ a pending call holds the tensors as they are when the batch is read (a warning n
 was changed in place since the call). The stop is :class:`~ptdbg_ascend.errors.OverflowLimitReached`,
 a ValueError as in the original tool.
 
-The first overflow dump takes the rank directory's lock (``writers/safe_fs.DumpLock``, as a dump
+The first overflow dump takes the rank directory's lock (``fs/writes.DumpLock``, as a dump
 window does) and keeps it until the check is closed: a second process overflow-dumping into the same
 rank directory gets a DumpPathError naming the holder. It is released when the limit stops training.
 """
@@ -35,10 +35,10 @@ from ptdbg_ascend.dump.capture import gradient_records, input_records, output_re
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.dump.stack import user_stack_json
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.naming import STACK_SUFFIX
+from ptdbg_ascend.formats.naming import STACK_SUFFIX
 from ptdbg_ascend.overflow.detection import FloatStatus, overflow_flag, read_flags
 from ptdbg_ascend.overflow.policy import PENDING_CALLS, UNLIMITED, OverflowPolicy  # noqa: F401 - re-exported
-from ptdbg_ascend.writers.safe_fs import RankDirectoryClaim
+from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
 OVERFLOW_DUMP_STEP = 101  # the legacy marker of overflow records (compare skips their statistics)
 
@@ -195,7 +195,7 @@ class OverflowObserver(CallObserver):
 
     def _dump(self, entry: PendingCall, k: int) -> str:
         """Write overflow number ``k`` (the policy's ``dump``); returns its pkl path."""
-        from ptdbg_ascend.writers.legacy_pkl import LegacyPklWriter
+        from ptdbg_ascend.sinks.legacy.pkl_writer import LegacyPklWriter
 
         current = tuple(value._version for _, value in entry.records if hasattr(value, "_version"))
         if current != entry.versions:

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from ptdbg_ascend.comparison.records import Frame, user_line
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import load_json
-from ptdbg_ascend.naming import DOTTED_RECORD_NAME
+from ptdbg_ascend.formats.naming import DOTTED_RECORD_NAME
 from ptdbg_ascend.precheck.arguments import MAX_DEPTH
 from ptdbg_ascend.precheck.call_values import TENSOR_TYPES
 
@@ -223,7 +223,7 @@ def _data_dir(api_info: str, data_dir: Optional[str]) -> str:
 def _stacks(path: str) -> Dict[str, Tuple[Frame, ...]]:
     if not os.path.isfile(path):
         return {}
-    from ptdbg_ascend.comparison.readers.msprobe_json import read_stacks
+    from ptdbg_ascend.readers.msprobe_json import read_stacks
 
     try:
         return read_stacks(path)

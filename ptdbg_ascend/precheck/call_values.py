@@ -62,8 +62,8 @@ def load_tensor(leaf: Mapping[str, Any], data_dir: Optional[str], where: str, ma
     file, the file is missing, outside ``data_dir``, not a regular file, larger than ``max_bytes``
     (default None: :func:`ptdbg_ascend.memory.default_budget`), holds anything but one tensor, or a tensor of
     another shape or dtype than the leaf records."""
-    from ptdbg_ascend.comparison.metrics import open_inside
-    from ptdbg_ascend.tensor_files import load_pt
+    from ptdbg_ascend.fs.confined import open_inside
+    from ptdbg_ascend.fs.tensor_files import load_pt
 
     data_name = leaf.get("data_name")
     if data_name in (None, "") or data_dir is None:

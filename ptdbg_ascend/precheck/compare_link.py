@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ptdbg_ascend import csv_cells
 from ptdbg_ascend.comparison.columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
 from ptdbg_ascend.errors import FileFormatError, ParameterError
-from ptdbg_ascend.naming import PREFIXES, parse_call_name, parse_record_name
+from ptdbg_ascend.formats.naming import PREFIXES, parse_call_name, parse_record_name
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import ut_files
 

@@ -34,7 +34,7 @@ from ptdbg_ascend import csv_cells
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import csv_files, ut_identity, ut_lock
-from ptdbg_ascend.writers.safe_fs import remove_quietly, replace_file, write_all
+from ptdbg_ascend.fs.writes import remove_quietly, replace_file, write_all
 
 RESULT_STEM = "accuracy_checking_result_"
 DETAILS_STEM = "accuracy_checking_details_"

@@ -24,7 +24,7 @@ from typing import Any, Dict
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.version import __version__
-from ptdbg_ascend.writers.safe_fs import replace_file, write_all
+from ptdbg_ascend.fs.writes import replace_file, write_all
 
 RUN_STEM = "accuracy_checking_run_"
 FORMAT = "ptdbg_ascend run_ut run"

@@ -23,7 +23,8 @@ from typing import Optional
 
 from ptdbg_ascend.errors import DumpPathError, ParameterError
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.writers.safe_fs import FILE_MODE, host_name
+from ptdbg_ascend.fs.writes import FILE_MODE
+from ptdbg_ascend.fs.locks import host_name
 
 try:
     import fcntl

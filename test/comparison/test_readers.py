@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ptdbg_ascend.comparison.api import compare
-from ptdbg_ascend.comparison.readers import read_dump
+from ptdbg_ascend.readers import read_dump
 from ptdbg_ascend.errors import FileFormatError
 
 pytestmark = pytest.mark.torchfree

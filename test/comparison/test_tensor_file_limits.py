@@ -14,11 +14,11 @@ import sys
 import numpy as np
 import pytest
 
-from ptdbg_ascend.comparison.metrics import load_tensor
+from ptdbg_ascend.fs.confined import load_tensor
 
 
 def refused():
-    from ptdbg_ascend.tensor_files import TensorFileRefused
+    from ptdbg_ascend.fs.tensor_files import TensorFileRefused
 
     return TensorFileRefused
 
@@ -111,11 +111,11 @@ def test_compare_of_a_stride0_bomb_under_a_memory_cap_is_a_row_message(tmp_path)
 
 def test_reader_module_stays_torch_free():
     """tensor_files imports torch only to read a .pt (the compare side runs without torch)."""
-    code = ("import sys, ptdbg_ascend.tensor_files, ptdbg_ascend.memory; "
+    code = ("import sys, ptdbg_ascend.fs.tensor_files, ptdbg_ascend.memory; "
             "print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, timeout=60)
     assert result.stdout.decode().strip() == "False"
-    from ptdbg_ascend import tensor_files
+    from ptdbg_ascend.fs import tensor_files
 
     assert tensor_files.MAX_MEMBERS == 4096
 

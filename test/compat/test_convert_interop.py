@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from ptdbg_ascend.naming import to_dotted
+from ptdbg_ascend.formats.naming import to_dotted
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV = os.environ.get("MSPROBE_VENV", os.path.join(ROOT, ".venv-msprobe"))

@@ -351,7 +351,7 @@ def test_exported_config_is_accepted_by_the_loader(scenario, tmp_path, monkeypat
     ("Aten_add.Tensor_0_forward", "Aten.add.Tensor.0.forward", False),
 ])
 def test_names_map_both_ways(legacy_name, dotted, single_output):
-    from ptdbg_ascend.naming import to_dotted, to_legacy
+    from ptdbg_ascend.formats.naming import to_dotted, to_legacy
 
     assert to_dotted(legacy_name) == dotted
     assert to_legacy(dotted, single_output=single_output) == legacy_name

@@ -67,7 +67,7 @@ def test_duplicate_inside_a_kept_entry_names_its_place(tmp_path, capsys):
 
 
 def test_stack_json_duplicate_is_a_warning(tmp_path, capsys):
-    from ptdbg_ascend.comparison.readers.msprobe_json import read_stacks
+    from ptdbg_ascend.readers.msprobe_json import read_stacks
 
     path = tmp_path / "stack.json"
     path.write_text('{"Torch.relu.0.forward": ["File a.py, line 1, in f,\\n x"], '

@@ -28,8 +28,8 @@ from ptdbg_ascend.comparison.api import compare
 from ptdbg_ascend.comparison.parsing import parse
 from ptdbg_ascend.dump import statistics
 from ptdbg_ascend.errors import DumpWriteError
-from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter
+from ptdbg_ascend.sinks.background import BackgroundWriter
+from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
 STEPS = 30
 FILES = ["construct.json", "dump.json", "dump_tensor_data", "stack.json"]  # a rank directory after stop()

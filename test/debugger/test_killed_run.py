@@ -29,7 +29,7 @@ ZYGOTE = textwrap.dedent('''
     torch.set_num_threads(1)
     from ptdbg_ascend import PrecisionDebugger
     from ptdbg_ascend.dump.session import get_session
-    from ptdbg_ascend.writers import background
+    from ptdbg_ascend.sinks import background
     background.DEFAULT_MAX_DELAY = float(sys.argv[1])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
@@ -170,8 +170,8 @@ def _dump_data(directory):
 def test_a_rewrite_shows_only_entries_whose_files_are_on_disk(tmp_path):
     import threading
 
-    from ptdbg_ascend.writers.background import BackgroundWriter
-    from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter
+    from ptdbg_ascend.sinks.background import BackgroundWriter
+    from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
     directory = str(tmp_path / "step0" / "rank")
     background = BackgroundWriter(max_delay=60.0)
@@ -206,7 +206,7 @@ def test_a_rewrite_shows_only_entries_whose_files_are_on_disk(tmp_path):
 
 
 def test_rewrites_come_at_most_once_per_max_delay(tmp_path):
-    from ptdbg_ascend.writers.msprobe_json import MsprobeJsonWriter
+    from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
     writer = MsprobeJsonWriter(str(tmp_path / "rank"), "statistics", "L1", saves_tensors=False, max_delay=0.25)
     started = time.monotonic()
@@ -220,7 +220,7 @@ def test_rewrites_come_at_most_once_per_max_delay(tmp_path):
 
 
 def test_a_slow_rewrite_waits_ten_times_its_duration(tmp_path, monkeypatch):
-    from ptdbg_ascend.writers import msprobe_json
+    from ptdbg_ascend.sinks.msprobe import json_writer as msprobe_json
 
     real = msprobe_json._write_atomic
     writes = []  # (file name, start, end) of every file written

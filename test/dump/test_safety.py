@@ -286,7 +286,7 @@ ZYGOTE = textwrap.dedent('''
     torch.set_num_threads(1)
     from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
     from ptdbg_ascend.dump.session import get_session
-    from ptdbg_ascend.writers import background
+    from ptdbg_ascend.sinks import background
     background.DEFAULT_MAX_DELAY = float(sys.argv[2])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))

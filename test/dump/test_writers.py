@@ -12,8 +12,8 @@ import torch
 
 from ptdbg_ascend.dump.statistics import scalar_statistics, tensor_statistics
 from ptdbg_ascend.errors import DumpWriteError
-from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.legacy_pkl import LegacyPklWriter
+from ptdbg_ascend.sinks.background import BackgroundWriter
+from ptdbg_ascend.sinks.legacy.pkl_writer import LegacyPklWriter
 
 
 def test_statistics_of_special_tensors():

@@ -28,8 +28,8 @@ from ptdbg_ascend.dump.statistics import (EMPTY, DeviceStatisticsBatch, PendingD
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.numpy_view import numpy_wider
-from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.safe_fs import open_new, own_dir, own_dirs, remove_quietly, replace_file, write_all
+from ptdbg_ascend.sinks.background import BackgroundWriter
+from ptdbg_ascend.fs.writes import open_new, own_dir, own_dirs, remove_quietly, replace_file, write_all
 
 # lookup(tensor, record name[, compute]) -> (statistics, name of an earlier record of the same unchanged
 # tensor or None); ``compute(tensor)`` makes the statistics of a tensor not seen before (see

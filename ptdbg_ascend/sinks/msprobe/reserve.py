@@ -26,7 +26,7 @@ import os
 import threading
 from typing import List, Optional
 
-from ptdbg_ascend.writers.safe_fs import open_new, remove_quietly
+from ptdbg_ascend.fs.writes import open_new, remove_quietly
 
 RESERVE_NAME = ".ptdbg.reserve"
 # Members of each kind, by index in the counters below.

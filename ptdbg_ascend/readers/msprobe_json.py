@@ -16,7 +16,7 @@ from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.naming import to_legacy
+from ptdbg_ascend.formats.naming import to_legacy
 
 STACK_LINE = re.compile(r"^File (?P<file>.*), line (?P<line>\d+), in (?P<func>[^,]*),\s*\n?\s*(?P<code>.*)$", re.S)
 

@@ -49,11 +49,12 @@ from typing import Any, Dict, List, Optional, Tuple
 from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.msprobe.leaves import deferred_reductions, fill_statistics, msprobe_reduced
-from ptdbg_ascend.writers import background as background_module
-from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.json_text import document_text, encode_missing, member_text, members_object, object_text
-from ptdbg_ascend.writers.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
-from ptdbg_ascend.writers.safe_fs import RankDirectoryClaim, own_dir, own_dirs, remove_quietly, replace_file, write_all
+from ptdbg_ascend.sinks import background as background_module
+from ptdbg_ascend.sinks.background import BackgroundWriter
+from ptdbg_ascend.sinks.msprobe.json_text import document_text, encode_missing, member_text, members_object, object_text
+from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
+from ptdbg_ascend.fs.writes import own_dir, own_dirs, remove_quietly, replace_file, write_all
+from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
 TENSOR_DIR = "dump_tensor_data"
 # Deferred statistics read back at once when this many wait (a bound on device memory between rewrites).
@@ -603,5 +604,5 @@ def _length(text: Optional[str]) -> Optional[int]:
 
 
 def _write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (:func:`~ptdbg_ascend.writers.safe_fs.replace_file`)."""
+    """Write ``text`` to ``path`` atomically (:func:`~ptdbg_ascend.fs.writes.replace_file`)."""
     replace_file(path, lambda descriptor: write_all(descriptor, text.encode("utf-8")))

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence, Union
 from ptdbg_ascend.dump.selection import make_switch_config
 from ptdbg_ascend.errors import CallOrderError, DumpPathError, NotYetAvailableError, ParameterError
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.writers.safe_fs import check_path_text
+from ptdbg_ascend.fs.writes import check_path_text
 from ptdbg_ascend.version import __version__
 
 _TAG_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -99,7 +99,7 @@ def set_dump_switch(switch: str, mode: str = "all", scope: Optional[Sequence[str
                     api_list: Optional[Sequence[str]] = None, filter_switch: str = "ON",
                     dump_mode: Union[str, Sequence[str], None] = None, summary_only: bool = False) -> None:
     """See :func:`ptdbg_ascend.set_dump_switch`."""
-    from ptdbg_ascend.dump.legacy_recorder import DumpLocation, LegacyRecorder
+    from ptdbg_ascend.sinks.legacy.recorder import DumpLocation, LegacyRecorder
     from ptdbg_ascend.dump.session import get_session
 
     if switch not in ("ON", "OFF"):

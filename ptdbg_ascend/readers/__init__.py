@@ -17,9 +17,9 @@ def read_dump(path: str, data_dir: Optional[str] = None, stack_path: Optional[st
     statistics of overflow records, which compare ignores.
     """
     if path.endswith(".json"):
-        from ptdbg_ascend.comparison.readers import msprobe_json
+        from ptdbg_ascend.readers import msprobe_json
 
         return msprobe_json.read(path, data_dir, stack_path)
-    from ptdbg_ascend.comparison.readers import legacy_pkl
+    from ptdbg_ascend.readers import legacy_pkl
 
     return legacy_pkl.read(path, data_dir, overflow_statistics)

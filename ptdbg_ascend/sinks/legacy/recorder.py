@@ -13,10 +13,10 @@ from ptdbg_ascend.dump.recorder import Recorder, RecordSink
 from ptdbg_ascend.dump.selection import MODE_PREFIX, LegacySelection, SwitchConfig
 from ptdbg_ascend.dump.stack import user_stack_json
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.naming import STACK_SUFFIX
-from ptdbg_ascend.writers.background import BackgroundWriter
-from ptdbg_ascend.writers.legacy_pkl import LegacyPklWriter
-from ptdbg_ascend.writers.safe_fs import RankDirectoryClaim
+from ptdbg_ascend.formats.naming import STACK_SUFFIX
+from ptdbg_ascend.sinks.background import BackgroundWriter
+from ptdbg_ascend.sinks.legacy.pkl_writer import LegacyPklWriter
+from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
 
 class DumpLocation(object):
@@ -49,7 +49,7 @@ class LegacySink(RecordSink):
         self._inputs = config.writes_tensors and "input" in config.sides
         self._outputs = config.writes_tensors and "output" in config.sides
         self._filter = config.filter_switch
-        # The rank directory: created or checked, and locked (writers/safe_fs.RankDirectoryClaim).
+        # The rank directory: created or checked, and locked (fs/writes.RankDirectoryClaim).
         self._rank_dir = RankDirectoryClaim()
 
     def claim(self, rank: int) -> None:

@@ -1,0 +1,1 @@
+"""The msprobe 1.0.4 format's sink: dump.json, stack.json and construct.json plus ``.pt`` tensors."""

@@ -1,1 +1,0 @@
-"""Dump writers: the legacy pkl + npy format, the msprobe dump.json + .pt format, background I/O."""
