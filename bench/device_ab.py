@@ -1,0 +1,165 @@
+"""Dumps of this tree against another checkout on the current device (CUDA when present, else CPU):
+the files must be the same, byte for byte, and the step times are printed side by side.
+
+    python bench/device_ab.py --baseline /path/to/old/checkout [--steps 6] [--device cuda]
+
+What a redesign must not change is what lands on disk, on the device users train on. For each tree and each
+configuration a fresh process seeds everything, builds bench_dump.py's reference model (a CNN stem, a
+transformer block, a classifier; AdamW) on the device with deterministic kernels, runs two plain steps, then
+``--steps`` steps with the tool on:
+
+* ``legacy_stats``   legacy calls, ``set_dump_switch("ON", mode="api_stack", summary_only=True)``
+* ``legacy_tensors`` legacy calls, ``mode="all"`` with npy files
+* ``debugger_stats`` ``PrecisionDebugger(task="statistics", level="L1")``, start/stop/step per step
+* ``debugger_tensors`` ``PrecisionDebugger(task="tensor", level="L1")``
+
+Then the two trees' output directories are compared file by file (names and bytes). Times are medians of
+the timed steps, each ended by a device synchronisation, as ratios to the plain step of the same process.
+Exit status 1 when any file differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIGS = ("legacy_stats", "legacy_tensors", "debugger_stats", "debugger_tensors")
+
+CHILD = r'''
+import json, os, statistics, sys, time
+tree, config, out, steps, device, bench = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
+sys.path[:0] = [tree, bench]  # the model of this script's bench_dump.py for both trees: same code lines in stacks
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+import torch
+torch.use_deterministic_algorithms(True, warn_only=True)
+torch.backends.cudnn.benchmark = False
+import bench_dump as b
+from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, seed_all, set_dump_path, set_dump_switch
+seed_all(1234)
+model = b.Reference().to(device)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(16, 3, 32, 32).to(device)
+y = torch.randint(0, 10, (16,)).to(device)
+def sync():
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+def step():
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+def timed(run):
+    start = time.perf_counter(); run(); sync(); return time.perf_counter() - start
+plain = [timed(step) for _ in range(3)][1:]
+tool = []
+if config.startswith("legacy"):
+    set_dump_path(os.path.join(out, "ab.pkl"), dump_tag="ab")
+    register_hook(model, acc_cmp_dump)
+    if config == "legacy_stats":
+        set_dump_switch("ON", mode="api_stack", summary_only=True)
+    else:
+        set_dump_switch("ON", mode="all")
+    tool = [timed(step) for _ in range(steps)]
+    set_dump_switch("OFF")
+else:
+    debugger = PrecisionDebugger(task="statistics" if config == "debugger_stats" else "tensor",
+                                 dump_path=out, level="L1")
+    def dumped_step():
+        debugger.start(); step(); debugger.stop(); debugger.step()
+    tool = [timed(dumped_step) for _ in range(steps)]
+sync()
+print("RESULT " + json.dumps({"plain": statistics.median(plain), "tool": statistics.median(tool)}))
+'''
+
+
+def run_child(tree: str, config: str, out: str, steps: int, device: str) -> dict:
+    """One fresh process of ``tree`` dumping ``config`` into ``out``; its step times."""
+    env = dict(os.environ, PYTHONPATH=tree, PYTHONHASHSEED="0")
+    done = subprocess.run([sys.executable, "-c", CHILD, tree, config, out, str(steps), device, HERE], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise SystemExit("{} {} failed (exit {}):\n{}".format(tree, config, done.returncode, done.stderr[-4000:]))
+    line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def relative_files(root: str) -> list:
+    found = []
+    for directory, _, names in os.walk(root):
+        found.extend(os.path.relpath(os.path.join(directory, name), root) for name in names)
+    return sorted(found)
+
+
+def first_difference(left: str, right: str) -> str:
+    """A short description of where two text files part (binary files: their sizes)."""
+    try:
+        with open(left, encoding="utf-8") as a, open(right, encoding="utf-8") as b:
+            for number, (line_a, line_b) in enumerate(zip(a, b), 1):
+                if line_a != line_b:
+                    return "line {}: {!r} != {!r}".format(number, line_a[:160], line_b[:160])
+        return "one file is longer"
+    except UnicodeDecodeError:
+        return "{} bytes != {} bytes".format(os.path.getsize(left), os.path.getsize(right))
+
+
+def compare_trees(new_out: str, old_out: str) -> list:
+    """Differences between two output directories: missing files and files whose bytes differ."""
+    new_files, old_files = relative_files(new_out), relative_files(old_out)
+    problems = ["only in new: " + name for name in sorted(set(new_files) - set(old_files))]
+    problems += ["only in old: " + name for name in sorted(set(old_files) - set(new_files))]
+    for name in sorted(set(new_files) & set(old_files)):
+        left, right = os.path.join(new_out, name), os.path.join(old_out, name)
+        if not filecmp.cmp(left, right, shallow=False):
+            problems.append("differs: {} ({})".format(name, first_difference(left, right)))
+    return problems, len(new_files)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", required=True, help="the old checkout (a git worktree of an earlier commit)")
+    parser.add_argument("--steps", type=int, default=6, help="dumped steps per configuration (default 6)")
+    parser.add_argument("--device", default=None, help="device (default cuda when available, else cpu)")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
+    args = parser.parse_args()
+    device = args.device
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    new_tree, old_tree = os.path.dirname(HERE), os.path.abspath(args.baseline)
+    work = tempfile.mkdtemp(prefix="device_ab_")
+    failed = False
+    print("device {}, {} dumped steps; ratios to a plain step of the same process".format(device, args.steps))
+    print("{:<18} {:>10} {:>10} {:>9}  files".format("configuration", "new", "old", "new/old"))
+    try:
+        for config in args.configs.split(","):
+            outs = {tree: os.path.join(work, label, config) for label, tree in (("new", new_tree), ("old", old_tree))}
+            times = {}
+            for tree in (new_tree, old_tree):
+                # both trees write to the same path (dump.json records its own directory), then it moves aside
+                shared = os.path.join(work, "dump", config)
+                times[tree] = run_child(tree, config, shared, args.steps, device)
+                os.makedirs(os.path.dirname(outs[tree]), exist_ok=True)
+                os.rename(shared, outs[tree])
+            ratio = {tree: times[tree]["tool"] / times[tree]["plain"] for tree in times}
+            problems, count = compare_trees(outs[new_tree], outs[old_tree])
+            failed = failed or bool(problems) or count == 0
+            print("{:<18} {:>9.2f}x {:>9.2f}x {:>9.2f}  {}".format(
+                config, ratio[new_tree], ratio[old_tree], ratio[new_tree] / ratio[old_tree],
+                "{} identical".format(count) if not problems and count else "{} of {} differ".format(len(problems), count)))
+            for problem in problems[:10]:
+                print("    " + problem)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
