@@ -17,6 +17,7 @@ from ptdbg_ascend.config import DebuggerConfig
 from ptdbg_ascend.dump.observers import ApiCall
 from ptdbg_ascend.dump.recorder import RecordSink
 from ptdbg_ascend.dump.stack import user_stack_lines
+from ptdbg_ascend.dump.statistics import DEFERRAL
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.msprobe.leaves import value_leaf
@@ -44,6 +45,7 @@ class MsprobeSink(RecordSink):
         self.sees_events = record_construct  # construct.json links every call seen, selected or not
         self.writer = None  # type: Optional[MsprobeJsonWriter]
         self.md5 = config.task == "statistics" and config.summary_mode == "md5"
+        self.defer_cpu = DEFERRAL.on_cpu  # decided once, not per leaf
         self.overflow_task = config.task == "overflow_check"
         # The one overflow policy (msprobe 1.0.4 stopped with Exception("[msprobe] exit")).
         self.overflow = OverflowPolicy(config.overflow_nums, self._dump_overflow, self._stopping) if self.overflow_task else None
@@ -197,7 +199,7 @@ class MsprobeSink(RecordSink):
         writer = self.writer
         saving = writer is not None and writer.saves_tensors
         return value_leaf(value, path, writer.save_tensor if saving else None, self.md5, key,
-                          defer=writer.defer_leaf if writer is not None else None)
+                          defer=writer.defer_leaf if writer is not None else None, defer_cpu=self.defer_cpu)
 
 
 def _is_tensor(value: Any) -> bool:
