@@ -48,7 +48,8 @@ class MsprobeSink(RecordSink):
         self.defer_cpu = DEFERRAL.on_cpu  # decided once, not per leaf
         self.overflow_task = config.task == "overflow_check"
         # The one overflow policy (msprobe 1.0.4 stopped with Exception("[msprobe] exit")).
-        self.overflow = OverflowPolicy(config.overflow_nums, self._dump_overflow, self._stopping) if self.overflow_task else None
+        self.overflow = (OverflowPolicy(config.overflow_nums, self._dump_overflow, self._stopping)
+                         if self.overflow_task else None)
         self._stopped = stopped
         # construct.json needs the module enclosing each call: the module hooks push and pop here.
         self.module_stack = []  # type: List[str]
@@ -136,7 +137,8 @@ class MsprobeSink(RecordSink):
             entry["output"] = self._leaves(_as_list(output), name + ".output")
         return entry
 
-    def gradient_entry(self, name: str, incoming: Sequence[Optional[Any]], produced: Sequence[Optional[Any]]) -> Dict[str, Any]:
+    def gradient_entry(self, name: str, incoming: Sequence[Optional[Any]],
+                       produced: Sequence[Optional[Any]]) -> Dict[str, Any]:
         entry = {}  # type: Dict[str, Any]
         if block_wanted(self.config.data_mode, BACKWARD, "input"):
             entry["input"] = self._leaves(list(incoming), name + ".input")
@@ -177,8 +179,8 @@ class MsprobeSink(RecordSink):
         self._stopped()
         if self.writer is not None:
             self.writer.flush()
-        return "Overflow check stops training at overflow {} (overflow_nums={}); the overflowing calls are in {}.".format(
-            count, self.config.overflow_nums, directory)
+        return ("Overflow check stops training at overflow {} (overflow_nums={}); the overflowing calls are in {}."
+                .format(count, self.config.overflow_nums, directory))
 
     def _inputs_block(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
         if not block_wanted(self.config.data_mode, FORWARD, "input"):
