@@ -6,9 +6,9 @@
 * ``ptdbg convert`` (``compat.convert``) turns a legacy pkl+npy dump into dump.json+.pt and back;
 * ``ptdbg migrate`` (``compat.migrate``) rewrites a legacy script into the PrecisionDebugger form.
 
-The legacy call log that ``export_config`` reads lives in the core (``ptdbg_ascend/call_log.py``;
-``compat.recording`` is an alias of it), so the core never imports this package. This package loads
-its modules only when a name is first used (PEP 562) and never imports torch.
+The legacy call log that ``export_config`` reads lives in the core (``ptdbg_ascend/call_log.py``),
+so the core never imports this package. This package loads its modules only when a name is first used
+(PEP 562) and never imports torch.
 """
 
 __all__ = ["export_config", "map_calls", "Caveat", "MappingResult"]

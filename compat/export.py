@@ -16,7 +16,7 @@ import sys
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.compat.mapping import Caveat, MappingResult, map_calls
-from ptdbg_ascend.compat.recording import LegacyCall, clear_calls, recorded_calls
+from ptdbg_ascend.call_log import LegacyCall, clear_calls, recorded_calls
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import check_path_text, replace_file, write_all

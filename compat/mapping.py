@@ -33,7 +33,7 @@ import os
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ptdbg_ascend.compat.recording import TRUNCATED, LegacyCall
+from ptdbg_ascend.call_log import TRUNCATED, LegacyCall
 from ptdbg_ascend.config import DEFAULT_DUMP_PATH, DEFAULT_SEED  # msprobe's defaults (no set_dump_path / seed)
 from ptdbg_ascend.formats.naming import PREFIXES, to_dotted
 

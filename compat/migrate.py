@@ -37,7 +37,7 @@ from ptdbg_ascend import legacy
 from ptdbg_ascend.compat import nesting
 from ptdbg_ascend.compat.export import write_config
 from ptdbg_ascend.compat.mapping import MappingResult, map_calls
-from ptdbg_ascend.compat.recording import RECORDED_FUNCTIONS, LegacyCall
+from ptdbg_ascend.call_log import RECORDED_FUNCTIONS, LegacyCall
 from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import check_path_text, remove_quietly, temporary_beside, write_all

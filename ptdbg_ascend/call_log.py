@@ -3,8 +3,7 @@
 ``ptdbg_ascend.legacy`` calls :func:`record_call` first thing in each dump-side function (seed_all,
 set_dump_path, register_hook, set_dump_switch, set_overflow_check_switch, set_backward_input).
 The log lives in the core so that the core never imports ``compat``: the migration shim reads it
-(``compat.export``, ``compat.mapping``), and ``ptdbg_ascend.compat.recording`` is this very module
-(an alias kept for old imports).
+(``compat.export``, ``compat.mapping``).
 Recording must never break the call it records, so every failure is logged and swallowed. It costs
 about 4 microseconds per legacy call (these are called a few times per step, never per API call).
 

@@ -6,7 +6,6 @@ Ctrl-C is one line too, exit status 130."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import shlex
 import sys
 import traceback
@@ -16,12 +15,14 @@ from ptdbg_ascend.errors import PtdbgError
 from ptdbg_ascend.terminal import printable
 from ptdbg_ascend.version import __version__
 
-# Modules that define sub-commands; a module that does not exist yet is skipped.
-COMMAND_MODULES = ("ptdbg_ascend.comparison.cli", "ptdbg_ascend.compat.cli", "ptdbg_ascend.acl.cli",
-                   "ptdbg_ascend.precheck.cli")
-
 
 def build_parser() -> argparse.ArgumentParser:
+    # The feature packages' sub-commands, imported here so that importing this module stays light.
+    from ptdbg_ascend.acl import cli as acl_cli
+    from ptdbg_ascend.comparison import cli as comparison_cli
+    from ptdbg_ascend.compat import cli as compat_cli
+    from ptdbg_ascend.precheck import cli as precheck_cli
+
     parser = argparse.ArgumentParser(
         prog="ptdbg",
         description="ptdbg_ascend: compare two PyTorch dumps API by API, parse a dump, migrate legacy scripts.",
@@ -30,13 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error (default: one line on stderr)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            continue
+    for module in (comparison_cli, compat_cli, acl_cli, precheck_cli):
         module.add_commands(subparsers)
     return parser
 

@@ -68,10 +68,6 @@ class DeviceUnavailableError(PtdbgError, RuntimeError):
     Ascend NPU with torch_npu)."""
 
 
-class NotYetAvailableError(PtdbgError, NotImplementedError):
-    """A documented function whose feature is not built yet."""
-
-
 class WorkerProcessError(PtdbgError, RuntimeError):
     """A worker process of a parallel run (``multi_run_ut``) could not start or raised an unexpected
     error; the message names the worker, the API it ran and the cause. What was already written stays

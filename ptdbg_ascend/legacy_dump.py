@@ -7,7 +7,7 @@ import os
 from typing import Any, Optional, Sequence, Union
 
 from ptdbg_ascend.dump.selection import make_switch_config
-from ptdbg_ascend.errors import CallOrderError, DumpPathError, NotYetAvailableError, ParameterError
+from ptdbg_ascend.errors import CallOrderError, DumpPathError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import check_path_text
 from ptdbg_ascend.version import __version__
@@ -91,7 +91,9 @@ def register_dump(model: Any, overflow_nums: Optional[int] = None, dump_mode: st
     session.legacy.rank = rank
     session.legacy.registered = True
     if dump_mode == "acl":
-        _acl_api("register_acl_dump")(session, dump_config=dump_config, rank=rank)
+        from ptdbg_ascend.acl.api import register_acl_dump
+
+        register_acl_dump(session, dump_config=dump_config, rank=rank)
     logger.info("Please disable dataloader shuffle before running the program.")
 
 
@@ -108,7 +110,9 @@ def set_dump_switch(switch: str, mode: str = "all", scope: Optional[Sequence[str
     session = get_session()
     settings = session.legacy
     if config.mode == "acl":
-        _acl_api("configure_acl_switch")(session, switch, list(config.scope), filter_switch)
+        from ptdbg_ascend.acl.api import configure_acl_switch
+
+        configure_acl_switch(session, switch, list(config.scope), filter_switch)
         return
     if switch == "OFF":
         recorder = settings.recorder
@@ -140,13 +144,3 @@ def set_dump_switch(switch: str, mode: str = "all", scope: Optional[Sequence[str
     settings.recorder = recorder
     session.add_observer(recorder)
     logger.info("Dump switch is turned on. Dump data will be saved to {}. ".format(location.tag_dir))
-
-
-def _acl_api(name: str) -> Any:
-    """A function of engineer C's ``ptdbg_ascend.acl.api``, imported on use."""
-    try:
-        from ptdbg_ascend.acl import api as acl_api
-
-        return getattr(acl_api, name)
-    except (ImportError, AttributeError) as error:
-        raise NotYetAvailableError("ACL dump is not built yet ({}).".format(error)) from error

@@ -18,9 +18,10 @@ import os
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
-_DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis.txt")
-# The APIs beyond the original 4.0's list (the default, _DATA_FILE): wrapped only by opt-in (extra_apis=True).
-_EXTRA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis_extra.txt")
+# The APIs wrapped by default: the original 4.0's list.
+WRAPPED_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis.txt")
+# The APIs beyond it: wrapped only by opt-in (extra_apis=True).
+EXTRA_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis_extra.txt")
 
 # Per-thread "inside a wrapped API" flag (`inside`). Module level because the wrappers are module-level
 # functions; it holds no dump state, only whether the current thread is inside a wrapped API.
@@ -41,8 +42,9 @@ class Inside(object):
         THREAD_STATE.inside = self.previous
 
 
-def read_wrapped_names(path: str = _DATA_FILE) -> Dict[str, List[str]]:
-    """``{prefix: [api, ...]}`` from the data file (``[Prefix]`` headers, one name per line, # comments)."""
+def read_wrapped_names(path: str = WRAPPED_APIS_FILE) -> Dict[str, List[str]]:
+    """``{prefix: [api, ...]}`` from the data file ``path`` (default: the default list, :data:`WRAPPED_APIS_FILE`):
+    ``[Prefix]`` headers, one name per line, # comments."""
     names = {}  # type: Dict[str, List[str]]
     current = None
     with open(path, encoding="utf-8") as handle:
@@ -62,7 +64,7 @@ def listed_names(extra_apis: bool = False) -> Dict[str, List[str]]:
     """``{prefix: [api, ...]}`` to wrap: the original 4.0's list, plus ours with ``extra_apis``."""
     names = read_wrapped_names()
     if extra_apis:
-        for prefix, extra in read_wrapped_names(_EXTRA_FILE).items():
+        for prefix, extra in read_wrapped_names(EXTRA_APIS_FILE).items():
             listed = names.setdefault(prefix, [])
             listed.extend(api for api in extra if api not in listed)
     return names
@@ -122,6 +124,16 @@ def make_wrapper(session: Any, prefix: str, api: str, original: Callable[..., An
     # our counters, so no recompile); see dump/compiled.py.
     wrapper._torchdynamo_inline = original  # type: ignore[attr-defined]
     return wrapper
+
+
+def original_of(function: Any) -> Any:
+    """The function behind a wrapper of :func:`make_wrapper` (through at most 8 wrappers, so a cycle of
+    attributes cannot loop); ``function`` itself when it is not one."""
+    seen = 0
+    while getattr(function, "__ptdbg_original__", None) is not None and seen < 8:
+        function = function.__ptdbg_original__
+        seen += 1
+    return function
 
 
 def install(session: Any, extra_apis: bool = False) -> int:

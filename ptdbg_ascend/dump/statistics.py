@@ -260,9 +260,25 @@ class DeviceStatisticsBatch(object):
                     item.values = None  # the device memory goes now
 
 
-# Writers defer the statistics of tensors that are not on the CPU (reading a number there is a memory
-# read). Tests set this to run the deferred path on CPU tensors (there is no accelerator in CI).
-DEFERRED_ON_CPU = False
+class StatisticsDeferral(object):
+    """Which tensors' statistics a writer reads back in batches (:class:`DeviceStatisticsBatch`) rather
+    than at once. Each writer (``LegacyPklWriter``, ``MsprobeSink``) reads it once, when it is built, so
+    changing it affects only writers built afterwards and costs nothing per recorded call.
+
+    Attributes:
+        on_cpu: CPU tensors too. Default False: tensors that are not on the CPU are deferred (reading a
+            number there is a host sync), CPU ones are not (a number there is a memory read). Tests turn
+            it on to run an accelerator's path on CPU tensors (there is no accelerator in CI).
+    """
+
+    __slots__ = ("on_cpu",)
+
+    def __init__(self) -> None:
+        self.on_cpu = False
+
+
+# The process-wide setting that writers read when they are built.
+DEFERRAL = StatisticsDeferral()
 
 
 # Below this magnitude neither the sum nor the sum of squares of _SMALL float32 values can overflow

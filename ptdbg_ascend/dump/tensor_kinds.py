@@ -35,8 +35,6 @@ from typing import Any, List, Optional, Set, Tuple
 
 from ptdbg_ascend.log import logger
 
-NO_VALUES = "no values"
-
 _WARNED = set()  # type: Set[str]
 
 

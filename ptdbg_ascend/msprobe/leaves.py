@@ -13,7 +13,6 @@ import zlib
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from ptdbg_ascend import numpy_view
-from ptdbg_ascend.dump import statistics as statistics_module
 from ptdbg_ascend.dump import tensor_kinds
 from ptdbg_ascend.dump.statistics import tensor_statistics
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
@@ -76,11 +75,12 @@ DeferLeaf = Callable[[Dict[str, Any], Any], bool]
 
 
 def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
-                defer: Optional[DeferLeaf] = None) -> Dict[str, Any]:
+                defer: Optional[DeferLeaf] = None, defer_cpu: bool = False) -> Dict[str, Any]:
     """The dump.json leaf of one tensor (statistics computed here; ``data_name`` when it was saved).
-    ``defer`` (default None) may take over the statistics of a tensor that is not on the CPU: it then
-    fills Max/Min/Mean/Norm (and the ``*_except_inf_nan`` keys) when its batch is read back."""
-    deferred = defer is not None and defer_candidate(tensor)
+    ``defer`` (default None) may take over the statistics of a tensor that is not on the CPU (or of a
+    CPU one too with ``defer_cpu``, default False): it then fills Max/Min/Mean/Norm (and the
+    ``*_except_inf_nan`` keys) when its batch is read back."""
+    deferred = defer is not None and defer_candidate(tensor, defer_cpu)
     statistics = [None, None, None, None] if deferred else tensor_statistics_msprobe(tensor)
     leaf = {
         "type": "torch.Tensor",
@@ -104,11 +104,11 @@ def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
     return leaf
 
 
-def defer_candidate(tensor: Any) -> bool:
+def defer_candidate(tensor: Any, on_cpu: bool = False) -> bool:
     """Whether msprobe's statistics of ``tensor`` can be read back in a batch: a tensor with values off
-    the CPU (``statistics.DEFERRED_ON_CPU``: on it too) taking the float path of
+    the CPU (``on_cpu``, default False: on it too) taking the float path of
     :func:`tensor_statistics_msprobe` (not bool, complex, 0-d or empty)."""
-    if tensor.is_cpu and not statistics_module.DEFERRED_ON_CPU:
+    if tensor.is_cpu and not on_cpu:
         return False
     return not (tensor.is_meta or tensor.dim() == 0 or tensor.numel() == 0 or tensor.is_complex()
                 or str(tensor.dtype) == "torch.bool")
@@ -196,11 +196,11 @@ def _not_finite(value: Any) -> bool:
 
 
 def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = False, key: Optional[str] = None,
-               defer: Optional[DeferLeaf] = None) -> Any:
+               defer: Optional[DeferLeaf] = None, defer_cpu: bool = False) -> Any:
     """The dump.json form of ``value``; ``path`` is its file stem (``{call}.input.0``), extended with
     ``.{i}``/``.{key}`` for nested items. ``save`` writes a tensor and returns its data_name (None:
     statistics only). ``key`` is the enclosing dict key (``device``/``dtype`` values are typed by it).
-    ``defer``: see :func:`tensor_leaf` (default None: statistics read at once)."""
+    ``defer``, ``defer_cpu``: see :func:`tensor_leaf` (default None: statistics read at once)."""
     import numpy
     import torch
 
@@ -209,7 +209,7 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
             return special_tensor_leaf(value, path, save, md5)
         try:
             data_name = save(path, value) if save is not None else None
-            return tensor_leaf(value, data_name, md5, defer)
+            return tensor_leaf(value, data_name, md5, defer, defer_cpu)
         except (RuntimeError, TypeError, ValueError, NotImplementedError):  # a dtype without arithmetic...
             return special_tensor_leaf(value, path, save, md5)
     if key == "device" and isinstance(value, (torch.device, str)):
@@ -237,9 +237,11 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
     if value is None:
         return None
     if isinstance(value, (list, tuple)):
-        return [value_leaf(item, "{}.{}".format(path, index), save, md5, defer=defer) for index, item in enumerate(value)]
+        return [value_leaf(item, "{}.{}".format(path, index), save, md5, defer=defer, defer_cpu=defer_cpu)
+                for index, item in enumerate(value)]
     if isinstance(value, dict):
-        return {str(name): value_leaf(item, "{}.{}".format(path, name), save, md5, key=str(name), defer=defer)
+        return {str(name): value_leaf(item, "{}.{}".format(path, name), save, md5, key=str(name), defer=defer,
+                                      defer_cpu=defer_cpu)
                 for name, item in value.items()}
     type_name = str(type(value))
     if type_name not in _WARNED_TYPES:

@@ -1,32 +1,20 @@
-"""The msprobe format: :class:`MsprobeSink` turns API calls and module calls (``modules.py``) into
-dump.json entries, stack.json lines and construct.json links; :class:`MsprobeRecorder` is the one
-recorder (``dump/recorder.py``) with the msprobe selection (``selection.MsprobeSelection``) and this sink.
+"""The msprobe-format recorder: :class:`MsprobeRecorder` is the one recorder (``dump/recorder.py``) with
+the msprobe selection (``selection.MsprobeSelection``) and the msprobe sink
+(``sinks/msprobe/sink.MsprobeSink``: dump.json entries, stack.json lines, construct.json links).
 
 One :class:`MsprobeRecorder` lives as long as its PrecisionDebugger; ``begin_step`` points it at the
 ``step{N}/rank{R}`` writer of the current step, ``switch`` turns recording on and off.
-
-Task ``overflow_check`` uses the overflow policy of the legacy check (``overflow/policy.py``): a call
-is written only when its data overflow; device flags are read in batches (at the latest at ``stop()``,
-the end of the step and exit), and the ``overflow_nums``-th overflow raises
-:class:`~ptdbg_ascend.errors.OverflowLimitReached` (re-exported here for old imports).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Optional
 
 from ptdbg_ascend.config import DebuggerConfig
-from ptdbg_ascend.dump.observers import ApiCall
-from ptdbg_ascend.dump.recorder import Recorder, RecordSink
-from ptdbg_ascend.dump.stack import user_stack_lines
-from ptdbg_ascend.errors import OverflowLimitReached  # noqa: F401 - re-exported (old imports)
-from ptdbg_ascend.log import logger
-from ptdbg_ascend.msprobe.leaves import value_leaf
-from ptdbg_ascend.msprobe.selection import MsprobeSelection, block_wanted, dotted  # noqa: F401 - dotted re-exported
-from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
-from ptdbg_ascend.overflow import detection
-from ptdbg_ascend.overflow.policy import OverflowPolicy
+from ptdbg_ascend.dump.recorder import Recorder
+from ptdbg_ascend.msprobe.selection import MsprobeSelection
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
+from ptdbg_ascend.sinks.msprobe.sink import MsprobeSink
 
 
 class MsprobeRecorder(Recorder):
@@ -78,188 +66,3 @@ class MsprobeRecorder(Recorder):
 
     def _stopped(self) -> None:
         self.on = False  # what the script does while it handles the overflow stop is not recorded
-
-
-class MsprobeSink(RecordSink):
-    """Writes dump.json entries, stack.json lines and construct.json links through the current step's
-    :class:`MsprobeJsonWriter`. Statistics are computed per leaf (``leaves.py``), without the cache.
-
-    Args:
-        config: the validated configuration.
-        record_construct: whether construct.json is filled (levels L0 and mix).
-        stopped: called when the overflow check stops training (the recorder turns itself off).
-    """
-
-    uses_statistics = False
-
-    def __init__(self, config: DebuggerConfig, record_construct: bool, stopped: Callable[[], None]) -> None:
-        self.config = config
-        self.record_construct = record_construct
-        self.sees_events = record_construct  # construct.json links every call seen, selected or not
-        self.writer = None  # type: Optional[MsprobeJsonWriter]
-        self.md5 = config.task == "statistics" and config.summary_mode == "md5"
-        self.overflow_task = config.task == "overflow_check"
-        # The one overflow policy (msprobe 1.0.4 stopped with Exception("[msprobe] exit")).
-        self.overflow = OverflowPolicy(config.overflow_nums, self._dump_overflow, self._stopping) if self.overflow_task else None
-        self._stopped = stopped
-        # construct.json needs the module enclosing each call: the module hooks push and pop here.
-        self.module_stack = []  # type: List[str]
-        self._forward_parent = {}  # type: Dict[str, Optional[str]]
-
-    @property
-    def overflows(self) -> int:
-        return self.overflow.count if self.overflow is not None else 0
-
-    def begin_step(self, writer: MsprobeJsonWriter) -> None:
-        if self.overflow is not None:
-            self.overflow.flush()  # calls still pending belong to the previous step's writer
-        self.writer = writer
-        self._forward_parent.clear()
-        self.module_stack = []
-
-    def close(self) -> None:
-        """Write the JSON files of the current step (at stop() and at interpreter exit). overflow_check:
-        the pending calls are read first, which may raise OverflowLimitReached (the files are still
-        written)."""
-        try:
-            if self.overflow is not None:
-                self.overflow.flush()
-        finally:
-            if self.writer is not None:
-                try:
-                    self.writer.flush()
-                finally:
-                    self.writer.release()  # the step/rank directory's lock (a later start() takes it again)
-
-    # -- construct.json ----------------------------------------------------------------------------
-    def parent_of(self, name: str) -> Optional[str]:
-        """The enclosing module of a forward event now; for a backward event, the forward parent
-        with forward -> backward (msprobe's rule)."""
-        if ".backward" in name:
-            forward_parent = self._forward_parent.get(name.replace(".backward", ".forward"))
-            return forward_parent.replace(".forward", ".backward") if forward_parent else None
-        parent = self.module_stack[-1] if self.module_stack else None
-        self._forward_parent[name] = parent
-        return parent
-
-    def note_construct(self, name: str) -> None:
-        if self.record_construct and self.writer is not None:
-            self.writer.add_construct(name, self.parent_of(name))
-
-    # -- the sink of API calls ---------------------------------------------------------------------
-    def seen(self, call: ApiCall, direction: str) -> None:
-        self.note_construct(dotted(call, direction))  # every call seen while on, even outside scope/list (as 1.0.4)
-
-    def inputs_before(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-        # An in-place call (add_, out=, a collective...): the inputs block as they go in (statistics now,
-        # .pt copies queued now); the outputs are added after the call. overflow_check decides after the
-        # call whether a call is written at all: there only collectives take their inputs here.
-        if self.overflow_task and call.prefix != "Distributed":
-            return None
-        return self._inputs_block(dotted(call, FORWARD), args, kwargs)
-
-    def forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any, before: Any,
-                stack: bool) -> None:
-        name = dotted(call, FORWARD)
-        if not call.inplace:
-            self.add_entry(name, lambda: self.forward_entry(name, args, kwargs, output), stack=stack,
-                           values=(args, kwargs, output))
-            return
-        outputs = _as_list(output)  # a collective's: the arguments it wrote into (a tuple, from dispatch)
-
-        def build() -> Dict[str, Any]:
-            entry = before if before is not None else self._inputs_block(name, args, kwargs)
-            if block_wanted(self.config.data_mode, FORWARD, "output"):
-                entry["output"] = self._leaves(outputs, name + ".output")
-            return entry
-
-        self.add_entry(name, build, stack=stack, values=(args, kwargs, output))
-
-    def backward(self, call: ApiCall, backward_input: Sequence[Optional[Any]],
-                 backward_output: Sequence[Optional[Any]], stack: bool) -> None:
-        name = dotted(call, BACKWARD)
-        self.add_entry(name, lambda: self.gradient_entry(name, backward_input, backward_output), stack=stack,
-                       values=(backward_input, backward_output))
-
-    # -- entries (shared with the module hooks) ------------------------------------------------------
-    def forward_entry(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any], output: Any) -> Dict[str, Any]:
-        entry = self._inputs_block(name, args, kwargs)
-        if block_wanted(self.config.data_mode, FORWARD, "output"):
-            entry["output"] = self._leaves(_as_list(output), name + ".output")
-        return entry
-
-    def gradient_entry(self, name: str, incoming: Sequence[Optional[Any]], produced: Sequence[Optional[Any]]) -> Dict[str, Any]:
-        entry = {}  # type: Dict[str, Any]
-        if block_wanted(self.config.data_mode, BACKWARD, "input"):
-            entry["input"] = self._leaves(list(incoming), name + ".input")
-        if block_wanted(self.config.data_mode, BACKWARD, "output"):
-            entry["output"] = self._leaves(list(produced), name + ".output")
-        return entry
-
-    def add_entry(self, name: str, build: Callable[[], Dict[str, Any]], stack: bool, values: Any = None) -> None:
-        """Build and write an entry. overflow_check: only when ``values`` (everything the entry holds)
-        overflow, by the overflow feature's check (inf/NaN, float16/bfloat16 saturation), decided by
-        the overflow policy (possibly later, when a batch of device flags is read); the entry is then
-        counted against ``overflow_nums``."""
-        writer = self.writer
-        if writer is None:
-            return
-        if self.overflow is not None:
-            if self.overflow.stopped:
-                return
-            flag = detection.overflow_flag(values)
-            if flag is not False:  # the stack is taken now, at the call, even if the flag is read later
-                self.overflow.check(flag, (writer, name, build, user_stack_lines(2) if stack else None))
-            return
-        writer.add_entry(name, build())
-        if stack:
-            writer.add_stack(name, user_stack_lines(2))
-
-    def _dump_overflow(self, item: Tuple[MsprobeJsonWriter, str, Callable[[], Dict[str, Any]], Any], k: int) -> str:
-        """Write overflowing call number ``k`` (the overflow policy's ``dump``); returns its directory."""
-        writer, name, build, stack_lines = item
-        logger.warning("{} overflows (inf, nan or saturation in its data).".format(name))
-        writer.add_entry(name, build())
-        if stack_lines is not None:
-            writer.add_stack(name, stack_lines)
-        return writer.directory
-
-    def _stopping(self, count: int, directory: str) -> str:
-        """The ``overflow_nums``-th overflow (the policy's ``stop_message``): stop recording, write the files."""
-        self._stopped()
-        if self.writer is not None:
-            self.writer.flush()
-        return "Overflow check stops training at overflow {} (overflow_nums={}); the overflowing calls are in {}.".format(
-            count, self.config.overflow_nums, directory)
-
-    def _inputs_block(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        if not block_wanted(self.config.data_mode, FORWARD, "input"):
-            return {}
-        base = name + ".input"
-        return {
-            "input_args": self._leaves(list(args), base),
-            # A kwarg's file is named like its compare row, {call}.input.{key}.0 (1.0.4 wrote
-            # ....kwargs.{key}.pt, which its own compare could not find: §12 quirk 1).
-            "input_kwargs": {key: self._leaf(value, "{}.{}{}".format(base, key, ".0" if _is_tensor(value) else ""), key)
-                             for key, value in kwargs.items()},
-        }
-
-    def _leaves(self, values: List[Any], base: str) -> List[Any]:
-        return [self._leaf(value, "{}.{}".format(base, index)) for index, value in enumerate(values)]
-
-    def _leaf(self, value: Any, path: str, key: Optional[str] = None) -> Any:
-        writer = self.writer
-        saving = writer is not None and writer.saves_tensors
-        return value_leaf(value, path, writer.save_tensor if saving else None, self.md5, key,
-                          defer=writer.defer_leaf if writer is not None else None)
-
-
-def _is_tensor(value: Any) -> bool:
-    import torch
-
-    return isinstance(value, torch.Tensor)
-
-
-def _as_list(output: Any) -> List[Any]:
-    """A tuple result is spread; anything else (a list too) is one item, as in 1.0.4."""
-    return list(output) if isinstance(output, tuple) else [output]

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ptdbg_ascend.dump.interception import original_of
 from ptdbg_ascend.precheck import admission, call_budget
 from ptdbg_ascend.precheck.api_inputs import ApiCall
 from ptdbg_ascend.precheck.call_values import (DeviceArg, MissingInput, Source, flatten, forward_inputs,
@@ -73,14 +74,6 @@ def static_skip_reason(prefix: str, api: str) -> Optional[str]:
     return None
 
 
-def _unwrap(function: Any) -> Any:
-    seen = 0
-    while getattr(function, "__ptdbg_original__", None) is not None and seen < 8:
-        function = function.__ptdbg_original__
-        seen += 1
-    return function
-
-
 def resolve(prefix: str, api: str) -> Callable[..., Any]:
     """The callable behind ``prefix.api``; Unrunnable with the reason when this process has none or the
     pre-check does not run it (``admission``)."""
@@ -117,7 +110,7 @@ def _lookup(prefix: str, api: str) -> Callable[..., Any]:
     if function is None or not callable(function):
         raise Unrunnable("{}.{} does not exist in this torch ({}): it cannot be re-run.".format(
             prefix, api, torch.__version__))
-    return _unwrap(function)
+    return original_of(function)
 
 
 def _index_as_tuple(api: str, args: List[Any]) -> List[Any]:

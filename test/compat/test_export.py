@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from ptdbg_ascend import legacy
-from ptdbg_ascend.compat import export_config, recording
-from ptdbg_ascend.compat.recording import LegacyCall, clear_calls, record_call, recorded_calls
+from ptdbg_ascend import call_log, legacy
+from ptdbg_ascend.call_log import LegacyCall, clear_calls, record_call, recorded_calls
+from ptdbg_ascend.compat import export_config
 from ptdbg_ascend.errors import DumpPathError
 
 pytestmark = pytest.mark.torchfree
@@ -41,7 +41,7 @@ def test_recording_failure_is_logged_never_raised(monkeypatch, capsys):
         def append(self, item):
             raise MemoryError("no room")
 
-    monkeypatch.setattr(recording, "_CALLS", Broken())
+    monkeypatch.setattr(call_log, "_CALLS", Broken())
     record_call("seed_all", {"seed": 1})  # must not raise
     assert "Could not record the legacy call seed_all" in capsys.readouterr().out
 
@@ -93,11 +93,11 @@ def test_a_window_per_step_is_recorded_once(monkeypatch):
 
 
 def test_the_log_is_capped_and_the_export_says_so(monkeypatch, capsys):
-    monkeypatch.setattr(recording, "MAX_RECORDED_CALLS", 3)
+    monkeypatch.setattr(call_log, "MAX_RECORDED_CALLS", 3)
     for index in range(10):
         record_call("set_dump_switch", {"switch": "ON", "mode": "list", "scope": ["Torch_relu_{}_forward".format(index)]})
     calls = recorded_calls()
-    assert len(calls) == 4 and calls[-1].function == recording.TRUNCATED
+    assert len(calls) == 4 and calls[-1].function == call_log.TRUNCATED
     assert "More than 3 different legacy calls" in capsys.readouterr().out
     from ptdbg_ascend.compat import map_calls
-    assert any(caveat.call == recording.TRUNCATED for caveat in map_calls(calls).caveats)
+    assert any(caveat.call == call_log.TRUNCATED for caveat in map_calls(calls).caveats)

@@ -7,7 +7,7 @@ import pytest
 
 from ptdbg_ascend import legacy
 from ptdbg_ascend.compat.mapping import backward_input_path, dotted_selector, map_calls
-from ptdbg_ascend.compat.recording import LegacyCall
+from ptdbg_ascend.call_log import LegacyCall
 
 pytestmark = pytest.mark.torchfree
 

@@ -212,7 +212,7 @@ def test_data_mode_input_is_or_of_direction_and_side(session, tmp_path, tiny, on
 
 
 def test_overflow_check_dumps_only_overflows_and_stops_at_overflow_nums(session, tmp_path, read_dump):
-    from ptdbg_ascend.msprobe.recorder import OverflowLimitReached
+    from ptdbg_ascend.errors import OverflowLimitReached
 
     debugger = PrecisionDebugger(task="overflow_check", dump_path=str(tmp_path / "dump"))
     x = torch.tensor([[1e30, 2.0], [1e30, -3.0]])

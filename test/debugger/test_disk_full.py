@@ -132,7 +132,7 @@ def test_a_full_disk_keeps_every_finished_entry_of_a_tensor_dump(small_disk, tmp
                                                                   deferred):
     # deferred: statistics read back in batches, as for tensors on an accelerator (none here: CPU ones
     # take that path), so entries also wait for their statistics when the disk fills
-    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", deferred)
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", deferred)
     net, inputs = _model_and_inputs()
     _, errors, _ = _run(session, net, inputs, tmp_path / "reference", "tensor")
     assert not errors

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ptdbg_ascend import acc_cmp_dump, register_hook, seed_all, set_dump_path, set_dump_switch
-from ptdbg_ascend.errors import CallOrderError, DumpPathError, NotYetAvailableError, ParameterError
+from ptdbg_ascend.errors import CallOrderError, DumpPathError, ParameterError
 
 
 @pytest.mark.parametrize("kwargs, parameter", [

@@ -1,6 +1,6 @@
 """Statistics of accelerator tensors read back in batches (issue 11 part 6), run on the CPU.
 
-There is no accelerator here: ``statistics.DEFERRED_ON_CPU`` sends CPU tensors down the same deferred
+There is no accelerator here: ``statistics.DEFERRAL.on_cpu`` sends CPU tensors down the same deferred
 path an accelerator's take (reductions queued on the tensor's device, four numbers per tensor kept
 there, read back with one copy per batch). The dumps must be the dumps of the synchronous path, with
 far fewer read-backs than records.
@@ -23,7 +23,7 @@ from fake_torch_npu.fixtures import clean_session
 @pytest.fixture
 def deferred(monkeypatch):
     """The deferred path on CPU tensors; returns the list of batch sizes read back (one per transfer)."""
-    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", True)
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
     sizes = []
     original = DeviceStatisticsBatch.resolve
 
@@ -112,10 +112,10 @@ def _records(lines):
 def test_a_real_dump_is_the_same_with_batched_statistics(tmp_path, dump_session, model, train, deferred, switch,
                                                           monkeypatch):
     initial = {key: value.clone() for key, value in model.state_dict().items()}
-    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", False)
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", False)
     reference = _dump_lines(tmp_path, model, train, "sync", **switch)
     assert deferred == []  # the CPU path reads nothing back in batches
-    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", True)
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
     clean_session(dump_session)  # counters from 0 again: the same names
     model.load_state_dict(initial)
     batched = _dump_lines(tmp_path, model, train, "batched", **switch)
@@ -181,10 +181,10 @@ def _leaves(node):
 @pytest.mark.parametrize("task", ["statistics", "tensor"])
 def test_a_precision_debugger_dump_is_the_same_with_batched_statistics(tmp_path, dump_session, deferred,
                                                                         monkeypatch, task):
-    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", False)
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", False)
     reference = _debugger_dump(tmp_path, "sync", task)
     assert deferred == []
-    monkeypatch.setattr(statistics, "DEFERRED_ON_CPU", True)
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
     clean_session(dump_session)
     batched = _debugger_dump(tmp_path, "batched", task)
     assert list(batched) == list(reference)

@@ -20,7 +20,7 @@ import torch
 
 from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
 from ptdbg_ascend.config import config_from_dict
-from ptdbg_ascend.dump.interception import _EXTRA_FILE, read_wrapped_names
+from ptdbg_ascend.dump.interception import EXTRA_APIS_FILE, read_wrapped_names
 from ptdbg_ascend.errors import ParameterError
 from ptdbg_ascend.version import __version__
 
@@ -151,7 +151,7 @@ def test_the_default_list_is_the_original_4_0_list():
     for prefix, names in golden.items():
         assert set(ours[prefix]) == names, prefix
         assert len(ours[prefix]) == len(names), "{}: a name listed twice".format(prefix)
-    extra = read_wrapped_names(_EXTRA_FILE)
+    extra = read_wrapped_names(EXTRA_APIS_FILE)
     for prefix, names in extra.items():
         assert not set(names) & golden.get(prefix, set()), prefix  # the extra list holds only additions
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from ptdbg_ascend import overflow_check, register_hook, set_dump_path, set_overflow_check_switch
-from ptdbg_ascend.overflow import detection, observer as observer_module
+from ptdbg_ascend.overflow import detection, policy
+from ptdbg_ascend.sinks import overflow as observer_module
 
 
 def test_overflow_flag_values():
@@ -52,11 +53,11 @@ def test_device_flags_are_read_once_per_batch(tmp_path, session, no_npu, device_
     set_dump_path(str(tmp_path))
     register_hook(torch.nn.Identity(), overflow_check)
     x = torch.ones(3)
-    for _ in range(observer_module.PENDING_CALLS + 8):
+    for _ in range(policy.PENDING_CALLS + 8):
         x = torch.sin(x)
-    assert device_flags == [observer_module.PENDING_CALLS]  # one read for the first 32 calls, 8 still pending
+    assert device_flags == [policy.PENDING_CALLS]  # one read for the first 32 calls, 8 still pending
     set_overflow_check_switch("OFF")
-    assert device_flags == [observer_module.PENDING_CALLS, 8]
+    assert device_flags == [policy.PENDING_CALLS, 8]
     assert not (tmp_path / "ptdbg_dump_v1.0").exists()
 
 

@@ -17,9 +17,6 @@ from ptdbg_ascend.overflow import detection, policy
 def test_overflow_limit_reached_is_caught_by_both_old_styles():
     error = OverflowLimitReached("stop")
     assert isinstance(error, ValueError) and isinstance(error, RuntimeError) and isinstance(error, PtdbgError)
-    from ptdbg_ascend.msprobe.recorder import OverflowLimitReached as old_import
-
-    assert old_import is OverflowLimitReached
 
 
 @pytest.fixture

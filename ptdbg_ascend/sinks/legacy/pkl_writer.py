@@ -154,6 +154,7 @@ class LegacyPklWriter(object):
         # read the batch).
         self._device_batch = None  # type: Optional[DeviceStatisticsBatch]
         self._held = []  # type: List[Any]
+        self._defer_cpu = statistics_module.DEFERRAL.on_cpu  # decided once: write_records is the hot path
 
     # -- records -------------------------------------------------------------------------------
     def write_record(self, name: str, value: Any, statistics: Optional[List[Optional[float]]] = None,
@@ -268,7 +269,7 @@ class LegacyPklWriter(object):
         deferring = lookup is not None and npy_dir is not None and self._background is not None
         # Inside vmap/grad/jvp/functionalize the tensors may be transform wrappers: once per call.
         transformed = transforms_active()
-        defer_cpu = statistics_module.DEFERRED_ON_CPU  # read once per call: this loop is the hot path
+        defer_cpu = self._defer_cpu
         for name, value in records:
             if hasattr(value, "_version"):  # a torch tensor
                 dtype = _DTYPE_TEXTS.get(value.dtype) or _dtype_text(value.dtype)

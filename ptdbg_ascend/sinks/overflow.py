@@ -1,4 +1,6 @@
-"""The overflow observer: checks each recorded call, dumps the ones that overflow, stops at the limit.
+"""The overflow sink of the legacy check (``register_hook(model, overflow_check)``): an observer that checks
+each recorded call, dumps the ones that overflow, stops at the limit. What an overflow is lives in
+``overflow/detection.py``, which calls are dumped and when training stops in ``overflow/policy.py``.
 
 Per overflowing call it writes, in the rank directory of the dump path::
 
@@ -13,7 +15,7 @@ inputs ``{name}_input.i`` and outputs ``{name}_output``; a backward call's incom
 
 Which calls are dumped and when training stops is the one overflow policy of both front-ends
 (``overflow/policy.py``): on CPU each check is answered at once; on CUDA/NPU the flags stay on the
-device and are read :data:`PENDING_CALLS` at a time, at switch OFF and at exit, so the overflow pkl of
+device and are read ``policy.PENDING_CALLS`` at a time, at switch OFF and at exit, so the overflow pkl of
 a pending call holds the tensors as they are when the batch is read (a warning names any tensor that
 was changed in place since the call). The stop is :class:`~ptdbg_ascend.errors.OverflowLimitReached`,
 a ValueError as in the original tool.
@@ -37,7 +39,7 @@ from ptdbg_ascend.dump.stack import user_stack_json
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.formats.naming import STACK_SUFFIX
 from ptdbg_ascend.overflow.detection import FloatStatus, overflow_flag, read_flags
-from ptdbg_ascend.overflow.policy import PENDING_CALLS, UNLIMITED, OverflowPolicy  # noqa: F401 - re-exported
+from ptdbg_ascend.overflow.policy import OverflowPolicy
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
 OVERFLOW_DUMP_STEP = 101  # the legacy marker of overflow records (compare skips their statistics)

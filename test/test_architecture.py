@@ -1,0 +1,176 @@
+"""The package's shape (``doc/architecture.md``, issue 18): which way imports go, no import cycle, no
+oversized module. Read from the source with ``ast`` (nothing is imported), counting imports inside
+functions too: a lazy import is still a dependency.
+
+A module is named as Python names it: ``compat/`` is installed as ``ptdbg_ascend.compat``. Importing a
+submodule through its package (``from ptdbg_ascend import legacy_dump``) counts as importing
+``ptdbg_ascend.legacy_dump``, not the package's ``__init__``; importing any other name from a package
+(``from ptdbg_ascend import seed_all``) counts as importing the package.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from typing import Dict, Iterator, List, Set, Tuple
+
+import pytest
+
+pytestmark = pytest.mark.torchfree
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# (directory in the repository, the package name it is installed as)
+SOURCE_TREES = (("ptdbg_ascend", "ptdbg_ascend"), ("compat", "ptdbg_ascend.compat"))
+MAX_LINES = 450
+# What the engine (dump/) must never import: it sits below every feature and front-end.
+ABOVE_THE_ENGINE = ("sinks", "writers", "acl", "msprobe", "comparison", "precheck", "compat")
+# The only modules of the package that formats/ and fs/ (the ground floor) may import, besides their own.
+GROUND_FLOOR = ("errors", "memory", "log")
+
+
+def _module_files() -> Dict[str, str]:
+    """``{module name: file path}`` of every module of the package (compat/ included)."""
+    modules = {}
+    for directory, package in SOURCE_TREES:
+        top = os.path.join(ROOT, directory)
+        for folder, _, files in os.walk(top):
+            for file_name in files:
+                if not file_name.endswith(".py"):
+                    continue
+                relative = os.path.relpath(os.path.join(folder, file_name), top)[:-len(".py")]
+                parts = [part for part in relative.split(os.sep) if part != "__init__"]
+                modules[".".join([package] + parts)] = os.path.join(folder, file_name)
+    return modules
+
+
+MODULES = _module_files()
+
+
+def _owner(name: str) -> str:
+    """The module of the package that ``name`` (a module or a name inside one) belongs to."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _imports(module: str, path: str) -> Set[str]:
+    """The package's modules that ``module`` imports anywhere in its file."""
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), path)
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    found: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(_owner(alias.name) for alias in node.names if alias.name.startswith("ptdbg_ascend"))
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:  # relative: from the package of this module, up level - 1 packages
+                base = package.split(".")
+                source = ".".join(base[:len(base) - node.level + 1] + ([source] if source else []))
+            if not source.startswith("ptdbg_ascend"):
+                continue
+            for alias in node.names:
+                submodule = source + "." + alias.name
+                found.add(submodule if submodule in MODULES else _owner(source))
+    found.discard(module)
+    found.discard("")
+    return found
+
+
+GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _short(module: str) -> str:
+    return module[len("ptdbg_ascend."):] if module.startswith("ptdbg_ascend.") else module
+
+
+def test_the_sources_are_found():
+    assert "ptdbg_ascend.dump.session" in MODULES and "ptdbg_ascend.compat.mapping" in MODULES
+    assert "ptdbg_ascend.dump.session" in GRAPH["ptdbg_ascend.legacy_dump"]  # imported inside a function
+    assert "ptdbg_ascend.legacy_dump" in GRAPH["ptdbg_ascend.legacy"]  # from ptdbg_ascend import legacy_dump
+
+
+def test_the_engine_imports_nothing_above_it():
+    wrong = sorted("{} imports {}".format(_short(module), _short(imported))
+                   for module, imports in GRAPH.items() if _inside(module, "ptdbg_ascend.dump")
+                   for imported in imports
+                   if any(_inside(imported, "ptdbg_ascend." + above) for above in ABOVE_THE_ENGINE))
+    assert not wrong, "dump/ (the engine) must not import {}: {}".format("/".join(ABOVE_THE_ENGINE), "; ".join(wrong))
+
+
+@pytest.mark.parametrize("floor", ["formats", "fs"])
+def test_the_ground_floor_imports_only_the_ground_floor(floor):
+    allowed = ["ptdbg_ascend." + name for name in (floor,) + GROUND_FLOOR]
+    wrong = sorted("{} imports {}".format(_short(module), _short(imported))
+                   for module, imports in GRAPH.items() if _inside(module, "ptdbg_ascend." + floor)
+                   for imported in imports if not any(_inside(imported, name) for name in allowed))
+    assert not wrong, "{}/ may import only itself and {} of the package: {}".format(
+        floor, ", ".join(GROUND_FLOOR), "; ".join(wrong))
+
+
+def _cycles() -> List[List[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    components: List[List[str]] = []
+    for start in sorted(GRAPH):
+        if start in index:
+            continue
+        work: List[Tuple[str, Iterator[str]]] = [(start, iter(sorted(GRAPH[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            advanced = False
+            for successor in successors:
+                if successor not in index:
+                    index[successor] = low[successor] = len(index)
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(sorted(GRAPH[successor]))))
+                    advanced = True
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return components
+
+
+def test_no_import_cycle_between_modules():
+    # May fail while issue 18 is in progress (comparison/api.py <-> distributed.py is being untangled).
+    cycles = _cycles()
+    assert not cycles, "import cycles between modules (each group imports itself round): {}".format(
+        "; ".join(" <-> ".join(_short(module) for module in cycle) for cycle in cycles))
+
+
+def test_no_module_over_450_lines():
+    # May fail while issue 18 is in progress (the large writers and run_ut.py are being split by concern).
+    long = []
+    for module, path in sorted(MODULES.items()):
+        with open(path, encoding="utf-8") as handle:
+            lines = sum(1 for _ in handle)
+        if lines > MAX_LINES:
+            long.append("{} ({} lines)".format(os.path.relpath(path, ROOT), lines))
+    assert not long, "modules over {} lines (split them by concern): {}".format(MAX_LINES, ", ".join(long))
