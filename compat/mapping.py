@@ -30,17 +30,15 @@ set_backward_input([p.npy])                              tensor.backward_input: 
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.call_log import TRUNCATED, LegacyCall
 from ptdbg_ascend.config import DEFAULT_DUMP_PATH, DEFAULT_SEED  # msprobe's defaults (no set_dump_path / seed)
-from ptdbg_ascend.formats.naming import PREFIXES, to_dotted
+from ptdbg_ascend.formats.naming import PREFIXES, to_dotted, to_dotted_without_direction
 
 DEFAULT_DUMP_TAG = "ptdbg_dump"
 
 # "Tensor_permute_1" (a legacy list item without its direction) -> "Tensor.permute.1"
-_CALL_WITHOUT_DIRECTION = re.compile(r"^(?P<prefix>" + "|".join(PREFIXES) + r")_(?P<api>.+)_(?P<index>\d+)$")
 
 
 class Caveat(NamedTuple):
@@ -75,9 +73,8 @@ def dotted_selector(item: str) -> Tuple[str, Optional[str]]:
     dotted = to_dotted(item)
     if dotted is not None:
         return dotted, None
-    match = _CALL_WITHOUT_DIRECTION.match(item)
-    if match is not None:
-        dotted = "{}.{}.{}".format(match.group("prefix"), match.group("api"), match.group("index"))
+    dotted = to_dotted_without_direction(item)
+    if dotted is not None:
         return dotted, ("{!r} has no _forward/_backward: msprobe matches {!r} as a substring, which also "
                         "selects counters that start with the same digits".format(item, dotted))
     return item, "{!r} is not a legacy API name; kept unchanged (msprobe matches it as a substring)".format(item)

@@ -9,12 +9,12 @@ import os
 from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from ptdbg_ascend.comparison.matching import split_call_name
 from ptdbg_ascend.comparison.outcome import Counts, Finding
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, user_line
 from ptdbg_ascend.comparison.reports import open_new
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
+from ptdbg_ascend.formats.naming import api_of, split_call_name
 from ptdbg_ascend.log import logger
 
 FP16_MAX = 65504.0
@@ -276,7 +276,7 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
         if unjudged:
             advice.append("Not every input could be judged ({}), so an input difference is not ruled out."
                           .format(", ".join(unjudged[:3])))
-        api_word = split_call_name(call.name).api.split("_", 1)[-1]
+        api_word = api_of(call.name)
         needed, allowed = row.judgement.needed_rtol, row.tolerance.rtol if row.tolerance else None
         if any(api in api_word for api in UNCERTAIN_APIS) and needed is not None and allowed is not None \
                 and needed < 10 * allowed and mismatch is None:

@@ -15,11 +15,11 @@ report. Compare still runs on what is there.
 from __future__ import annotations
 
 import os
-import re
 from typing import NamedTuple, Optional, Sequence, Set
 
 from ptdbg_ascend.comparison.records import CallRecord
 from ptdbg_ascend.errors import DumpPathError
+from ptdbg_ascend.formats.naming import leading_call_name
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import TEMP_SUFFIX
 from ptdbg_ascend.fs.locks import DumpLock, host_name, pid_alive
@@ -29,7 +29,6 @@ ENDED = "ended"  # the lock's holder is gone, or no lock but leftover temporary 
 UNKNOWN = "unknown"  # a lock of another host (a copied dump) or an unreadable lock
 
 TAIL_BYTES = 65536  # how much of a pkl's end is read to find a partial last line (one line is far shorter)
-CALL_AT_LINE_START = re.compile(r'^\["(?P<call>[^"]+?_\d+_(?:forward|backward))')
 
 
 class TornDump(NamedTuple):
@@ -161,5 +160,6 @@ def _partial_last_line(path: str):
     if tail.endswith(b"\n"):
         return False, None
     last = tail.rsplit(b"\n", 1)[-1].decode("utf-8", "replace")
-    match = CALL_AT_LINE_START.match(last)
-    return True, match.group("call") if match else None
+    if not last.startswith('["'):  # a pkl line is a JSON array whose first item is the record name
+        return True, None
+    return True, leading_call_name(last[2:].split('"', 1)[0])

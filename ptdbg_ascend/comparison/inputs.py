@@ -4,10 +4,10 @@ msprobe's ``npu_path``/``npu_json_path`` keys alike)."""
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Dict, NamedTuple, Optional
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
+from ptdbg_ascend.formats.naming import is_api_name
 
 # key -> (side, role); first listed key of a role wins when several aliases are given.
 KEYS = {
@@ -111,16 +111,12 @@ def check_api_mapping(api_mapping: Any) -> Dict[str, str]:
     checked = {}
     for npu_api, bench_api in api_mapping.items():
         for value in (npu_api, bench_api):
-            if not isinstance(value, str) or not API_NAME.match(value) or CALL_SUFFIX.search(value):
+            if not isinstance(value, str) or not is_api_name(value):
                 raise ParameterError("api_mapping[{!r}]".format(npu_api), bench_api,
                                      "names must look like 'Functional_rms_norm' (prefix and API, without the call "
                                      "counter and direction; in {})".format(source))
         checked[npu_api] = bench_api
     return checked
-
-
-API_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_.]+\Z")
-CALL_SUFFIX = re.compile(r"_\d+_(forward|backward)\Z")  # a call name, not an API name
 
 
 def _load_mapping_file(path: str) -> Any:

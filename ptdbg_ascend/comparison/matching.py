@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import bisect
 import difflib
-import re
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
+from ptdbg_ascend.formats.naming import split_call_name
 
-CALL = re.compile(r"^(?P<api>.+)_(?P<index>\d+)_(?P<direction>forward|backward)$")
 # Dtypes that compare as one: reduced-precision runs against fp32 (and fp16 against bf16).
 FLOAT_FAMILY = frozenset(("torch.float16", "torch.bfloat16", "torch.float32"))
 CallPair = Tuple[Optional[CallRecord], Optional[CallRecord]]
@@ -47,30 +46,6 @@ class RowPair(NamedTuple):
     npu_call: Optional[CallRecord]
     bench_call: Optional[CallRecord]
     first_of_call: bool
-
-
-class CallName(NamedTuple):
-    api: str  # e.g. "Functional_linear" (the API without counter and direction)
-    index: int
-    direction: str
-
-
-def split_call_name(name: str) -> CallName:
-    """``Functional_linear_3_forward`` -> ("Functional_linear", 3, "forward"); a name outside the
-    grammar is its own API with index -1 and direction "forward"."""
-    match = CALL.match(name)
-    if match is None:
-        return CallName(name, -1, "forward")
-    return CallName(match.group("api"), int(match.group("index")), match.group("direction"))
-
-
-def match_name(call_name: str, fuzzy_match: bool = True) -> str:
-    """The call name without its counter (``Torch_add_3_forward`` -> ``Torch_add_forward``); kept for
-    callers of the legacy meaning: with ``fuzzy_match=False`` the exact name."""
-    if not fuzzy_match:
-        return call_name
-    parts = split_call_name(call_name)
-    return "{}_{}".format(parts.api, parts.direction) if parts.index >= 0 else call_name
 
 
 def dtypes_compatible(npu_dtype: str, bench_dtype: str) -> bool:

@@ -1,10 +1,23 @@
-"""The grammar of legacy dump names, shared by the dump side and the compare side.
+"""The grammar of dump names, legacy and msprobe, shared by the dump side, the compare and the pre-check.
 
-Call name:   ``{Prefix}_{api}_{n}_{forward|backward}``      e.g. ``Tensor___add___0_forward``
-Record name: call name + ``_input.{i}[.{j}...]``, ``_output``, ``_output.{i}[...]`` or ``_stack_info``.
+Legacy (``_``-joined)
+  Call name:   ``{Prefix}_{api}_{n}_{forward|backward}``      e.g. ``Tensor___add___0_forward``
+  Record name: call name + ``_input.{i}[.{j}...]``, ``_output``, ``_output.{i}[...]`` or ``_stack_info``.
+  API name:    ``{Prefix}_{api}`` (a call name without counter and direction), e.g. ``Functional_rms_norm``.
 
-``api`` may itself contain underscores (``__add__``, ``batch_norm``), so names are parsed from the
-right: the counter and the direction are always the last two fields of the call name.
+msprobe (``.``-joined)
+  Call name:   ``{Prefix}.{api}.{n}.{forward|backward}``      e.g. ``Tensor.__add__.0.forward``
+  Leaf name:   call name + ``.input.{i}[...]``, ``.output.{i}[...]`` or ``.kwargs.{key}[...]``.
+  run_ut API:  ``{Prefix}.{api}.{n}`` (a call name without direction); its rows ``{...}.{direction}.output.{i}``.
+
+``api`` may itself contain underscores (``__add__``, ``batch_norm``) and dots (``linalg.inv``, Aten overloads
+``add.Tensor``), so names are parsed from the right: the counter and the direction are always the last two fields
+of the call name.
+
+Two strengths, by function name:
+  ``parse_*``  strict: the prefix is one of PREFIXES (the names this tool writes for torch APIs).
+  ``split_*``  tolerant: any prefix (module dumps ``Module_Conv2d_0_forward``, custom prefixes), for readers that
+               must not drop what another tool wrote.
 """
 
 from __future__ import annotations
@@ -73,6 +86,77 @@ def parse_call_name(name: str) -> Optional[Tuple[str, str, int, str]]:
     return match.group("prefix"), match.group("api"), int(match.group("index")), match.group("direction")
 
 
+_CALL_NAME_WITHOUT_DIRECTION = re.compile(r"^(?P<prefix>" + "|".join(PREFIXES) + r")_(?P<api>.+)_(?P<index>\d+)$")
+
+
+def to_dotted_without_direction(name: str) -> Optional[str]:
+    """A legacy call name cut before its direction -> the dotted run_ut API name, counter as written
+    (``Tensor_permute_1`` -> ``Tensor.permute.1``); None when it does not follow the grammar."""
+    match = _CALL_NAME_WITHOUT_DIRECTION.match(name)
+    if match is None:
+        return None
+    return "{}.{}.{}".format(match.group("prefix"), match.group("api"), match.group("index"))
+
+
+# --- tolerant legacy names (any prefix) --------------------------------------------------------------
+_ANY_CALL_NAME = re.compile(r"^(?P<api>.+)_(?P<index>\d+)_(?P<direction>forward|backward)$")
+_ANY_RECORD_NAME = re.compile(
+    r"^(?P<call>.+_\d+_(?:forward|backward))(?:_(?P<side>input|output)(?:\.\d+)*|(?P<stack>_stack_info))$"
+)
+# the call a record name starts with, when the name may be cut short (the torn last line of a pkl)
+_LEADING_CALL_NAME = re.compile(r"^(?P<call>.+?_\d+_(?:forward|backward))", re.DOTALL)
+
+
+class CallName(NamedTuple):
+    """A call name split by ``split_call_name``."""
+
+    api: str  # e.g. "Functional_linear" (the API name: prefix and API, without counter and direction)
+    index: int
+    direction: str
+
+
+def split_call_name(name: str) -> CallName:
+    """``Functional_linear_3_forward`` -> ("Functional_linear", 3, "forward"), any prefix; a name outside the
+    grammar is its own API with index -1 and direction "forward"."""
+    match = _ANY_CALL_NAME.match(name)
+    if match is None:
+        return CallName(name, -1, FORWARD)
+    return CallName(match.group("api"), int(match.group("index")), match.group("direction"))
+
+
+def api_of(call_name: str) -> str:
+    """The API of a call name without prefix, counter and direction (``Functional_max_pool2d_0_forward`` ->
+    ``max_pool2d``); a name outside the grammar loses what precedes its first ``_``."""
+    return split_call_name(call_name).api.split("_", 1)[-1]
+
+
+def split_record_name(name: str) -> Optional[Tuple[str, str]]:
+    """``(call name, side)`` of a record name with any prefix, ``side`` "input", "output" or "stack"
+    (``Module_Conv2d_0_forward_input.0`` -> ``("Module_Conv2d_0_forward", "input")``); None outside the grammar."""
+    match = _ANY_RECORD_NAME.match(name)
+    if match is None:
+        return None
+    return match.group("call"), "stack" if match.group("stack") else match.group("side")
+
+
+def leading_call_name(text: str) -> Optional[str]:
+    """The call name a record name starts with, for a name that may be cut short: ``Torch_add_0_forward_inp``
+    -> ``Torch_add_0_forward`` (the shortest such prefix, any prefix); None when no call name is complete."""
+    match = _LEADING_CALL_NAME.match(text)
+    return match.group("call") if match else None
+
+
+# An API name as users write it in an api_mapping: a prefix word, "_", the API; never a whole call name.
+_API_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_.]+\Z")
+_CALL_SUFFIX = re.compile(r"_\d+_(forward|backward)\Z")
+
+
+def is_api_name(text: str) -> bool:
+    """``Functional_rms_norm`` (any prefix word, so ``rms_norm`` passes too) is an API name;
+    ``Functional_rms_norm_0_forward`` (a call name) and ``relu`` (no ``_``) are not."""
+    return bool(_API_NAME.match(text)) and not _CALL_SUFFIX.search(text)
+
+
 # --- msprobe (dotted) names -------------------------------------------------------------------
 # Call:   {Prefix}.{api}.{n}.{forward|backward}                 e.g. Tensor.__add__.0.forward
 # Leaf:   call + .input.{i}[.{j}...] | .output.{i}[...] | .kwargs.{key}[...] (file names) ; compare rows
@@ -121,3 +205,77 @@ def to_legacy(dotted_name: str, single_output: bool = False) -> Optional[str]:
     if side == "output" and single_output and path == ".0":
         return base + "_output"
     return base + "_" + side + path
+
+
+class DottedCall(NamedTuple):
+    """A dotted call name split by ``parse_dotted_call_name``; ``index`` is the counter as written."""
+
+    prefix: str
+    api: str
+    index: str
+    direction: str
+
+
+def parse_dotted_call_name(name: str) -> Optional[DottedCall]:
+    """``Functional.linear.0.forward`` -> ``("Functional", "linear", "0", "forward")``; an Aten name with an
+    overload (``Aten.add.Tensor.0.forward``) keeps ``add.Tensor`` as the API. None for a leaf name, a
+    ``Module.`` entry or any other shape."""
+    match = DOTTED_RECORD_NAME.match(name)
+    if match is None or match.group("side") is not None:
+        return None
+    return DottedCall(match.group("prefix"), match.group("api"), match.group("index"), match.group("direction"))
+
+
+# --- run_ut API names (``Functional.gelu.0``) of compare and run_ut rows ------------------------------
+# A compare row in msprobe's naming: any side word (kwargs/parameters too) and anything after it.
+_DOTTED_ROW_NAME = re.compile(r"^(?P<call>(?:" + "|".join(PREFIXES) + r")\.(?P<api>.+?)\.(?P<index>\d+))"
+                              r"\.(?P<direction>forward|backward)\.(?P<side>input|output|kwargs|parameters)(?:\..*)?$")
+# a run_ut details row: {run_ut API}.{direction}.output.{i}
+_UT_ROW_NAME = re.compile(r"^(?P<api>.+)\.(forward|backward)\.output\.\d+$")
+
+
+def ut_api_of_record(name: str) -> Optional[Tuple[str, str, str]]:
+    """``(run_ut API name, direction, side)`` of a compare row name, legacy or dotted; None for other
+    names (stack rows, modules). ``Functional_gelu_0_forward_output`` and
+    ``Functional.gelu.0.forward.output.0`` -> ``("Functional.gelu.0", "forward", "output")``; a dotted
+    ``kwargs``/``parameters`` row is an ``input``."""
+    record = parse_record_name(name)
+    if record is not None:
+        if record.side == "stack":
+            return None
+        return "{}.{}.{}".format(record.prefix, record.api, record.index), record.direction, record.side
+    match = _DOTTED_ROW_NAME.match(name)
+    if match is None:
+        return None
+    side = "output" if match.group("side") == "output" else "input"  # kwargs/parameters are inputs too
+    return match.group("call"), match.group("direction"), side
+
+
+def ut_api_of_call(name: str) -> Optional[Tuple[str, str]]:
+    """``(run_ut API name, direction)`` of a call name: ``Functional_gelu_0_forward`` or
+    ``Functional.gelu.0.forward`` -> ``("Functional.gelu.0", "forward")``; None otherwise."""
+    parsed = parse_call_name(name)
+    if parsed is not None:
+        prefix, api, index, direction = parsed
+        return "{}.{}.{}".format(prefix, api, index), direction
+    dotted = parse_dotted_call_name(name)
+    if dotted is None:
+        return None
+    return "{}.{}.{}".format(dotted.prefix, dotted.api, dotted.index), dotted.direction
+
+
+def ut_api_of_row(name: str) -> str:
+    """``Functional.linear.0.forward.output.1`` -> ``Functional.linear.0``; any other name is returned as is."""
+    match = _UT_ROW_NAME.match(name)
+    return match.group("api") if match else name
+
+
+def parse_ut_row_name(name: str) -> Optional[Tuple[str, str, str]]:
+    """``Functional.linear.0.forward.output.0`` -> ``("linear", "Functional.linear.0", "forward")``
+    (API key, run_ut API name, direction); ``Torch.linalg.inv.0.backward.output.1`` ->
+    ``("linalg.inv", "Torch.linalg.inv.0", "backward")``; None for any other shape (as msprobe: 6 or 7
+    dot-separated parts, the third from the end a direction; the prefix is not checked)."""
+    parts = name.split(".")
+    if len(parts) not in (6, 7) or parts[-3] not in (FORWARD, BACKWARD):
+        return None
+    return ".".join(parts[1:-4]), ".".join(parts[:-3]), parts[-3]

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from ptdbg_ascend.comparison.records import Frame, user_line
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import load_json
-from ptdbg_ascend.formats.naming import DOTTED_RECORD_NAME
+from ptdbg_ascend.formats.naming import parse_dotted_call_name
 from ptdbg_ascend.precheck.arguments import MAX_DEPTH
 from ptdbg_ascend.precheck.call_values import TENSOR_TYPES
 
@@ -78,16 +78,6 @@ class Dump:
     sha256: str = ""  # of those bytes: which dump a run's CSVs belong to (ut_identity)
 
 
-def split_name(dotted: str) -> Optional[Tuple[str, str, str, str]]:
-    """``Functional.linear.0.forward`` -> ``("Functional", "linear", "0", "forward")``; an Aten name
-    with an overload (``Aten.add.Tensor.0.forward``) keeps ``add.Tensor`` as the API. None when the name
-    is not an API call (a ``Module.`` entry, another shape)."""
-    match = DOTTED_RECORD_NAME.match(dotted)
-    if match is None or match.group("side") is not None:
-        return None
-    return match.group("prefix"), match.group("api"), match.group("index"), match.group("direction")
-
-
 def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
     """Read the dump.json ``api_info`` and pair its forward/backward entries. ``data_dir`` (default None:
     the ``dump_tensor_data/`` beside the dump.json): the directory its tensor files are read from.
@@ -120,7 +110,7 @@ def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
     backwards: Dict[str, Mapping[str, Any]] = {}
     has_tensors = False
     for dotted, entry in dump["data"].items():
-        parsed = split_name(dotted)
+        parsed = parse_dotted_call_name(dotted)
         if parsed is None or not isinstance(entry, dict):
             continue  # module entries (L0/mix) and anything else that is not an API call
         prefix, api, counter, direction = parsed

@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ptdbg_ascend import csv_cells
 from ptdbg_ascend.comparison.columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
 from ptdbg_ascend.errors import FileFormatError, ParameterError
-from ptdbg_ascend.formats.naming import PREFIXES, parse_call_name, parse_record_name
+from ptdbg_ascend.formats.naming import ut_api_of_call, ut_api_of_record
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import ut_files
 
@@ -57,9 +57,6 @@ PASSING_TEXT = "inaccurate in isolation, but within tolerance in this run"
 
 COMPARE_STEM, ADVISOR_STEM = "compare_result_", "advisor_"
 _SUSPECT_LINE = re.compile(r"^Suspect API: (?P<call>\S+)", re.MULTILINE)
-_DOTTED_ROW = re.compile(r"^(?P<call>(?:" + "|".join(PREFIXES) + r")\.(?P<api>.+?)\.(?P<index>\d+))"
-                         r"\.(?P<direction>forward|backward)\.(?P<side>input|output|kwargs|parameters)(?:\..*)?$")
-_DOTTED_CALL = re.compile(r"^(?P<call>(?:" + "|".join(PREFIXES) + r")\..+?\.\d+)\.(?P<direction>forward|backward)$")
 _ALLOWED = ("a compare_result_{timestamp}.csv written by compare() / ptdbg compare of the same run (its NPU side "
             "is the dump run_ut checks), or the CompareOutcome compare() returned")
 
@@ -150,33 +147,6 @@ class CompareLink:
 
 # --- reading a compare ------------------------------------------------------------------------------------
 
-def row_call(name: str) -> Optional[Tuple[str, str, str]]:
-    """``(run_ut API name, direction, side)`` of a compare row name, legacy or dotted; None for other
-    names (stack rows, modules). ``Functional_gelu_0_forward_output`` and
-    ``Functional.gelu.0.forward.output.0`` -> ``("Functional.gelu.0", "forward", "output")``."""
-    record = parse_record_name(name)
-    if record is not None:
-        if record.side == "stack":
-            return None
-        return "{}.{}.{}".format(record.prefix, record.api, record.index), record.direction, record.side
-    match = _DOTTED_ROW.match(name)
-    if match is None:
-        return None
-    side = "output" if match.group("side") == "output" else "input"  # kwargs/parameters are inputs too
-    return match.group("call"), match.group("direction"), side
-
-
-def call_of(name: str) -> Optional[Tuple[str, str]]:
-    """``(run_ut API name, direction)`` of a call name: ``Functional_gelu_0_forward`` or
-    ``Functional.gelu.0.forward``; None otherwise."""
-    parsed = parse_call_name(name)
-    if parsed is not None:
-        prefix, api, index, direction = parsed
-        return "{}.{}.{}".format(prefix, api, index), direction
-    match = _DOTTED_CALL.match(name)
-    return (match.group("call"), match.group("direction")) if match else None
-
-
 def row_verdict(cells: Dict[str, str]) -> Tuple[str, str]:
     """(FAILING / PASSING / NOT_JUDGED, the verdict word shown) of one compare row (see the module doc)."""
     result = (cells.get(RESULT) or "").strip()
@@ -260,7 +230,7 @@ def read_compare(compare: Any) -> CompareReport:
     rows: Dict[str, List[CompareRowVerdict]] = {}
     first_fail: Optional[CompareRowVerdict] = None
     for order, cells in enumerate(table):
-        parsed = row_call((cells.get(NPU_NAME) or "").strip())
+        parsed = ut_api_of_record((cells.get(NPU_NAME) or "").strip())
         if parsed is None:
             continue  # bench-only rows ("N/A"), stack rows, modules: nothing of the NPU dump's APIs
         verdict, shown = row_verdict(cells)
@@ -270,8 +240,8 @@ def read_compare(compare: Any) -> CompareReport:
         if first_fail is None and verdict == FAILING:
             first_fail = row
     anchor, kind, name = None, SUSPECT, ""
-    if suspect is not None and call_of(suspect) is not None:
-        anchor, name = call_of(suspect), suspect
+    if suspect is not None and ut_api_of_call(suspect) is not None:
+        anchor, name = ut_api_of_call(suspect), suspect
     elif first_fail is not None:
         anchor, kind, name = (first_fail.call, first_fail.direction), FIRST_FAILURE, first_fail.name
     order = -1

@@ -55,6 +55,7 @@ import math
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError
+from ptdbg_ascend.formats.naming import parse_ut_row_name
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import csv_files
 from ptdbg_ascend.precheck import standards as std
@@ -78,17 +79,6 @@ BENCHMARK_MESSAGES: Mapping[str, str] = {
 
 class _BadCell(Exception):
     """A metric cell that is not a number (turned into a SKIP row)."""
-
-
-def parse_row_name(name: str) -> Optional[Tuple[str, str, str]]:
-    """``Functional.linear.0.forward.output.0`` -> ``("linear", "Functional.linear.0", "forward")``
-    (API key, API with counter, direction); ``Torch.linalg.inv.0.backward.output.1`` ->
-    ``("linalg.inv", "Torch.linalg.inv.0", "backward")``; None for any other shape (msprobe accepts 6 or
-    7 dot-separated parts)."""
-    parts = name.split(".")
-    if len(parts) not in (6, 7) or parts[-3] not in ("forward", "backward"):
-        return None
-    return ".".join(parts[1:-4]), ".".join(parts[:-3]), parts[-3]
 
 
 def _number(row: Mapping[str, str], title: str) -> float:
@@ -192,7 +182,7 @@ def judge_pair(npu: Mapping[str, str], gpu: Optional[Mapping[str, str]]) -> Dict
     NPU and GPU details rows (``gpu`` None: not in the GPU CSV). ``FINAL_RESULT`` holds the status."""
     name = npu.get(col.API_NAME) or ""
     out: Dict[str, object] = {col.API_NAME: name}
-    parsed = parse_row_name(name)
+    parsed = parse_ut_row_name(name)
     dtype = (npu.get(col.DEVICE_DTYPE) or "").strip()
 
     def finish(status: str, algorithm: str = "", message: Optional[str] = None) -> Dict[str, object]:
@@ -265,7 +255,7 @@ def api_precision_compare(npu_csv: str, gpu_csv: str, out_path: str = ".") -> Tu
     for row in npu_rows:
         cells = judge_pair(row, gpu_by_name.get(row.get(col.API_NAME) or ""))
         details.append(cells)
-        parsed = parse_row_name(str(cells[col.API_NAME]))
+        parsed = parse_ut_row_name(str(cells[col.API_NAME]))
         if parsed is None:  # as 1.0.4: an invalid name is an API of its own, SKIP both ways
             parsed = ("", str(cells[col.API_NAME]), "forward")
             apis.setdefault(parsed[1], {"forward": [], "backward": []})["backward"].append(SKIP)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ptdbg_ascend.errors import ParameterError, RunInterrupted
+from ptdbg_ascend.formats.naming import ut_api_of_row
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.memory import default_budget, parse_size
 from ptdbg_ascend.precheck import columns as col
@@ -517,7 +518,7 @@ def _tally(outcome: RunUtOutcome, files: ut_files.UtFiles, calls: Dict[str, ApiC
             severity = float(cells[col.SEVERITY])
         except ValueError:
             severity = float("nan")
-        api = ut_files.api_of_row(cells[col.API_NAME])
+        api = ut_api_of_row(cells[col.API_NAME])
         rank = -1.0 if math.isnan(severity) else severity
         if api not in worst or rank > worst[api][0]:
             worst[api] = (rank, cells[col.API_NAME], cells[col.MESSAGE])

@@ -23,7 +23,6 @@ import contextlib
 import csv
 import io
 import os
-import re
 import signal
 import stat
 import tempfile
@@ -32,6 +31,7 @@ from typing import IO, Any, Iterable, Iterator, List, Optional, Sequence, Set, T
 
 from ptdbg_ascend import csv_cells
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
+from ptdbg_ascend.formats.naming import ut_api_of_row
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import csv_files, ut_identity, ut_lock
 from ptdbg_ascend.fs.writes import remove_quietly, replace_file, write_all
@@ -40,7 +40,6 @@ RESULT_STEM = "accuracy_checking_result_"
 DETAILS_STEM = "accuracy_checking_details_"
 ERROR_DATA_STEM = "ut_error_data"
 BOM = "\ufeff"  # 1.0.4 writes its CSVs as utf-8-sig (Excel shows the Chinese titles)
-_ROW_NAME = re.compile(r"^(?P<api>.+)\.(forward|backward)\.output\.\d+$")
 
 
 # the signals that end a run: held while one API's rows are written (delivered right after)
@@ -210,12 +209,6 @@ def _complete_rows(path: str) -> List[List[str]]:
     return [csv_cells.restore_row(row) for row in rows[1:]]
 
 
-def api_of_row(name: str) -> str:
-    """``Functional.linear.0.forward.output.1`` -> ``Functional.linear.0``."""
-    match = _ROW_NAME.match(name)
-    return match.group("api") if match else name
-
-
 def resume_pair(result_csv_path: str, lock: Optional[ut_lock.RunLock] = None) -> Tuple[UtFiles, Set[str]]:
     """Reopen an interrupted run for appending; returns the files and the APIs already done. Both CSVs
     are first rewritten (atomically) without a torn last line and without details rows of unfinished
@@ -223,7 +216,7 @@ def resume_pair(result_csv_path: str, lock: Optional[ut_lock.RunLock] = None) ->
     result_path, details_path = check_resumable(result_csv_path)
     results = [row for row in _complete_rows(result_path) if row]
     done = {row[0] for row in results}
-    details = [row for row in _complete_rows(details_path) if row and api_of_row(row[0]) in done]
+    details = [row for row in _complete_rows(details_path) if row and ut_api_of_row(row[0]) in done]
     rewrite_csv(result_path, col.RESULT_COLUMNS, results)
     rewrite_csv(details_path, col.DETAIL_COLUMNS, details)
     tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]

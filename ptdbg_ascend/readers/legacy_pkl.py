@@ -8,17 +8,13 @@ from each record name (not by "a group ends at an output line", which merged cal
 from __future__ import annotations
 
 import json
-import re
 from typing import Dict, List, Optional, Tuple
 
 from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, data_file
 from ptdbg_ascend.errors import FileFormatError
+from ptdbg_ascend.formats.naming import split_record_name
 from ptdbg_ascend.log import logger
 
-# Any "{call}_{n}_{direction}" name, so module dumps (Module_Conv2d_0_forward, custom prefixes) read too.
-RECORD = re.compile(
-    r"^(?P<call>.+_\d+_(?:forward|backward))(?:_(?P<side>input|output)(?:\.\d+)*|(?P<stack>_stack_info))$"
-)
 OVERFLOW_DUMP_STEP = 100  # legacy: statistics of records with dump_step > 100 (overflow dumps) are not compared
 
 
@@ -60,13 +56,14 @@ def read(path: str, data_dir: Optional[str] = None, overflow_statistics: bool = 
     records: Dict[str, List[TensorRecord]] = {}
     stacks: Dict[str, Tuple[Frame, ...]] = {}
     for number, line in read_lines(path):
-        match = RECORD.match(line[0])
-        if match is None:
+        # any "{call}_{n}_{direction}" name, so module dumps (Module_Conv2d_0_forward, custom prefixes) read too
+        parsed = split_record_name(line[0])
+        if parsed is None:
             logger.warning("Skipped line {} of {}: {!r} is not a dump record name.".format(number, path, line[0]))
             continue
-        call = match.group("call")
+        call, side = parsed
         records.setdefault(call, [])
-        if match.group("stack"):
+        if side == "stack":
             stacks[call] = _frames(line[1] if len(line) > 1 else [])
             continue
         if len(line) < 5:
@@ -89,7 +86,7 @@ def read(path: str, data_dir: Optional[str] = None, overflow_statistics: bool = 
             if problem is not None:
                 logger.warning("Line {} of {}: {}".format(number, path, problem))
         records[call].append(TensorRecord(
-            name=name, side=match.group("side"), dtype=str(line[3]), shape=shape,
+            name=name, side=side, dtype=str(line[3]), shape=shape,
             statistics=statistics, data_path=data_path, data_root=data_dir, data_problem=problem,
         ))
     return [CallRecord(name=call, records=tuple(items), stack=stacks.get(call, ())) for call, items in records.items()]

@@ -202,11 +202,3 @@ def test_severity_is_shown_as_times_the_allowed_error():
     assert compare_link.times_allowed(float("nan")) == "error size not measured"
 
 
-def test_row_names_of_both_formats():
-    assert compare_link.row_call("Functional_gelu_0_forward_output") == ("Functional.gelu.0", "forward", "output")
-    assert compare_link.row_call("Tensor___add___1_backward_input.0") == ("Tensor.__add__.1", "backward", "input")
-    assert compare_link.row_call("Tensor_add__3_forward_output") == ("Tensor.add_.3", "forward", "output")
-    assert compare_link.row_call("Functional.gelu.0.forward.output.0") == ("Functional.gelu.0", "forward", "output")
-    assert compare_link.row_call("Tensor.__add__.1.forward.kwargs.alpha") == ("Tensor.__add__.1", "forward", "input")
-    assert compare_link.row_call("Functional_gelu_0_forward_stack_info") is None
-    assert compare_link.row_call("Module.block.Block.forward.0.output.0") is None

@@ -9,7 +9,7 @@ import pytest
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.precheck.columns import DETAIL_COLUMNS
-from ptdbg_ascend.precheck.device_compare import api_precision_compare, parse_row_name, ratio
+from ptdbg_ascend.precheck.device_compare import api_precision_compare, ratio
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -155,12 +155,6 @@ def test_ratio_rules():
     assert ratio(3.0, -1.5)[0] == 2.0
     assert ratio(float("inf"), float("-inf"))[1] is False
     assert ratio(float("nan"), float("nan"))[1] is True
-
-
-def test_row_names():
-    assert parse_row_name("Functional.linear.0.forward.output.0") == ("linear", "Functional.linear.0", "forward")
-    assert parse_row_name("Torch.linalg.inv.3.backward.output.1") == ("linalg.inv", "Torch.linalg.inv.3", "backward")
-    assert parse_row_name("linear.0") is None
 
 
 def test_missing_gpu_row_and_invalid_name(tmp_path):
