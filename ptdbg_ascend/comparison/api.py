@@ -39,5 +39,6 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     writer's lock (still being written, or killed) is compared as far as it got, with a warning; see
     ``outcome.torn`` (:mod:`ptdbg_ascend.comparison.dump_state`).
     """
-    options = check_options(output_path, stack_mode, auto_analyze, suffix, fuzzy_match, xlsx, api_mapping)
+    options = check_options(output_path, stack_mode=stack_mode, auto_analyze=auto_analyze, suffix=suffix,
+                            fuzzy_match=fuzzy_match, xlsx=xlsx, api_mapping=api_mapping)
     return compare_dumps(parse_input_param(input_param), options)

@@ -37,13 +37,13 @@ class CompareInputs(NamedTuple):
 class CompareOptions(NamedTuple):
     """The checked options of one comparison (see :func:`check_options`)."""
 
-    output_path: str  # an existing, writable directory
-    stack_mode: bool
-    auto_analyze: bool
-    suffix: str
-    fuzzy_match: bool
-    xlsx: bool
-    api_mapping: Dict[str, str]  # empty: no mapping
+    output_path: str  # an existing, writable directory: the reports go there
+    stack_mode: bool  # the NPU_Stack_Info column
+    auto_analyze: bool  # the advisor's advisor_*.txt
+    suffix: str  # in the report names ("" leaves the part out)
+    fuzzy_match: bool  # rows whose call names differ say so in Err_message
+    xlsx: bool  # the .xlsx beside the CSV
+    api_mapping: Dict[str, str]  # NPU API -> bench API; empty: no mapping
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -64,7 +64,7 @@ def check_output_path(output_path: Any) -> str:
     return path
 
 
-def check_options(output_path: Any, stack_mode: Any = False, auto_analyze: Any = True, suffix: Any = "",
+def check_options(output_path: Any, *, stack_mode: Any = False, auto_analyze: Any = True, suffix: Any = "",
                   fuzzy_match: Any = False, xlsx: Any = True,
                   api_mapping: Optional[Union[Mapping[str, str], str]] = None) -> CompareOptions:
     """``compare``'s options checked, in this order: the four flags, ``suffix`` (letters, digits, ``_``,
