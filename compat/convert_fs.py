@@ -9,7 +9,7 @@
   followed); files through :func:`~ptdbg_ascend.fs.writes.replace_file` (an unpredictable
   temporary name beside the target, renamed into place).
 * Tensor files are read by the comparison readers' own loader
-  (:func:`~ptdbg_ascend.comparison.metrics.load_tensor`: resolved inside the input's data directory,
+  (:func:`~ptdbg_ascend.fs.confined.load_tensor`: resolved inside the input's data directory,
   ``O_NOFOLLOW``, regular files only, ``.npy`` without pickle, ``.pt`` with ``weights_only=True``).
 """
 

@@ -5,22 +5,13 @@ Imports neither torch nor pandas: reading npy needs numpy only (torch is importe
 
 from __future__ import annotations
 
-import os
-import re
-import time
 from typing import Any, Dict, Mapping, Optional, Union
 
-from ptdbg_ascend.comparison import advisor, columns, engine, reports
-from ptdbg_ascend.comparison.dump_state import check_dump
-from ptdbg_ascend.comparison.inputs import check_api_mapping, check_bool, check_output_path, parse_input_param
-from ptdbg_ascend.comparison.matching import pair_rows
+from ptdbg_ascend.comparison.distributed import compare_distributed
+from ptdbg_ascend.comparison.inputs import check_options, parse_input_param
 from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts, Finding
-from ptdbg_ascend.readers import read_dump
-from ptdbg_ascend.errors import CompareError, ParameterError
-from ptdbg_ascend.log import logger
+from ptdbg_ascend.comparison.run import compare_dumps
 
-SUFFIX = re.compile(r"^[A-Za-z0-9_.-]*$")
-MSG_FUZZY = "This task uses fuzzy matching, which may affect the accuracy of the comparison."
 __all__ = ["compare", "compare_distributed", "CompareOutcome", "Counts", "Finding"]
 
 
@@ -48,65 +39,6 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     writer's lock (still being written, or killed) is compared as far as it got, with a warning; see
     ``outcome.torn`` (:mod:`ptdbg_ascend.comparison.dump_state`).
     """
-    for name, value in (("stack_mode", stack_mode), ("auto_analyze", auto_analyze), ("fuzzy_match", fuzzy_match),
-                        ("xlsx", xlsx)):
-        check_bool(name, value)
-    if not isinstance(suffix, str) or not SUFFIX.match(suffix):
-        raise ParameterError("suffix", suffix, "must be a str of letters, digits, '_', '.' or '-'")
-    output_path = check_output_path(output_path)
-    mapping = check_api_mapping(api_mapping)
-    inputs = parse_input_param(input_param)
-    npu_calls = read_dump(inputs.npu_dump, inputs.npu_data_dir, inputs.stack_path)
-    bench_calls = read_dump(inputs.bench_dump, inputs.bench_data_dir, None)
-    # A dump still being written or cut short by a kill is compared as far as it got, with a warning.
-    torn = tuple(dump for dump in (check_dump("NPU", inputs.npu_dump, inputs.npu_data_dir, npu_calls),
-                                   check_dump("Bench", inputs.bench_dump, inputs.bench_data_dir, bench_calls))
-                 if dump is not None)
-    has_stack = any(call.stack for call in npu_calls)
-    if stack_mode and not has_stack:
-        raise CompareError("The current file does not contain stack information, please turn off the stack_mode "
-                           "({}).".format(inputs.npu_dump))
-    if has_stack and not stack_mode:
-        logger.warning("The current file contains stack information; turn on the stack_mode to see it in the "
-                       "report.")
-    if fuzzy_match:
-        logger.warning(MSG_FUZZY)
-    pairs = pair_rows(npu_calls, bench_calls, mapping)
-    if inputs.full_mode:
-        rows = engine.full_rows(pairs, inputs.print_log, fuzzy_match)
-        column_names = columns.full_columns(stack_mode)
-    else:
-        logger.info("A dump data directory is missing: comparing statistics only (summary mode).")
-        rows = engine.summary_rows(pairs, fuzzy_match)
-        column_names = columns.summary_columns(stack_mode)
-    counts = Counts.of(rows)
-    failing = advisor.first_failure(rows)
-    advice, finding = advisor.diagnose(rows, counts, failing)
-    if torn:
-        advice = advice._replace(body=advice.body + tuple("Note: " + dump.describe() for dump in torn))
-    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
-    tail = "{}_{}".format(suffix, stamp) if suffix else stamp
-    table = reports.table_of(rows, column_names, stack_mode)
-    others = ([("compare_result_", ".xlsx")] if xlsx else []) + ([("advisor_", ".txt")] if auto_analyze else [])
-    tail, csv_path, handle = reports.claim_report(output_path, tail, others)
-    stem = "compare_result_" + tail
-    reports.write_csv(csv_path, column_names, table, handle)
-    logger.info("Compare result is {}".format(csv_path))
-    xlsx_path = None
-    if xlsx:
-        xlsx_path = os.path.join(output_path, stem + ".xlsx")
-        reports.write_xlsx(xlsx_path, column_names, table, rows, failing)
-    advisor_path = None
-    if auto_analyze:
-        advisor_path = advisor.write_advice(advice, output_path, "advisor_" + tail)
-    first = None if failing is None else rows[failing].name
-    outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts, torn)
-    logger.info("Compare outcome: {}".format(outcome))
-    return outcome
-
-
-def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str, **kwargs: Any):
-    """Compare every rank of two multi-rank dumps; see :mod:`ptdbg_ascend.comparison.distributed`."""
-    from ptdbg_ascend.comparison import distributed
-
-    return distributed.compare_distributed(npu_dump_dir, bench_dump_dir, output_path, **kwargs)
+    options = check_options(output_path, stack_mode=stack_mode, auto_analyze=auto_analyze, suffix=suffix,
+                            fuzzy_match=fuzzy_match, xlsx=xlsx, api_mapping=api_mapping)
+    return compare_dumps(parse_input_param(input_param), options)

@@ -1,5 +1,5 @@
 """``compare_distributed``: pair the ``rank{N}`` directories of two tag directories by their rank number and
-run ``compare`` on each pair, writing ``compare_result_rank{n}-rank{n}_{timestamp}.csv``.
+compare each pair (the core ``compare`` calls), writing ``compare_result_rank{n}-rank{n}_{timestamp}.csv``.
 
 Ranks pair by number, never by position: ``rank0, rank1`` against ``rank0, rank2`` compares rank0 with
 rank0 only, and rank1 (NPU only) and rank2 (bench only) are named in a warning and in the returned
@@ -7,7 +7,7 @@ rank0 only, and rank1 (NPU only) and rank2 (bench only) are named in a warning a
 ``rank`` directory (a run without torch.distributed: one process) pairs with a plain ``rank``, or with
 ``rank0`` when it is the only rank directory of its side.
 
-Every file it hands to ``compare`` is resolved and must lie inside the dump directory the user gave: a
+Every file it compares is resolved and must lie inside the dump directory the user gave: a
 rank pair with a symlinked rank directory, dump file or data directory pointing elsewhere is skipped with
 a warning naming it (the pairing of the other ranks is unchanged)."""
 
@@ -17,7 +17,9 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.comparison.inputs import check_api_mapping
+from ptdbg_ascend.comparison.inputs import (CompareInputs, CompareOptions, check_api_mapping, check_dump_file,
+                                             check_options, check_print_log)
+from ptdbg_ascend.comparison.run import compare_dumps
 from ptdbg_ascend.fs.confined import resolve_inside
 from ptdbg_ascend.errors import CompareError, ParameterError
 from ptdbg_ascend.log import logger
@@ -122,8 +124,6 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
     CompareOutcome per compared rank pair, and the ranks present on one side only (also a warning); a
     pair with files outside the dump directories is skipped with a warning. CompareError when the two
     sides have no rank in common (naming each side's ranks) or when no pair is left."""
-    from ptdbg_ascend.comparison.api import compare
-
     if "suffix" in kwargs:
         raise ParameterError("suffix", kwargs["suffix"], "Argument 'suffix' is not supported for compare_distributed")
     for key in kwargs:
@@ -148,6 +148,7 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
                        "position.".format("; ".join(sides)))
     outcomes = []
     skipped = []
+    options: Optional[CompareOptions] = None
     for (_, npu_name, npu_dir), (_, bench_name, bench_dir) in pairs:
         pair = "{}-{}".format(npu_name, bench_name)
         try:
@@ -157,10 +158,12 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
             logger.warning("Skipped the rank pair {}: {}. Nothing of this pair was read.".format(pair, error))
             skipped.append(pair)
             continue
-        param: Dict[str, Any] = {"npu_pkl_path": npu_dump, "bench_pkl_path": bench_dump,
-                                 "npu_dump_data_dir": npu_data, "bench_dump_data_dir": bench_data,
-                                 "stack_path": npu_stack, "is_print_compare_log": print_log}
-        outcomes.append(compare(param, output_path, suffix=pair, **kwargs))
+        if options is None:  # checked once, at the first pair compared: where compare() checked them before
+            options = check_options(output_path, **kwargs)
+            print_log = check_print_log(print_log)
+        inputs = CompareInputs(check_dump_file("npu", npu_dump), check_dump_file("bench", bench_dump), npu_data,
+                               bench_data, npu_stack, print_log)
+        outcomes.append(compare_dumps(inputs, options._replace(suffix=pair)))
     if not outcomes:
         raise CompareError("No rank pair could be compared: every pair ({}) has files outside the dump directories "
                            "(see the warnings above).".format(", ".join(skipped)))

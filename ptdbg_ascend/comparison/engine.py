@@ -11,7 +11,7 @@ import sys
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import metrics as met
-from ptdbg_ascend.comparison import verdicts
+from ptdbg_ascend.comparison import tensor_pairs, verdicts
 from ptdbg_ascend.comparison.matching import RowPair, dtypes_compatible
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import Tolerance, call_precision, magnitude, tolerance
@@ -124,7 +124,7 @@ def _metrics_of_records(job) -> Optional[met.Metrics]:
     if npu.shape != bench.shape:
         return met.not_compared(met.Status.SHAPE, met.MSG_SHAPE)  # no need to read the files
     try:
-        return met.compare_records(npu, bench, tolerance_)
+        return tensor_pairs.compare_records(npu, bench, tolerance_)
     except Exception as error:  # noqa: BLE001 -- one bad pair must never lose the rest of the report
         return met.not_compared(met.Status.NOT_READ, "Cannot compare {}: {}: {}".format(
             npu.name, type(error).__name__, error))

@@ -1,10 +1,11 @@
-"""Validate ``compare`` arguments into one immutable :class:`CompareInputs` (the legacy pkl keys and
-msprobe's ``npu_path``/``npu_json_path`` keys alike)."""
+"""Validate ``compare`` arguments into two immutable values: :class:`CompareInputs`, the files (from the legacy
+pkl keys and msprobe's ``npu_path``/``npu_json_path`` keys alike), and :class:`CompareOptions`."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, NamedTuple, Optional
+import re
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Union
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.formats.naming import is_api_name
@@ -18,6 +19,7 @@ KEYS = {
     "stack_path": ("npu", "stack"), "stack_json_path": ("npu", "stack"),
 }
 OPTIONS = ("is_print_compare_log",)
+SUFFIX = re.compile(r"^[A-Za-z0-9_.-]*$")
 
 
 class CompareInputs(NamedTuple):
@@ -31,6 +33,18 @@ class CompareInputs(NamedTuple):
     @property
     def full_mode(self) -> bool:
         return self.npu_data_dir is not None and self.bench_data_dir is not None
+
+
+class CompareOptions(NamedTuple):
+    """The checked options of one comparison (see :func:`check_options`)."""
+
+    output_path: str  # an existing, writable directory: the reports go there
+    stack_mode: bool  # the NPU_Stack_Info column
+    auto_analyze: bool  # the advisor's advisor_*.txt
+    suffix: str  # in the report names ("" leaves the part out)
+    fuzzy_match: bool  # rows whose call names differ say so in Err_message
+    xlsx: bool  # the .xlsx beside the CSV
+    api_mapping: Dict[str, str]  # NPU API -> bench API; empty: no mapping
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -51,6 +65,35 @@ def check_output_path(output_path: Any) -> str:
     return path
 
 
+def check_options(output_path: Any, *, stack_mode: Any = False, auto_analyze: Any = True, suffix: Any = "",
+                  fuzzy_match: Any = False, xlsx: Any = True,
+                  api_mapping: Optional[Union[Mapping[str, str], str]] = None) -> CompareOptions:
+    """``compare``'s options checked, in this order: the four flags, ``suffix`` (letters, digits, ``_``,
+    ``.``, ``-``), ``output_path`` (:func:`check_output_path`), ``api_mapping`` (:func:`check_api_mapping`,
+    default None: no mapping). Defaults are ``compare``'s."""
+    for name, value in (("stack_mode", stack_mode), ("auto_analyze", auto_analyze), ("fuzzy_match", fuzzy_match),
+                        ("xlsx", xlsx)):
+        check_bool(name, value)
+    if not isinstance(suffix, str) or not SUFFIX.match(suffix):
+        raise ParameterError("suffix", suffix, "must be a str of letters, digits, '_', '.' or '-'")
+    output_path = check_output_path(output_path)
+    return CompareOptions(output_path, stack_mode, auto_analyze, suffix, fuzzy_match, xlsx,
+                          check_api_mapping(api_mapping))
+
+
+def check_print_log(value: Any) -> bool:
+    """``is_print_compare_log`` (an ``input_param`` key, and a ``compare_distributed`` option)."""
+    return check_bool("input_param['is_print_compare_log']", value)
+
+
+def check_dump_file(side: str, dump: str) -> str:
+    """``dump`` (of side ``"npu"`` or ``"bench"``), which must be a file."""
+    if not os.path.isfile(dump):
+        raise FileFormatError("{} dump file {} does not exist or is not a file. Please check the pkl path is "
+                              "valid.".format(side.upper() if side == "npu" else "Bench", dump))
+    return dump
+
+
 def parse_input_param(input_param: Any) -> CompareInputs:
     """Check ``input_param`` (dict) and the files it names."""
     if not isinstance(input_param, dict):
@@ -68,16 +111,13 @@ def parse_input_param(input_param: Any) -> CompareInputs:
         if not isinstance(value, (str, os.PathLike)):
             raise ParameterError("input_param[{!r}]".format(key), value, "must be a path (str)")
         found.setdefault(KEYS[key], os.fspath(value))
-    print_log = check_bool("input_param['is_print_compare_log']", input_param.get("is_print_compare_log", True))
+    print_log = check_print_log(input_param.get("is_print_compare_log", True))
     dumps = {}
     for side in ("npu", "bench"):
         dump = found.get((side, "dump"))
         if dump is None:
             raise ParameterError("input_param", input_param, "needs {0}_pkl_path (or {0}_json_path / {0}_path)".format(side))
-        if not os.path.isfile(dump):
-            raise FileFormatError("{} dump file {} does not exist or is not a file. Please check the pkl path is "
-                                  "valid.".format(side.upper() if side == "npu" else "Bench", dump))
-        dumps[side] = dump
+        dumps[side] = check_dump_file(side, dump)
     data_dirs = {}
     for side in ("npu", "bench"):
         data_dir = found.get((side, "data"))

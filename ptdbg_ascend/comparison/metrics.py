@@ -1,4 +1,5 @@
-"""Metrics on one NPU/bench tensor pair, vectorized numpy in float64 (never torch unless a ``.pt`` is read).
+"""Metrics on one NPU/bench pair of arrays, vectorized numpy in float64: arithmetic only (the files are
+loaded by :mod:`ptdbg_ascend.comparison.tensor_pairs`).
 
 Values are numbers or None, with a :class:`Status` that says why a number is missing; the legacy words
 of the CSV ("unsupported", "Nan", "N/A", "shape unmatched") are made only when a report is written
@@ -16,9 +17,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from ptdbg_ascend.comparison.records import TensorRecord
 from ptdbg_ascend.comparison.tolerances import Tolerance
-from ptdbg_ascend.fs.confined import load_tensor
 
 UNSUPPORTED = "unsupported"
 NAN = "Nan"
@@ -243,72 +242,3 @@ def _kl_divergence(n_abs: np.ndarray, b_abs: np.ndarray, b_sum: float) -> Option
     p = np.maximum(b_abs / b_sum, KL_FLOOR)
     q = np.maximum(n_abs / n_sum, KL_FLOOR)
     return max(0.0, _dot(p, np.log(p / q)))
-
-
-def compare_files(npu_path: Optional[str], bench_path: Optional[str],
-                  tolerance: Optional[Tolerance] = None) -> Metrics:
-    """Load and compare; a file that cannot be loaded is a row message naming it, never an exception."""
-    arrays = []
-    for path in (npu_path, bench_path):
-        array = _load_or_message(path, None)
-        if isinstance(array, Metrics):
-            return array
-        arrays.append(array)
-    return compare_arrays(arrays[0], arrays[1], tolerance)
-
-
-def compare_records(npu: TensorRecord, bench: TensorRecord, tolerance: Optional[Tolerance] = None) -> Metrics:
-    """Load the files of two records and compare them. A record without a usable file name, a file
-    outside its data directory, or a file whose shape (or kind of dtype) is not what the dump recorded,
-    is a row message; nothing is compared then."""
-    arrays = []
-    for record in (npu, bench):
-        if record.data_problem:
-            return not_compared(Status.NOT_READ, record.data_problem)
-        array = _load_or_message(record.data_path, record.data_root)
-        if isinstance(array, Metrics):
-            return array
-        problem = _record_mismatch(record, array)
-        if problem:
-            return not_compared(Status.NOT_READ, problem)
-        arrays.append(array)
-    return compare_arrays(arrays[0], arrays[1], tolerance)
-
-
-def _load_or_message(path: Optional[str], root: Optional[str]):
-    if path is None:
-        return not_compared(Status.NOT_READ, "Dump file: {} not found.".format(path))
-    try:
-        return load_tensor(path, root)
-    except FileNotFoundError:
-        return not_compared(Status.NOT_READ, "Dump file: {} not found.".format(path))
-    except (OSError, ValueError, RuntimeError, EOFError) as error:
-        return not_compared(Status.NOT_READ, "Dump file: {} cannot be read ({}).".format(path, error))
-
-
-def _dtype_kinds(dtype: str) -> Optional[str]:
-    """numpy kinds a file of a ``torch.*`` dtype may hold (bf16 and float8 are saved widened); None
-    when the dump's dtype says nothing checkable."""
-    if not dtype.startswith("torch."):
-        return None
-    name = dtype[len("torch."):]
-    if name == "bool":
-        return "b"
-    if name.startswith("complex"):
-        return "c"
-    if name.startswith(("float", "bfloat", "half", "double")):
-        return "f"
-    if name.startswith(("int", "uint", "long", "short")):
-        return "iu"
-    return None
-
-
-def _record_mismatch(record: TensorRecord, array: np.ndarray) -> Optional[str]:
-    if tuple(array.shape) != tuple(record.shape):
-        return ("Not compared: the dump records shape {} for {}, but its file holds shape {} ({} elements)."
-                .format(list(record.shape), record.name, list(array.shape), array.size))
-    kinds = _dtype_kinds(record.dtype)
-    if kinds is not None and array.dtype.kind not in kinds:
-        return "Not compared: the dump records dtype {} for {}, but its file holds {}.".format(
-            record.dtype, record.name, array.dtype)
-    return None

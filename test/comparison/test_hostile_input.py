@@ -367,9 +367,9 @@ def test_opposite_huge_and_tiny_tensors():
 @pytest.mark.torchfree
 def test_two_compares_in_one_second_keep_both_reports(tmp_path, output_dir, monkeypatch):
     npu, bench = legacy(tmp_path / "npu"), legacy(tmp_path / "bench")
-    import ptdbg_ascend.comparison.api as api
+    import ptdbg_ascend.comparison.run as run
 
-    monkeypatch.setattr(api.time, "strftime", lambda fmt, *args: "20240101120000")
+    monkeypatch.setattr(run.time, "strftime", lambda fmt, *args: "20240101120000")
     first = compare(param(npu, bench), output_dir)
     second = compare(param(npu, bench), output_dir)
     third = compare(param(npu, bench), output_dir, suffix="s")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ptdbg_ascend.comparison import metrics as met
+from ptdbg_ascend.comparison.tensor_pairs import compare_files
 from ptdbg_ascend.comparison.verdicts import accuracy_reached
 
 pytestmark = pytest.mark.torchfree
@@ -125,11 +126,11 @@ def test_missing_and_pickled_npy(tmp_path):
     good = tmp_path / "a.npy"
     np.save(good, np.ones(3))
     missing = str(tmp_path / "missing.npy")
-    m = met.compare_files(str(good), missing)
+    m = compare_files(str(good), missing)
     assert m.cell("cosine") == "Nan" and m.messages == ("Dump file: {} not found.".format(missing),)
     pickled = tmp_path / "obj.npy"
     np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    m = met.compare_files(str(good), str(pickled))
+    m = compare_files(str(good), str(pickled))
     assert m.cell("cosine") == "Nan" and m.messages[0].startswith("Dump file: {} cannot be read".format(pickled))
 
 

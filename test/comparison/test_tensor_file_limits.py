@@ -127,7 +127,7 @@ def test_the_read_limit_is_set_by_an_environment_variable(tmp_path, limit, loads
     PTDBG_MAX_TENSOR_BYTES says otherwise: a user with a legitimately huge tensor can raise it."""
     array = tmp_path / "two_kib.npy"
     np.save(str(array), np.zeros(256, dtype=np.float64))
-    code = ("from ptdbg_ascend.comparison.metrics import load_tensor\n"
+    code = ("from ptdbg_ascend.fs.confined import load_tensor\n"
             "try:\n    print(load_tensor({!r}).shape)\nexcept ValueError as error:\n    print(error)".format(str(array)))
     env = dict(os.environ, PTDBG_MAX_TENSOR_BYTES=limit)
     output = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, timeout=60).stdout.decode()

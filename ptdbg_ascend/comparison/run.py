@@ -1,0 +1,77 @@
+"""The compare core: two checked dumps in, the reports out. ``compare`` (from its ``input_param`` dict) and
+``compare_distributed`` (from each rank pair's files) both call :func:`compare_dumps`.
+
+Imports neither torch nor pandas: reading npy needs numpy only (torch is imported lazily for ``.pt``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ptdbg_ascend.comparison import advisor, columns, engine, reports
+from ptdbg_ascend.comparison.dump_state import check_dump
+from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions
+from ptdbg_ascend.comparison.matching import pair_rows
+from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts
+from ptdbg_ascend.readers import read_dump
+from ptdbg_ascend.errors import CompareError
+from ptdbg_ascend.log import logger
+
+MSG_FUZZY = "This task uses fuzzy matching, which may affect the accuracy of the comparison."
+
+
+def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutcome:
+    """Compare the dumps of ``inputs`` and write the reports ``options`` ask for into ``options.output_path``
+    (what is written, and the outcome: :func:`ptdbg_ascend.comparison.api.compare`). Both arguments are
+    already checked (:func:`~ptdbg_ascend.comparison.inputs.parse_input_param`,
+    :func:`~ptdbg_ascend.comparison.inputs.check_options`)."""
+    stack_mode, fuzzy_match, output_path = options.stack_mode, options.fuzzy_match, options.output_path
+    npu_calls = read_dump(inputs.npu_dump, inputs.npu_data_dir, inputs.stack_path)
+    bench_calls = read_dump(inputs.bench_dump, inputs.bench_data_dir, None)
+    # A dump still being written or cut short by a kill is compared as far as it got, with a warning.
+    torn = tuple(dump for dump in (check_dump("NPU", inputs.npu_dump, inputs.npu_data_dir, npu_calls),
+                                   check_dump("Bench", inputs.bench_dump, inputs.bench_data_dir, bench_calls))
+                 if dump is not None)
+    has_stack = any(call.stack for call in npu_calls)
+    if stack_mode and not has_stack:
+        raise CompareError("The current file does not contain stack information, please turn off the stack_mode "
+                           "({}).".format(inputs.npu_dump))
+    if has_stack and not stack_mode:
+        logger.warning("The current file contains stack information; turn on the stack_mode to see it in the "
+                       "report.")
+    if fuzzy_match:
+        logger.warning(MSG_FUZZY)
+    pairs = pair_rows(npu_calls, bench_calls, options.api_mapping)
+    if inputs.full_mode:
+        rows = engine.full_rows(pairs, inputs.print_log, fuzzy_match)
+        column_names = columns.full_columns(stack_mode)
+    else:
+        logger.info("A dump data directory is missing: comparing statistics only (summary mode).")
+        rows = engine.summary_rows(pairs, fuzzy_match)
+        column_names = columns.summary_columns(stack_mode)
+    counts = Counts.of(rows)
+    failing = advisor.first_failure(rows)
+    advice, finding = advisor.diagnose(rows, counts, failing)
+    if torn:
+        advice = advice._replace(body=advice.body + tuple("Note: " + dump.describe() for dump in torn))
+    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
+    tail = "{}_{}".format(options.suffix, stamp) if options.suffix else stamp
+    table = reports.table_of(rows, column_names, stack_mode)
+    others = ([("compare_result_", ".xlsx")] if options.xlsx else []) + \
+        ([("advisor_", ".txt")] if options.auto_analyze else [])
+    tail, csv_path, handle = reports.claim_report(output_path, tail, others)
+    stem = "compare_result_" + tail
+    reports.write_csv(csv_path, column_names, table, handle)
+    logger.info("Compare result is {}".format(csv_path))
+    xlsx_path = None
+    if options.xlsx:
+        xlsx_path = os.path.join(output_path, stem + ".xlsx")
+        reports.write_xlsx(xlsx_path, column_names, table, rows, failing)
+    advisor_path = None
+    if options.auto_analyze:
+        advisor_path = advisor.write_advice(advice, output_path, "advisor_" + tail)
+    first = None if failing is None else rows[failing].name
+    outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts, torn)
+    logger.info("Compare outcome: {}".format(outcome))
+    return outcome
