@@ -64,9 +64,12 @@ def timed_compare(npu: str, bench: str, output: str, code_dir: Optional[str] = N
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
     env = dict(os.environ)
-    if code_dir is not None:  # the baseline: another checkout of the package, first on the path
-        env["PYTHONPATH"] = code_dir + os.pathsep + env.get("PYTHONPATH", "")
-    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL, env=env)
+    # The package of this checkout, or the baseline's, first on the path; run from the output directory, since
+    # `python -c` puts the current directory ahead of PYTHONPATH (from the repository root the baseline would
+    # import this checkout's package).
+    tree = code_dir if code_dir is not None else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = tree + os.pathsep + env.get("PYTHONPATH", "")
+    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL, env=env, cwd=output)
     wall = time.perf_counter() - start
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return wall, (peak_kib if peak_kib > before else before) / 1024.0
