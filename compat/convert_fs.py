@@ -93,17 +93,6 @@ def save_npy(path: str, value: Any) -> None:
     replace_file(path, write, "the tensor file")
 
 
-def save_pt(path: str, tensor: Any) -> None:
-    """``torch.save`` of ``tensor`` to ``path``, atomically."""
-    import torch
-
-    def write(descriptor: int) -> None:
-        with os.fdopen(os.dup(descriptor), "wb") as handle:
-            torch.save(tensor, handle)
-
-    replace_file(path, write, "the tensor file")
-
-
 def read_tensor(path: str, root: str, record: str, where: str) -> Optional[Any]:
     """The array in the tensor file ``path`` of the record ``record`` (``where``: the input file, for
     the message), read only if it resolves inside ``root`` (the input's data directory).

@@ -7,6 +7,7 @@ import os
 from typing import Any, Optional, Sequence, Union
 
 from ptdbg_ascend.dump.selection import make_switch_config
+from ptdbg_ascend.formats import layout
 from ptdbg_ascend.errors import CallOrderError, DumpPathError, NotYetAvailableError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import check_path_text
@@ -47,7 +48,7 @@ def set_dump_path(fpath: Optional[str] = None, dump_tag: str = "ptdbg_dump") -> 
     _check_directory(directory, fpath)
     settings = get_session().legacy
     settings.directory, settings.stem, settings.tag = directory, stem, dump_tag
-    logger.info("Dump path is set to {} (tag {}).".format(os.path.join(directory, dump_tag + "_v" + __version__), dump_tag))
+    logger.info("Dump path is set to {} (tag {}).".format(layout.tag_dir(directory, dump_tag, __version__), dump_tag))
 
 
 def _check_directory(directory: str, fpath: str) -> None:
