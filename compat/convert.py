@@ -192,7 +192,7 @@ def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir:
     steps = set()
     for number, line in read_lines(files.metadata):
         name = line[0]
-        problem = _unsafe_name(name, ".npy")
+        problem = _unsafe_name(name, layout.NPY_SUFFIX)
         if problem is not None:
             _skip("Line {} of {}".format(number, files.metadata), "the record", name, problem)
             continue
@@ -254,12 +254,12 @@ def _legacy_leaf(line: list, files: DumpFiles, tensors: TensorDir, dotted: str,
     if not files.data_dir:
         return leaf, 0
     try:  # line[0] was checked to be a plain file name
-        array = read_tensor(os.path.join(files.data_dir, line[0] + ".npy"), files.data_dir, line[0], where)
+        array = read_tensor(os.path.join(files.data_dir, line[0] + layout.NPY_SUFFIX), files.data_dir, line[0], where)
     except FileNotFoundError:
         return leaf, 0  # a record without its npy (filtered, or a summary dump): statistics only
     if array is None:
         return leaf, 0
-    data_name = dotted + ".pt"
+    data_name = dotted + layout.PT_SUFFIX
     _npy_to_pt(array, tensors.file(data_name), dtype)
     leaf["data_name"] = data_name
     return leaf, 1
@@ -309,7 +309,7 @@ def _msprobe_to_legacy(files: DumpFiles, root: str, work: str, name: str) -> Con
         if dotted in stacks:
             frames = [[file, line, function, code or ""] for file, line, function, code in stacks[dotted]]
             lines.append(json.dumps([call + STACK_SUFFIX, frames]))
-    metadata = output_path(work, name + ".pkl")
+    metadata = output_path(work, name + layout.PKL_SUFFIX)
     write_bytes(metadata, "".join(line + "\n" for line in lines).encode("utf-8"))
     return ConvertResult(metadata, saved, dropped)
 
@@ -338,7 +338,7 @@ def _json_leaf(name: str, leaf: Any, files: DumpFiles, npy_dir: TensorDir,
     kind = leaf.get("type") if isinstance(leaf, dict) else None
     if kind in LEGACY_SCALAR_DTYPES and isinstance(leaf.get("value"), (int, float, bool)):
         value = float(leaf["value"])
-        save_npy(npy_dir.file(name + ".npy"), leaf["value"])
+        save_npy(npy_dir.file(name + layout.NPY_SUFFIX), leaf["value"])
         # the shape of a Python scalar is the string "[]", as the original writes it
         return json.dumps([name, 0, [], LEGACY_SCALAR_DTYPES[kind], "[]", [value, value, value, abs(value)]]), 0
     if kind != TENSOR_TYPE:
@@ -363,7 +363,7 @@ def _json_leaf(name: str, leaf: Any, files: DumpFiles, npy_dir: TensorDir,
         raise FileFormatError("Tensor file {} named by {} does not exist.".format(pt, name)) from None
     if array is None:
         return line, 0
-    save_npy(npy_dir.file(name + ".npy"), array)
+    save_npy(npy_dir.file(name + layout.NPY_SUFFIX), array)
     return line, 1
 
 

@@ -20,11 +20,11 @@ import stat
 from typing import Any, Optional, Tuple
 
 from ptdbg_ascend.fs.confined import OutsideRoot, load_tensor, resolve_inside
+from ptdbg_ascend.formats.layout import PKL_SUFFIX
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import NAME_MAX, TEMP_SUFFIX, check_path_text, own_dir, replace_file, write_all
 
-PKL_SUFFIX = ".pkl"
 # replace_file writes "{name}" through ".{name}.XXXXXXXX.tmp" (tempfile's 8 random characters): that name
 # must fit in NAME_MAX too.
 TEMP_EXTRA = len("." + "." + "X" * 8 + TEMP_SUFFIX)

@@ -37,8 +37,8 @@ def set_dump_path(fpath: Optional[str] = None, dump_tag: str = "ptdbg_dump") -> 
     if not isinstance(dump_tag, str) or not dump_tag or not set(dump_tag) <= _TAG_CHARACTERS or dump_tag in (".", ".."):
         raise ParameterError("dump_tag", dump_tag, "must be a non-empty name of letters, digits, '_', '.' and '-'")
     path = check_path_text("fpath", os.path.abspath(os.path.expanduser(fpath)))
-    if fpath.endswith(".pkl"):
-        directory, stem = os.path.dirname(path), os.path.basename(path)[: -len(".pkl")]
+    if fpath.endswith(layout.PKL_SUFFIX):
+        directory, stem = os.path.dirname(path), os.path.basename(path)[: -len(layout.PKL_SUFFIX)]
         if not stem:
             raise ParameterError("fpath", fpath, "the .pkl file needs a name, e.g. './dump_path/npu_dump.pkl'")
         if os.path.isdir(path):

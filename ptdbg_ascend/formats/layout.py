@@ -26,11 +26,13 @@ DUMP_FILE = "dump.json"
 STACK_FILE = "stack.json"
 CONSTRUCT_FILE = "construct.json"
 TENSOR_DIR = "dump_tensor_data"
+PT_SUFFIX = ".pt"  # a tensor file's data_name: its record's dotted name (or stem) + ".pt"
 # A rank directory's name: msprobe writes a plain "rank" without torch.distributed (group 1 then empty).
 RANK_DIR = re.compile(r"^rank([0-9]*)\Z")
 
 # -- legacy -----------------------------------------------------------------------------------------
 PKL_SUFFIX = ".pkl"
+NPY_SUFFIX = ".npy"  # a tensor file: its record name + ".npy", in the pkl's npy directory
 OVERFLOW_PREFIX = "Overflow_info_"
 
 

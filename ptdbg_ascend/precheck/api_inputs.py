@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ptdbg_ascend.comparison.records import Frame, user_line
 from ptdbg_ascend.errors import FileFormatError, ParameterError
-from ptdbg_ascend.formats.layout import stack_file, tensor_dir_beside
+from ptdbg_ascend.formats.layout import PKL_SUFFIX, stack_file, tensor_dir_beside
 from ptdbg_ascend.formats.naming import DOTTED_RECORD_NAME
 from ptdbg_ascend.precheck.arguments import MAX_DEPTH
 from ptdbg_ascend.precheck.call_values import TENSOR_TYPES
@@ -101,7 +101,7 @@ def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
         raise ParameterError("api_info", api_info, "must be the path of a dump.json written by "
                                                    "PrecisionDebugger (dump_path/step0/rank0/dump.json)")
     _check_regular(api_info)
-    if api_info.endswith(".pkl") or _looks_like_pkl(api_info):
+    if api_info.endswith(PKL_SUFFIX) or _looks_like_pkl(api_info):
         raise FileFormatError("{} is a legacy pkl dump; the pre-check needs a dump.json. {}".format(api_info,
                                                                                                  LEGACY_HINT))
     digest = hashlib.sha256()

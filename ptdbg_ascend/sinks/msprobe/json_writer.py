@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
 from ptdbg_ascend.errors import DumpWriteError
-from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, STACK_FILE, tensor_dir
+from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, PT_SUFFIX, STACK_FILE, tensor_dir
 from ptdbg_ascend.msprobe.leaves import deferred_reductions, fill_statistics, msprobe_reduced
 from ptdbg_ascend.sinks import background as background_module
 from ptdbg_ascend.sinks.background import BackgroundWriter
@@ -202,7 +202,7 @@ class MsprobeJsonWriter(object):
         if self._failed is not None:
             self._raise_failed()
         self._make_dirs()
-        data_name = stem + ".pt"
+        data_name = stem + PT_SUFFIX
         path = os.path.join(self.tensor_dir, data_name)
         copy, nbytes = snapshot(tensor)
         with self._submit_lock:
