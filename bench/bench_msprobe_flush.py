@@ -40,7 +40,7 @@ def one_run(task: str, entries: int, rewrites: bool, step):
     if not rewrites:
         writer._next_rewrite = writer._earliest_rewrite = float("inf")
     steps = 0
-    while len(writer._data) < entries:
+    while len(writer._entries.data) < entries:
         step()
         steps += 1
     debugger.stop()
@@ -48,7 +48,7 @@ def one_run(task: str, entries: int, rewrites: bool, step):
     again = time.perf_counter()
     writer._rewrite(with_others=True, periodic=False)
     again = time.perf_counter() - again
-    result = (seconds, steps, writer.rewrites, writer.rewrite_seconds, len(writer._data), again)
+    result = (seconds, steps, writer.rewrites, writer.rewrite_seconds, len(writer._entries.data), again)
     get_session().reset_counters()
     debugger.forward_backward_dump_end()
     shutil.rmtree(OUT, ignore_errors=True)

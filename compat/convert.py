@@ -30,21 +30,23 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from ptdbg_ascend.comparison.distributed import RANK_DIR
 from ptdbg_ascend.readers.legacy_pkl import read_lines
 from ptdbg_ascend.comparison.records import file_name_problem
 from ptdbg_ascend.compat.convert_fs import (TensorDir, check_plain_name, check_target, make_dirs,
                                            move_into_place, output_path, read_tensor, relative_parts, save_npy,
-                                           save_pt, write_bytes)
+                                           write_bytes)
 from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
-from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.formats.dump_json import (STATISTICS_KEYS, TENSOR_TYPE, call_values, entry_key, new_entry,
+                                            stack_line)
+from ptdbg_ascend.formats import layout
 from ptdbg_ascend.formats.naming import STACK_SUFFIX, parse_record_name, to_dotted, to_legacy
+from ptdbg_ascend.readers.msprobe_json import load_entries, read_stacks
+from ptdbg_ascend.sinks.msprobe.pt_files import save_pt
 from ptdbg_ascend.fs.writes import check_path_text
 
 SCALAR_TYPES = {"<class 'int'>": "int", "<class 'float'>": "float", "<class 'bool'>": "bool"}
 LEGACY_SCALAR_DTYPES = {value: key for key, value in SCALAR_TYPES.items()}
-STATISTICS_KEYS = ("Max", "Min", "Mean", "Norm")
 
 
 class DumpFiles(NamedTuple):
@@ -60,9 +62,9 @@ class DumpFiles(NamedTuple):
 def locate(path: str) -> DumpFiles:
     """Find the dump in ``path``: a ``.pkl`` file, a ``dump.json`` file, or a rank directory holding one."""
     if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, "dump.json")):
-            return locate(os.path.join(path, "dump.json"))
-        pkls = sorted(glob.glob(os.path.join(path, "*.pkl")))
+        if os.path.isfile(layout.dump_file(path)):
+            return locate(layout.dump_file(path))
+        pkls = sorted(glob.glob(os.path.join(path, "*" + layout.PKL_SUFFIX)))
         if len(pkls) != 1:
             raise ParameterError("source", path, "a rank directory with dump.json or exactly one .pkl (found {} .pkl)"
                                  .format(len(pkls)), "Pass the .pkl file itself.")
@@ -70,12 +72,12 @@ def locate(path: str) -> DumpFiles:
     if not os.path.isfile(path):
         raise FileFormatError("Dump {} does not exist.".format(path))
     directory = os.path.dirname(path)
-    if path.endswith(".pkl"):
-        data_dir = path[:-4]
+    if path.endswith(layout.PKL_SUFFIX):
+        data_dir = layout.npy_dir(path)
         return DumpFiles("legacy", path, data_dir if os.path.isdir(data_dir) else None, None)
-    if path.endswith(".json"):
-        data_dir = os.path.join(directory, "dump_tensor_data")
-        stack = os.path.join(directory, "stack.json")
+    if layout.is_dump_json(path):
+        data_dir = layout.tensor_dir(directory)
+        stack = layout.stack_file(directory)
         return DumpFiles("msprobe", path, data_dir if os.path.isdir(data_dir) else None,
                          stack if os.path.isfile(stack) else None)
     raise ParameterError("source", path, "a .pkl file, a dump.json file or a rank directory")
@@ -94,11 +96,11 @@ class ConvertResult(NamedTuple):
 def _plan(source: str) -> List[Tuple[DumpFiles, str]]:
     """``(dump, directory relative to the target)`` for one rank, or for every ``rank*`` directory of a
     legacy tag directory (-> ``step0/rank{R}``) or an msprobe step directory (-> ``rank{R}``)."""
-    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, "dump.json")) \
-            and not glob.glob(os.path.join(source, "*.pkl")):
+    if os.path.isdir(source) and not os.path.isfile(layout.dump_file(source)) \
+            and not glob.glob(os.path.join(source, "*" + layout.PKL_SUFFIX)):
         ranks = sorted((entry for entry in os.listdir(source)
-                        if RANK_DIR.match(entry) and os.path.isdir(os.path.join(source, entry))),
-                       key=lambda entry: int(RANK_DIR.match(entry).group(1) or 0))
+                        if layout.RANK_DIR.match(entry) and os.path.isdir(os.path.join(source, entry))),
+                       key=lambda entry: int(layout.RANK_DIR.match(entry).group(1) or 0))
         if ranks:
             plan = []
             for rank in ranks:
@@ -141,7 +143,7 @@ def convert(source: str, target: str, *, name: str = "dump") -> ConvertResult:
         for files, relative in plan:
             out = make_dirs(work, *relative_parts(relative))
             if files.kind == "legacy":
-                result = _legacy_to_msprobe(files, work, out, os.path.join(target, relative, "dump_tensor_data"))
+                result = _legacy_to_msprobe(files, work, out, layout.tensor_dir(os.path.join(target, relative)))
             else:
                 result = _msprobe_to_legacy(files, work, out, name)
             results.append((files, result))
@@ -185,12 +187,12 @@ def _skip(where: str, what: str, name: Any, problem: str) -> None:
 def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir: str) -> ConvertResult:
     data: Dict[str, Dict[str, Any]] = {}
     stacks: Dict[str, List[str]] = {}
-    tensors = TensorDir(root, work, "dump_tensor_data")
+    tensors = TensorDir(root, work, layout.TENSOR_DIR)
     saved = 0
     steps = set()
     for number, line in read_lines(files.metadata):
         name = line[0]
-        problem = _unsafe_name(name, ".npy")
+        problem = _unsafe_name(name, layout.NPY_SUFFIX)
         if problem is not None:
             _skip("Line {} of {}".format(number, files.metadata), "the record", name, problem)
             continue
@@ -199,38 +201,28 @@ def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir:
             if call is not None:
                 stacks[call] = [_stack_line(frame) for frame in (line[1] if len(line) > 1 else []) or []]
                 # A call whose values were all filtered out still has its stack: keep it as an empty entry.
-                data.setdefault(call, _new_entry("forward" if call.endswith(".forward") else "backward"))
+                data.setdefault(call, new_entry("forward" if call.endswith(".forward") else "backward"))
             continue
         record = parse_record_name(name)
         if record is None or len(line) < 5:
             raise FileFormatError("Line {} of {}: {!r} is not a legacy dump record.".format(number, files.metadata, name))
         steps.add(line[1])
         call = to_dotted(record.call)
-        entry = data.setdefault(call, _new_entry(record.direction))
+        entry = data.setdefault(call, new_entry(record.direction))
         leaf, saved_one = _legacy_leaf(line, files, tensors, to_dotted(name),
                                        "Line {} of {}".format(number, files.metadata))
         saved += saved_one
-        _place(entry, _entry_key(record.direction, record.side), record.path or (0,), leaf)
+        _place(entry, entry_key(record.direction, record.side), record.path or (0,), leaf)
     if steps - {0}:
         logger.warning("{} holds dump_step {}; msprobe dump.json has no such field.".format(
             files.metadata, sorted(steps - {0})))
     dump = {"task": "tensor" if files.data_dir else "statistics", "level": "L1",
             "dump_data_dir": final_tensor_dir if saved else None, "data": data}
-    metadata = output_path(work, "dump.json")
+    metadata = output_path(work, layout.DUMP_FILE)
     _write_json(metadata, dump)
-    _write_json(output_path(work, "stack.json"), stacks)
-    _write_json(output_path(work, "construct.json"), {})
+    _write_json(output_path(work, layout.STACK_FILE), stacks)
+    _write_json(output_path(work, layout.CONSTRUCT_FILE), {})
     return ConvertResult(metadata, saved, {})
-
-
-def _new_entry(direction: str) -> Dict[str, Any]:
-    if direction == "forward":
-        return {"input_args": [], "input_kwargs": {}, "output": []}
-    return {"input": [], "output": []}
-
-
-def _entry_key(direction: str, side: str) -> str:
-    return "input_args" if (direction == "forward" and side == "input") else side
 
 
 def _place(entry: Dict[str, Any], key: str, path: Tuple[int, ...], leaf: Any) -> None:
@@ -257,17 +249,17 @@ def _legacy_leaf(line: list, files: DumpFiles, tensors: TensorDir, dotted: str,
         value = statistics[0]
         value = None if value is None else {"int": int, "bool": bool, "float": float}[kind](value)
         return {"type": kind, "value": value}, 0
-    leaf: Dict[str, Any] = {"type": "torch.Tensor", "dtype": dtype, "shape": shape}
+    leaf: Dict[str, Any] = {"type": TENSOR_TYPE, "dtype": dtype, "shape": shape}
     leaf.update(zip(STATISTICS_KEYS, statistics[:4]))
     if not files.data_dir:
         return leaf, 0
     try:  # line[0] was checked to be a plain file name
-        array = read_tensor(os.path.join(files.data_dir, line[0] + ".npy"), files.data_dir, line[0], where)
+        array = read_tensor(os.path.join(files.data_dir, line[0] + layout.NPY_SUFFIX), files.data_dir, line[0], where)
     except FileNotFoundError:
         return leaf, 0  # a record without its npy (filtered, or a summary dump): statistics only
     if array is None:
         return leaf, 0
-    data_name = dotted + ".pt"
+    data_name = dotted + layout.PT_SUFFIX
     _npy_to_pt(array, tensors.file(data_name), dtype)
     leaf["data_name"] = data_name
     return leaf, 1
@@ -275,7 +267,7 @@ def _legacy_leaf(line: list, files: DumpFiles, tensors: TensorDir, dotted: str,
 
 def _stack_line(frame: Any) -> str:
     parts = list(frame) + [None] * (4 - len(frame))
-    return "File {}, line {}, in {}, \n {}".format(parts[0], parts[1], parts[2], "" if parts[3] is None else parts[3])
+    return stack_line(parts[0], parts[1], parts[2], parts[3])
 
 
 def _npy_to_pt(array: Any, pt: str, dtype: str) -> None:
@@ -292,15 +284,13 @@ def _npy_to_pt(array: Any, pt: str, dtype: str) -> None:
 # --- msprobe -> legacy -------------------------------------------------------------------------------
 
 def _msprobe_to_legacy(files: DumpFiles, root: str, work: str, name: str) -> ConvertResult:
-    dump = _read_json(files.metadata)
-    if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
-        raise FileFormatError("Dump file {} has no \"data\" object: not an msprobe dump.json.".format(files.metadata))
-    stacks = _read_json(files.stack) if files.stack else {}
+    dump = load_entries(files.metadata, what="msprobe dump file", not_json_hint="")
+    stacks = read_stacks(files.stack, what="msprobe dump file", not_json_hint="", lenient=True) if files.stack else {}
     npy_dir = TensorDir(root, work, name)
     lines: List[str] = []
     dropped: Dict[str, int] = {}
     saved = 0
-    for dotted, entry in dump["data"].items():
+    for dotted, entry in dump.entries.items():
         problem = _unsafe_name(dotted)
         if problem is not None:
             _skip(files.metadata, "the entry", dotted, problem)
@@ -316,30 +306,19 @@ def _msprobe_to_legacy(files: DumpFiles, root: str, work: str, name: str) -> Con
             if line is not None:
                 lines.append(line)
                 saved += saved_one
-        if isinstance(stacks, dict) and dotted in stacks:
-            frames = [_parse_stack_line(text) for text in stacks[dotted]]
+        if dotted in stacks:
+            frames = [[file, line, function, code or ""] for file, line, function, code in stacks[dotted]]
             lines.append(json.dumps([call + STACK_SUFFIX, frames]))
-    metadata = output_path(work, name + ".pkl")
+    metadata = output_path(work, name + layout.PKL_SUFFIX)
     write_bytes(metadata, "".join(line + "\n" for line in lines).encode("utf-8"))
     return ConvertResult(metadata, saved, dropped)
 
 
 def _entry_leaves(call: str, entry: Dict[str, Any]) -> List[Tuple[str, Any]]:
     """``(legacy record name, leaf)`` in the legacy engine's order: inputs (kwargs after positionals), outputs."""
-    inputs = list(entry.get("input_args", entry.get("input")) or [])
-    kwargs = entry.get("input_kwargs") or {}
-    inputs.extend(kwargs.values() if isinstance(kwargs, dict) else [])
-    outputs = entry.get("output") or []
-    outputs = outputs if isinstance(outputs, list) else [outputs]
     leaves: List[Tuple[str, Any]] = []
-    for index, value in enumerate(inputs):
-        _flatten(call + "_input." + str(index), value, leaves)
-    # The legacy engine names a forward call's lone output `_output`; gradients are always numbered.
-    if call.endswith("_forward") and len(outputs) == 1 and not isinstance(outputs[0], list):
-        _flatten(call + "_output", outputs[0], leaves)
-    else:
-        for index, value in enumerate(outputs):
-            _flatten(call + "_output." + str(index), value, leaves)
+    for name, _, value in call_values(call, entry):
+        _flatten(name, value, leaves)
     return leaves
 
 
@@ -359,10 +338,10 @@ def _json_leaf(name: str, leaf: Any, files: DumpFiles, npy_dir: TensorDir,
     kind = leaf.get("type") if isinstance(leaf, dict) else None
     if kind in LEGACY_SCALAR_DTYPES and isinstance(leaf.get("value"), (int, float, bool)):
         value = float(leaf["value"])
-        save_npy(npy_dir.file(name + ".npy"), leaf["value"])
+        save_npy(npy_dir.file(name + layout.NPY_SUFFIX), leaf["value"])
         # the shape of a Python scalar is the string "[]", as the original writes it
         return json.dumps([name, 0, [], LEGACY_SCALAR_DTYPES[kind], "[]", [value, value, value, abs(value)]]), 0
-    if kind != "torch.Tensor":
+    if kind != TENSOR_TYPE:
         if leaf:  # null / {} are absent values in both formats (the pkl just has no line)
             dropped[str(kind)] = dropped.get(str(kind), 0) + 1
         return None, 0
@@ -384,21 +363,8 @@ def _json_leaf(name: str, leaf: Any, files: DumpFiles, npy_dir: TensorDir,
         raise FileFormatError("Tensor file {} named by {} does not exist.".format(pt, name)) from None
     if array is None:
         return line, 0
-    save_npy(npy_dir.file(name + ".npy"), array)
+    save_npy(npy_dir.file(name + layout.NPY_SUFFIX), array)
     return line, 1
-
-
-def _parse_stack_line(text: str) -> List[str]:
-    """``"File f, line 3, in g, \\n code"`` -> ``[f, "3", g, code]`` (the legacy frame)."""
-    head, _, code = str(text).partition("\n")
-    head = head.rstrip().rstrip(",")
-    path_part, _, rest = head.partition(", line ")
-    line_no, _, function = rest.partition(", in ")
-    return [path_part[len("File "):] if path_part.startswith("File ") else path_part, line_no, function, code.strip()]
-
-
-def _read_json(path: str) -> Any:
-    return load_json(path, "msprobe dump file")
 
 
 def _write_json(path: str, value: Any) -> None:

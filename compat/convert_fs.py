@@ -20,11 +20,11 @@ import stat
 from typing import Any, Optional, Tuple
 
 from ptdbg_ascend.fs.confined import OutsideRoot, load_tensor, resolve_inside
+from ptdbg_ascend.formats.layout import PKL_SUFFIX
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import NAME_MAX, TEMP_SUFFIX, check_path_text, own_dir, replace_file, write_all
 
-PKL_SUFFIX = ".pkl"
 # replace_file writes "{name}" through ".{name}.XXXXXXXX.tmp" (tempfile's 8 random characters): that name
 # must fit in NAME_MAX too.
 TEMP_EXTRA = len("." + "." + "X" * 8 + TEMP_SUFFIX)
@@ -89,17 +89,6 @@ def save_npy(path: str, value: Any) -> None:
     def write(descriptor: int) -> None:
         with os.fdopen(os.dup(descriptor), "wb") as handle:
             np.save(handle, array, allow_pickle=False)
-
-    replace_file(path, write, "the tensor file")
-
-
-def save_pt(path: str, tensor: Any) -> None:
-    """``torch.save`` of ``tensor`` to ``path``, atomically."""
-    import torch
-
-    def write(descriptor: int) -> None:
-        with os.fdopen(os.dup(descriptor), "wb") as handle:
-            torch.save(tensor, handle)
 
     replace_file(path, write, "the tensor file")
 

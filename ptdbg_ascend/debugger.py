@@ -194,7 +194,8 @@ class PrecisionDebugger(object):
 
     def _new_writer(self) -> Any:
         from ptdbg_ascend.sinks.background import BackgroundWriter
-        from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter, step_rank_dir
+        from ptdbg_ascend.formats.layout import step_rank_dir
+        from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
         if self.config.saves_tensors and self._background is None:
             self._background = BackgroundWriter(name="ptdbg-msprobe-writer")

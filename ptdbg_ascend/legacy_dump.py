@@ -7,6 +7,7 @@ import os
 from typing import Any, Optional, Sequence, Union
 
 from ptdbg_ascend.dump.selection import make_switch_config
+from ptdbg_ascend.formats import layout
 from ptdbg_ascend.errors import CallOrderError, DumpPathError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import check_path_text
@@ -36,8 +37,8 @@ def set_dump_path(fpath: Optional[str] = None, dump_tag: str = "ptdbg_dump") -> 
     if not isinstance(dump_tag, str) or not dump_tag or not set(dump_tag) <= _TAG_CHARACTERS or dump_tag in (".", ".."):
         raise ParameterError("dump_tag", dump_tag, "must be a non-empty name of letters, digits, '_', '.' and '-'")
     path = check_path_text("fpath", os.path.abspath(os.path.expanduser(fpath)))
-    if fpath.endswith(".pkl"):
-        directory, stem = os.path.dirname(path), os.path.basename(path)[: -len(".pkl")]
+    if fpath.endswith(layout.PKL_SUFFIX):
+        directory, stem = os.path.dirname(path), os.path.basename(path)[: -len(layout.PKL_SUFFIX)]
         if not stem:
             raise ParameterError("fpath", fpath, "the .pkl file needs a name, e.g. './dump_path/npu_dump.pkl'")
         if os.path.isdir(path):
@@ -47,7 +48,7 @@ def set_dump_path(fpath: Optional[str] = None, dump_tag: str = "ptdbg_dump") -> 
     _check_directory(directory, fpath)
     settings = get_session().legacy
     settings.directory, settings.stem, settings.tag = directory, stem, dump_tag
-    logger.info("Dump path is set to {} (tag {}).".format(os.path.join(directory, dump_tag + "_v" + __version__), dump_tag))
+    logger.info("Dump path is set to {} (tag {}).".format(layout.tag_dir(directory, dump_tag, __version__), dump_tag))
 
 
 def _check_directory(directory: str, fpath: str) -> None:

@@ -14,17 +14,16 @@ a warning naming it (the pairing of the other ranks is unchanged)."""
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.inputs import (CompareInputs, CompareOptions, check_api_mapping, check_dump_file,
                                              check_options, check_print_log)
 from ptdbg_ascend.comparison.run import compare_dumps
+from ptdbg_ascend.formats.layout import DUMP_FILE, PKL_SUFFIX, RANK_DIR, dump_file, npy_dir, stack_file, tensor_dir
 from ptdbg_ascend.fs.confined import resolve_inside
 from ptdbg_ascend.errors import CompareError, ParameterError
 from ptdbg_ascend.log import logger
 
-RANK_DIR = re.compile(r"^rank([0-9]*)\Z")  # msprobe writes a plain "rank" without torch.distributed
 PLAIN_RANK = -1  # the number rank_dirs gives a plain "rank"
 ALLOWED_KWARGS = ("stack_mode", "auto_analyze", "fuzzy_match", "is_print_compare_log", "xlsx", "api_mapping")
 
@@ -97,18 +96,18 @@ def rank_files(rank_dir: str) -> Tuple[str, Optional[str], Optional[str]]:
     """``(dump file, data dir or None, stack file or None)`` of one rank directory: a legacy
     ``*.pkl`` + same-named npy dir, or an msprobe ``dump.json`` (+ ``stack.json``, ``dump_tensor_data/``)."""
     entries = sorted(os.listdir(rank_dir))
-    pkls = [e for e in entries if e.endswith(".pkl") and os.path.isfile(os.path.join(rank_dir, e))]
-    if "dump.json" in entries and not pkls:
-        data = os.path.join(rank_dir, "dump_tensor_data")
-        stack = os.path.join(rank_dir, "stack.json")
-        return (os.path.join(rank_dir, "dump.json"), data if os.path.isdir(data) else None,
+    pkls = [e for e in entries if e.endswith(PKL_SUFFIX) and os.path.isfile(os.path.join(rank_dir, e))]
+    if DUMP_FILE in entries and not pkls:
+        data = tensor_dir(rank_dir)
+        stack = stack_file(rank_dir)
+        return (dump_file(rank_dir), data if os.path.isdir(data) else None,
                 stack if os.path.isfile(stack) else None)
     if not pkls:
         raise CompareError("No file is found in dump dir {}. ".format(rank_dir))
     if len(pkls) > 1:
         raise CompareError("Several pkl files ({}) in dump dir {}: keep one dump per rank directory."
                            .format(", ".join(pkls), rank_dir))
-    stem = pkls[0][:-4]
+    stem = npy_dir(pkls[0])
     dirs = [e for e in entries if os.path.isdir(os.path.join(rank_dir, e))]
     stray = [e for e in dirs if e != stem]
     if stray:

@@ -19,6 +19,7 @@ from typing import NamedTuple, Optional, Sequence, Set
 
 from ptdbg_ascend.comparison.records import CallRecord
 from ptdbg_ascend.errors import DumpPathError
+from ptdbg_ascend.formats.layout import default_data_dir, is_dump_json
 from ptdbg_ascend.formats.naming import leading_call_name
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import TEMP_SUFFIX
@@ -66,7 +67,7 @@ class TornDump(NamedTuple):
         got = "{} complete call{} ({} tensor record{})".format(
             self.calls, "" if self.calls == 1 else "s", self.records, "" if self.records == 1 else "s")
         # dump.json is rewritten whole now and then (atomic replace): what is read is its last flush.
-        got = "its last flush holds " + got if self.dump_path.endswith(".json") else got + " read"
+        got = "its last flush holds " + got if is_dump_json(self.dump_path) else got + " read"
         if self.last_call is not None:
             got += ", the last complete call is {}".format(self.last_call)
         extras = []
@@ -89,11 +90,11 @@ def check_dump(side: str, dump_path: str, data_dir: Optional[str], calls: Sequen
     :class:`TornDump` when the dump is torn; None (and no log) when it was closed cleanly."""
     rank_dir = os.path.dirname(os.path.abspath(dump_path))
     lock = _lock_state(rank_dir)
-    temp_files = _count_temp_files({rank_dir, data_dir or _default_data_dir(dump_path)})
+    temp_files = _count_temp_files({rank_dir, data_dir or default_data_dir(dump_path)})
     if lock is None and not temp_files:
         return None
     state, pid, host, note = lock if lock is not None else (ENDED, None, None, "")
-    partial, partial_call = _partial_last_line(dump_path) if not dump_path.endswith(".json") else (False, None)
+    partial, partial_call = _partial_last_line(dump_path) if not is_dump_json(dump_path) else (False, None)
     complete = list(calls)
     # The pkl's last line was cut inside a call: that call is not complete.
     if partial and complete and complete[-1].name == partial_call:
@@ -119,12 +120,6 @@ def _lock_state(rank_dir: str):
         return UNKNOWN, pid, host, ("its directory holds the dump lock of pid {} on host {}, another host: that "
                                     "writer is still running there or ended without a clean close".format(pid, host))
     return (RUNNING if pid_alive(pid) else ENDED), pid, host, ""
-
-
-def _default_data_dir(dump_path: str) -> str:
-    if dump_path.endswith(".json"):
-        return os.path.join(os.path.dirname(os.path.abspath(dump_path)), "dump_tensor_data")
-    return os.path.splitext(os.path.abspath(dump_path))[0]
 
 
 def _count_temp_files(directories: Set[str]) -> int:

@@ -8,6 +8,7 @@ import re
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Union
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
+from ptdbg_ascend.formats.layout import is_dump_json, tensor_dir_beside
 from ptdbg_ascend.formats.naming import is_api_name
 
 # key -> (side, role); first listed key of a role wins when several aliases are given.
@@ -121,8 +122,8 @@ def parse_input_param(input_param: Any) -> CompareInputs:
     data_dirs = {}
     for side in ("npu", "bench"):
         data_dir = found.get((side, "data"))
-        if data_dir is None and dumps[side].endswith(".json"):
-            default = os.path.join(os.path.dirname(os.path.abspath(dumps[side])), "dump_tensor_data")
+        if data_dir is None and is_dump_json(dumps[side]):
+            default = tensor_dir_beside(dumps[side])
             data_dir = default if os.path.isdir(default) else None
         elif data_dir is not None and not os.path.isdir(data_dir):
             raise FileFormatError("{}_dump_data_dir {} is not a directory. Leave the key out for a statistics-only "

@@ -9,6 +9,8 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ptdbg_ascend.formats.dump_json import stack_line
+
 
 # Frames from the tool itself (wrappers, recorder, writers) are not the user's code.
 _TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the package directory
@@ -60,7 +62,7 @@ def _legacy_frame(filename: str, lineno: int, function: str, code: Optional[str]
 
 
 def _msprobe_frame(filename: str, lineno: int, function: str, code: Optional[str]) -> str:
-    return "File {}, line {}, in {}, \n {}".format(filename, lineno, function, code) if code else ""
+    return stack_line(filename, lineno, function, code) if code else ""
 
 
 def user_stack_json(name: str, skip: int = 1) -> str:
@@ -69,6 +71,6 @@ def user_stack_json(name: str, skip: int = 1) -> str:
 
 
 def user_stack_lines(skip: int = 1) -> List[str]:
-    """The user's frames, innermost first, as msprobe's stack.json lines
-    (``"File {file}, line {n}, in {function}, \\n {code}"``); frames without source are left out."""
+    """The user's frames, innermost first, as msprobe's stack.json lines (``formats.dump_json.stack_line``);
+    frames without source are left out."""
     return _frame_texts(sys._getframe(skip), _MSPROBE_FRAMES, _msprobe_frame)

@@ -25,12 +25,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ptdbg_ascend.comparison.records import Frame, user_line
 from ptdbg_ascend.errors import FileFormatError, ParameterError
-from ptdbg_ascend.jsonfile import load_json
+from ptdbg_ascend.formats.layout import PKL_SUFFIX, stack_file, tensor_dir_beside
 from ptdbg_ascend.formats.naming import parse_dotted_call_name
 from ptdbg_ascend.precheck.arguments import MAX_DEPTH
 from ptdbg_ascend.precheck.call_values import TENSOR_TYPES
+from ptdbg_ascend.readers.msprobe_json import load_entries, read_stacks
 
-DATA_DIR_NAME = "dump_tensor_data"
 # an entry holds input_args -> an argument -> its items: deeper than this, no real call is
 ENTRY_DEPTH = MAX_DEPTH + 3
 LEGACY_HINT = ("A legacy pkl+npy dump does not record the non-tensor arguments (keyword arguments, ints, dtypes) "
@@ -91,7 +91,7 @@ def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
         raise ParameterError("api_info", api_info, "must be the path of a dump.json written by "
                                                    "PrecisionDebugger (dump_path/step0/rank0/dump.json)")
     _check_regular(api_info)
-    if api_info.endswith(".pkl") or _looks_like_pkl(api_info):
+    if api_info.endswith(PKL_SUFFIX) or _looks_like_pkl(api_info):
         raise FileFormatError("{} is a legacy pkl dump; the pre-check needs a dump.json. {}".format(api_info,
                                                                                                  LEGACY_HINT))
     digest = hashlib.sha256()
@@ -101,15 +101,14 @@ def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
         digest.update(data)
         read.append(len(data))
 
-    dump = load_json(api_info, "dump file", " (incomplete after a crash?)", on_bytes=fingerprint)
-    if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
-        raise FileFormatError("The dump file {} has no \"data\" object: not a dump.json written by PrecisionDebugger "
-                              "or msprobe.".format(api_info))
-    task = str(dump.get("task", ""))
+    dump = load_entries(api_info, on_bytes=fingerprint,
+                        not_a_dump="The dump file {} has no \"data\" object: not a dump.json written by "
+                                   "PrecisionDebugger or msprobe.")
+    task = str(dump.task)
     forwards: Dict[str, Tuple[str, str, Mapping[str, Any]]] = {}
     backwards: Dict[str, Mapping[str, Any]] = {}
     has_tensors = False
-    for dotted, entry in dump["data"].items():
+    for dotted, entry in dump.entries.items():
         parsed = parse_dotted_call_name(dotted)
         if parsed is None or not isinstance(entry, dict):
             continue  # module entries (L0/mix) and anything else that is not an API call
@@ -126,7 +125,7 @@ def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
         raise FileFormatError("The dump file {} holds no forward API call (a level L0 dump of modules only, or "
                               "an empty dump?); the pre-check needs a level L1 (or mix) dump.".format(api_info))
     tensor_dir = _data_dir(api_info, data_dir) if has_tensors else None
-    stacks = _stacks(os.path.join(os.path.dirname(os.path.abspath(api_info)), "stack.json"))
+    stacks = _stacks(stack_file(os.path.dirname(os.path.abspath(api_info))))
     calls = [_call(full_name, prefix, api, entry, backwards.get(full_name), stacks.get(full_name + ".forward", ()))
              for full_name, (prefix, api, entry) in forwards.items()]
     return Dump(api_info, task, tensor_dir, calls, has_tensors, read[0], digest.hexdigest())
@@ -201,7 +200,7 @@ def _data_dir(api_info: str, data_dir: Optional[str]) -> str:
             raise ParameterError("data_dir", data_dir, "must be an existing directory holding the dump's tensor "
                                                        "files (default: dump_tensor_data/ beside the dump.json)")
         return os.path.abspath(data_dir)
-    beside = os.path.join(os.path.dirname(os.path.abspath(api_info)), DATA_DIR_NAME)
+    beside = tensor_dir_beside(api_info)
     if os.path.isdir(beside):
         return beside
     raise FileFormatError("The dump file {} names tensor files, but their directory {} is missing. Copy "
@@ -213,8 +212,6 @@ def _data_dir(api_info: str, data_dir: Optional[str]) -> str:
 def _stacks(path: str) -> Dict[str, Tuple[Frame, ...]]:
     if not os.path.isfile(path):
         return {}
-    from ptdbg_ascend.readers.msprobe_json import read_stacks
-
     try:
         return read_stacks(path)
     except FileFormatError:

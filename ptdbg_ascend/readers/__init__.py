@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ptdbg_ascend.comparison.records import CallRecord
+from ptdbg_ascend.formats.layout import is_dump_json
 
 
 def read_dump(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = None,
@@ -16,7 +17,7 @@ def read_dump(path: str, data_dir: Optional[str] = None, stack_path: Optional[st
     only, default None) the stack.json; ``overflow_statistics`` (legacy only, default False) keeps the
     statistics of overflow records, which compare ignores.
     """
-    if path.endswith(".json"):
+    if is_dump_json(path):
         from ptdbg_ascend.readers import msprobe_json
 
         return msprobe_json.read(path, data_dir, stack_path)

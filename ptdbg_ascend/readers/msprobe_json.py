@@ -1,40 +1,64 @@
-"""msprobe 1.0.4 ``dump.json`` reader (+ ``stack.json``, tensors as ``.pt`` in ``dump_tensor_data/``).
+"""msprobe 1.0.4 ``dump.json`` reader (+ ``stack.json``, tensors as ``.pt`` in ``dump_tensor_data/``): the one
+code that reads a dump.json file.
 
-Names are mapped to the legacy grammar so that a dump.json dump pairs with a legacy pkl dump:
-``Functional.conv2d.0.forward`` -> ``Functional_conv2d_0_forward``; ``input_args[i]`` -> ``_input.{i}``;
-``input_kwargs`` tensors continue the input numbering after the positional ones (as the dump engine
-records kwargs); ``output[i]`` -> ``_output.{i}``, a forward call's lone ``output.0`` -> ``_output``. Only tensor
-leaves become records (legacy dumps filter scalars by default); null/{} leaves consume their index.
+:func:`read` gives the format-neutral records compare and parse use (names mapped to the legacy grammar by
+``formats.dump_json.call_values``: only tensor leaves become records, as legacy dumps filter scalars by
+default; null/{} leaves consume their index). :func:`load_entries` gives the raw entries, for the pre-check
+(which rebuilds calls from them) and ``ptdbg convert`` (which keeps scalars too).
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, data_file
 from ptdbg_ascend.errors import FileFormatError
+from ptdbg_ascend.formats.dump_json import STATISTICS_KEYS, call_values, entries, is_tensor, parse_stacks
+from ptdbg_ascend.formats.naming import to_legacy
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.formats.naming import to_legacy
 
-STACK_LINE = re.compile(r"^File (?P<file>.*), line (?P<line>\d+), in (?P<func>[^,]*),\s*\n?\s*(?P<code>.*)$", re.S)
+CRASH_HINT = " (incomplete after a crash?)"
+NOT_A_DUMP = "Dump file {} has no \"data\" object: not an msprobe dump.json."
 
 
-def _load_json(path: str, what: str) -> Any:
-    return load_json(path, what, " (incomplete after a crash?)")
+class DumpDocument(NamedTuple):
+    """A parsed dump.json: its ``task`` ("" when absent) and its entries (call name -> entry)."""
+
+    task: Any
+    entries: Dict[str, Any]
+
+
+def load_entries(path: str, *, what: str = "dump file", not_json_hint: str = CRASH_HINT,
+                 not_a_dump: str = NOT_A_DUMP, on_bytes: Optional[Callable[[bytes], None]] = None) -> DumpDocument:
+    """The dump.json ``path`` parsed (read once; a duplicate key is a warning, :mod:`ptdbg_ascend.jsonfile`).
+
+    Args:
+        path: the dump.json.
+        what: how messages name the file. Default "dump file".
+        not_json_hint: appended to the not-JSON message. Default " (incomplete after a crash?)".
+        not_a_dump: the FileFormatError message (``{}``: the path) when the file has no ``data`` object.
+            Default ``NOT_A_DUMP``.
+        on_bytes: called with the file's bytes before they are parsed (default None), e.g. to fingerprint them.
+
+    Raises:
+        FileFormatError: the file is missing, unreadable, not JSON, or has no ``data`` object.
+    """
+    document = load_json(path, what, not_json_hint, on_bytes=on_bytes)
+    data = entries(document)
+    if data is None:
+        raise FileFormatError(not_a_dump.format(path))
+    return DumpDocument(document.get("task", ""), data)
 
 
 def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = None) -> List[CallRecord]:
     """Read a dump.json; tensors are ``{data_dir}/{data_name}`` (None = summary only)."""
-    dump = _load_json(path, "dump file")
-    if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
-        raise FileFormatError("Dump file {} has no \"data\" object: not an msprobe dump.json.".format(path))
-    if dump.get("task") in ("overflow_check", "free_benchmark"):
-        raise FileFormatError("Dump file {} is a {} dump; compare is not required for it.".format(path, dump["task"]))
+    dump = load_entries(path)
+    if dump.task in ("overflow_check", "free_benchmark"):
+        raise FileFormatError("Dump file {} is a {} dump; compare is not required for it.".format(path, dump.task))
     stacks = read_stacks(stack_path) if stack_path else {}
     calls = []
-    for dotted, entry in dump["data"].items():
+    for dotted, entry in dump.entries.items():
         call = to_legacy(dotted)
         if call is None or not isinstance(entry, dict):
             logger.warning("Skipped entry {!r} of {}: not an API call name.".format(dotted, path))
@@ -50,35 +74,13 @@ def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = 
 
 def _entry_records(call: str, entry: Dict[str, Any], data_dir: Optional[str], path: str,
                    dotted: str) -> List[TensorRecord]:
+    def problem(text: str) -> None:
+        logger.warning("Entry {!r} of {}: {}.".format(dotted, path, text))
+
     records: List[TensorRecord] = []
-    inputs = entry.get("input_args", entry.get("input", [])) or []
-    if not isinstance(inputs, list):
-        logger.warning("Entry {!r} of {}: input_args is not a list ({}); its positional inputs are skipped."
-                       .format(dotted, path, type(inputs).__name__))
-        inputs = []
-    inputs = list(inputs)
-    kwargs = entry.get("input_kwargs") or {}
-    if isinstance(kwargs, dict):
-        inputs.extend(kwargs.values())
-    else:
-        logger.warning("Entry {!r} of {}: input_kwargs is not an object ({}); skipped."
-                       .format(dotted, path, type(kwargs).__name__))
-    for index, value in enumerate(inputs):
-        _leaves(call + "_input." + str(index), "input", value, data_dir, records, path)
-    outputs = entry.get("output") or []
-    if not isinstance(outputs, list):
-        outputs = [outputs]
-    # Only a forward call's lone output is legacy `_output`; gradients are always numbered (`_output.0`).
-    if call.endswith("_forward") and len(outputs) == 1 and _is_tensor(outputs[0]):
-        _leaves(call + "_output", "output", outputs[0], data_dir, records, path)
-    else:
-        for index, value in enumerate(outputs):
-            _leaves(call + "_output." + str(index), "output", value, data_dir, records, path)
+    for name, side, value in call_values(call, entry, problem):
+        _leaves(name, side, value, data_dir, records, path)
     return records
-
-
-def _is_tensor(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("type") == "torch.Tensor"
 
 
 def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List[TensorRecord], path: str) -> None:
@@ -86,7 +88,7 @@ def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List
         for index, item in enumerate(value):
             _leaves(name + "." + str(index), side, item, data_dir, out, path)
         return
-    if not _is_tensor(value):
+    if not is_tensor(value):
         return
     try:
         shape = as_shape(value.get("shape"))
@@ -101,23 +103,19 @@ def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List
             logger.warning("Tensor {} of {}: {}".format(name, path, problem))
     out.append(TensorRecord(
         name=name, side=side, dtype=str(value.get("dtype")), shape=shape,
-        statistics=tuple(as_number(value.get(key)) for key in ("Max", "Min", "Mean", "Norm")),
+        statistics=tuple(as_number(value.get(key)) for key in STATISTICS_KEYS),
         data_path=data_path, data_root=data_dir, data_problem=problem,
     ))
 
 
-def read_stacks(path: str) -> Dict[str, Tuple[Frame, ...]]:
-    """stack.json: call name -> its frames (msprobe's "File F, line N, in FUNC, \\n CODE" lines parsed)."""
-    stacks = _load_json(path, "stack file")
+def read_stacks(path: str, *, what: str = "stack file", not_json_hint: str = CRASH_HINT,
+                lenient: bool = False) -> Dict[str, Tuple[Frame, ...]]:
+    """stack.json: call name -> its frames (``formats.dump_json.parse_stack_line``; other lines are skipped).
+    ``what``/``not_json_hint`` as in :func:`load_entries` (defaults "stack file", CRASH_HINT). A file that is
+    not a JSON object is a FileFormatError, or gives no frames with ``lenient`` (default False)."""
+    stacks = load_json(path, what, not_json_hint)
     if not isinstance(stacks, dict):
+        if lenient:
+            return {}
         raise FileFormatError("Stack file {} is not a JSON object of call name -> stack lines.".format(path))
-    result = {}
-    for call, lines in stacks.items():
-        frames = []
-        for line in lines if isinstance(lines, list) else []:
-            match = STACK_LINE.match(str(line))
-            if match:
-                frames.append((match.group("file"), match.group("line"), match.group("func").strip(),
-                               match.group("code").strip() or None))
-        result[call] = tuple(frames)
-    return result
+    return parse_stacks(stacks)

@@ -37,6 +37,7 @@ from ptdbg_ascend.dump.capture import gradient_records, input_records, output_re
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.dump.stack import user_stack_json
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.formats import layout
 from ptdbg_ascend.formats.naming import STACK_SUFFIX
 from ptdbg_ascend.overflow.detection import FloatStatus, overflow_flag, read_flags
 from ptdbg_ascend.overflow.policy import OverflowPolicy
@@ -63,7 +64,7 @@ class OverflowPlace(NamedTuple):
     version: str
 
     def rank_dir(self, rank: int) -> str:
-        return os.path.join(self.directory, "{}_v{}".format(self.tag, self.version), "rank{}".format(rank))
+        return layout.legacy_rank_dir(self.directory, self.tag, self.version, rank)
 
 
 class OverflowObserver(CallObserver):
@@ -236,7 +237,7 @@ def _new_overflow_file(rank_dir: str, k: int) -> Tuple[str, str]:
     its timestamp (``..._HHMMSS_ffffff_{k}``) rather than overwriting the first."""
     now = time.time()
     stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(now))
-    stem = "Overflow_info_{}_{}".format(stamp, k)
-    if os.path.exists(os.path.join(rank_dir, stem + ".pkl")):
-        stem = "Overflow_info_{}_{:06d}_{}".format(stamp, int((now % 1) * 1e6), k)
-    return os.path.abspath(os.path.join(rank_dir, stem + ".pkl")), stem
+    stem = layout.overflow_stem(stamp, k)
+    if os.path.exists(layout.pkl_file(rank_dir, stem)):
+        stem = layout.overflow_stem(stamp, k, int((now % 1) * 1e6))
+    return os.path.abspath(layout.pkl_file(rank_dir, stem)), stem

@@ -12,7 +12,8 @@ import torch
 
 from ptdbg_ascend.msprobe.leaves import tensor_leaf, value_leaf
 from ptdbg_ascend.sinks.msprobe.json_text import dump_json_text
-from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter, step_rank_dir
+from ptdbg_ascend.formats.layout import step_rank_dir
+from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
 KEYS = ["type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad"]
 

@@ -13,6 +13,7 @@ from ptdbg_ascend.dump.recorder import Recorder, RecordSink
 from ptdbg_ascend.dump.selection import MODE_PREFIX, LegacySelection, SwitchConfig
 from ptdbg_ascend.dump.stack import user_stack_json
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.formats import layout
 from ptdbg_ascend.formats.naming import STACK_SUFFIX
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.legacy.pkl_writer import LegacyPklWriter
@@ -23,11 +24,11 @@ class DumpLocation(object):
     """Where one window writes: the tag dir; rank, pkl and npy dir once the rank is known."""
 
     def __init__(self, directory: str, tag: str, stem: str, version: str) -> None:
-        self.tag_dir = os.path.join(directory, "{}_v{}".format(tag, version))
+        self.tag_dir = layout.tag_dir(directory, tag, version)
         self.stem = stem
 
     def pkl_path(self, rank: int, mode: str) -> str:
-        return os.path.join(self.tag_dir, "rank{}".format(rank), MODE_PREFIX[mode] + self.stem + ".pkl")
+        return layout.pkl_file(os.path.join(self.tag_dir, layout.rank_dir_name(rank)), MODE_PREFIX[mode] + self.stem)
 
 
 class LegacySink(RecordSink):
@@ -105,7 +106,7 @@ class LegacySink(RecordSink):
         self.rank = rank
         self.claim(rank)
         pkl_path = self.location.pkl_path(rank, self.config.mode)
-        npy_dir = pkl_path[: -len(".pkl")] if self.config.writes_npy else None
+        npy_dir = layout.npy_dir(pkl_path) if self.config.writes_npy else None
         fresh = pkl_path not in self.session.opened_files
         self.statistics.clear()
         # Lines alone are cheap to write in place; a writer thread would only fight the training thread

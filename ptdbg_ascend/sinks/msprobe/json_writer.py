@@ -1,15 +1,11 @@
-"""The msprobe 1.0.4 dump format on disk: ``dump.json``, ``stack.json``, ``construct.json`` and
-``dump_tensor_data/{data_name}.pt`` under one ``{dump_path}/step{N}/rank{R}/`` directory.
+"""The msprobe 1.0.4 dump format on disk: one ``step{N}/rank{R}/`` directory (``formats/layout``) of
+dump.json, stack.json, construct.json and the ``.pt`` files, as ``reference/msprobe_1_0_4.md`` §5-6.
 
 The writer is a formatter: it receives finished entries (dicts built by ``ptdbg_ascend.msprobe.leaves``)
-and tensors, and owns nothing else. Layout and format follow ``reference/msprobe_1_0_4.md`` §5-6:
-
-* top-level keys ``task, level, dump_data_dir, data`` in that order; ``indent=1``; NaN/inf as the bare
-  tokens ``NaN``/``Infinity``/``-Infinity`` (what Python's ``json`` writes and reads);
-* ``.pt`` files are ``torch.save`` of a detached contiguous copy, keeping device and dtype (bf16 stays
-  bf16), written by a background thread; the copy is taken at once, so a later in-place update of the
-  tensor (optimizer step) cannot change what is saved;
-* files 0640, directories 0750.
+and tensors, and owns nothing else. The JSON text is ``json_text``'s (msprobe's key order, ``indent=1``,
+bare ``NaN``/``Infinity`` tokens); ``.pt`` files are ``torch.save`` of a detached contiguous copy, keeping
+device and dtype (bf16 stays bf16), written by a background thread; the copy is taken at once, so a later
+in-place update of the tensor (optimizer step) cannot change what is saved. Files 0640, directories 0750.
 
 Unlike 1.0.4 (its §12 quirk 3), :meth:`MsprobeJsonWriter.flush` rewrites the files with *every* entry
 of the step so far, so a second start()/stop() window in the same step adds to the first instead of
@@ -20,12 +16,10 @@ While entries arrive, dump.json, stack.json and construct.json are also rewritte
 *finished* entries: at most once per ``max_delay`` seconds (default ``background.DEFAULT_MAX_DELAY``,
 1 s: the legacy writer's backlog bound) and never sooner than ``REWRITE_COST_FACTOR`` (10) times the
 last rewrite's duration after it (less the encoding of new entries, done once per entry anyway), so a
-huge dump spends at most ~10 % of the time rewriting. An entry
-is finished when every ``.pt`` file queued before it was added is on disk; an unfinished one is left
-out (or kept at its last finished version), so dump.json never names a file not yet written. With a
-writer thread the rewrite is one of its jobs; without one (no tensors) it runs at the ``add_entry``
-that finds it due. A SIGKILL therefore loses at most the entries of about the last
-``2 * max_delay`` seconds (plus the last rewrite's duration when it is long).
+huge dump spends at most ~10 % of the time rewriting; only finished entries are shown (``entries.py``:
+dump.json never names a file not yet written). With a writer thread the rewrite is one of its jobs;
+without one (no tensors) it runs at the ``add_entry`` that finds it due. A SIGKILL therefore loses at most
+the entries of about the last ``2 * max_delay`` seconds (plus the last rewrite's duration when it is long).
 
 A full disk (or any write error) stops the dump with the JSON files complete: ``.ptdbg.reserve``
 (``reserve.py``) holds back the space the next rewrite needs, grown to cover every entry before a later
@@ -40,7 +34,6 @@ nothing is written meanwhile, so nothing is glued.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -48,27 +41,19 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
 from ptdbg_ascend.errors import DumpWriteError
+from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, PT_SUFFIX, STACK_FILE, tensor_dir
 from ptdbg_ascend.msprobe.leaves import deferred_reductions, fill_statistics, msprobe_reduced
 from ptdbg_ascend.sinks import background as background_module
 from ptdbg_ascend.sinks.background import BackgroundWriter
-from ptdbg_ascend.sinks.msprobe.json_text import document_text, encode_missing, member_text, members_object, object_text
+from ptdbg_ascend.sinks.msprobe.entries import StepEntries
+from ptdbg_ascend.sinks.msprobe.json_text import member_text
+from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
 from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
 from ptdbg_ascend.fs.writes import own_dir, own_dirs, remove_quietly, replace_file, write_all
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
-TENSOR_DIR = "dump_tensor_data"
 # Deferred statistics read back at once when this many wait (a bound on device memory between rewrites).
 MAX_PENDING_STATISTICS = 65536
-DUMP_FILE = "dump.json"
-STACK_FILE = "stack.json"
-CONSTRUCT_FILE = "construct.json"
-
-
-def step_rank_dir(dump_path: str, step: int, rank: Optional[int]) -> str:
-    """``{dump_path}/step{step}/rank{rank}``; ``rank`` None (no torch.distributed) gives plain ``rank``."""
-    return os.path.join(dump_path, "step{}".format(step), "rank" if rank is None else "rank{}".format(rank))
-
-
 # A periodic rewrite waits at least this many times the last one's duration after it: rewriting a
 # dump.json of n entries is O(n), so on a huge dump the rewrites take at most ~1/(1 + factor) of the time.
 REWRITE_COST_FACTOR = 10
@@ -100,32 +85,21 @@ class MsprobeJsonWriter(object):
         self.task = task
         self.level = level
         self.saves_tensors = saves_tensors
-        self.tensor_dir = os.path.join(directory, TENSOR_DIR)
+        self.tensor_dir = tensor_dir(directory)
         self._background = background
         self._flush_every = flush_every
         self._max_delay = background_module.DEFAULT_MAX_DELAY if max_delay is None else max_delay
-        self._data = {}  # type: Dict[str, Any]
-        self._stack = {}  # type: Dict[str, List[str]]
-        self._construct = {}  # type: Dict[str, Optional[str]]
-        # Member texts, each encoded once however often a file is rewritten (pure-Python indent=1
-        # encoding is slow); dump.json's hold finished versions only.
-        self._encoded = {}  # type: Dict[str, str]
-        self._stack_encoded = {}  # type: Dict[str, str]
-        self._construct_encoded = {}  # type: Dict[str, str]
+        self._entries = StepEntries()
         self._unflushed = 0
         self._made_dirs = False
         self._rank_dir = RankDirectoryClaim()  # step/rank directories and their lock
         self._lock = threading.Lock()  # backward hooks may run on autograd's threads
         # Which entries are finished. ``.pt`` jobs are numbered as queued (``_queued``, under
         # ``_submit_lock`` so numbers follow the queue's order); the writer thread runs them in order, so
-        # ``_written`` (the number of the last one written) says that all before it are on disk. An entry
-        # that may still wait for a file is in ``_ready_at`` (name -> ``_queued`` when it last changed);
-        # ``_previous`` keeps the member text of the finished version of an entry extended since.
+        # ``_written`` (the number of the last one written) says that all before it are on disk.
         self._submit_lock = threading.Lock()
         self._queued = 0
         self._written = 0
-        self._ready_at = {}  # type: Dict[str, int]
-        self._previous = {}  # type: Dict[str, str]
         # A full disk (module docstring): the reserve, the first write error's message (None while all is
         # well; set, nothing more is written), whether the training thread has raised it yet, and the
         # data_names queued since the last add_entry (an entry still being built: its files are removed
@@ -144,12 +118,10 @@ class MsprobeJsonWriter(object):
         self.rewrites = 0
         self.rewrite_seconds = 0.0
         # Statistics of tensors off the CPU, read back in batches (dump/statistics.DeviceStatisticsBatch)
-        # when the files are rewritten: leaves deferred since the last add_entry (``_new_deferred``), and
-        # per entry the leaves still waiting (such an entry is not finished: it is left out of dump.json,
-        # or shown at its last finished version, like one waiting for a .pt file).
+        # when the files are rewritten: leaves deferred since the last add_entry (an entry waiting for
+        # them is not finished).
         self.statistics_batch = DeviceStatisticsBatch()
         self._new_deferred = []  # type: List[Tuple[Dict[str, Any], Any]]
-        self._stat_waiting = {}  # type: Dict[str, List[Tuple[Dict[str, Any], Any]]]
 
     # -- adding ----------------------------------------------------------------------------------
     def add_entry(self, name: str, entry: Dict[str, Any]) -> None:
@@ -167,7 +139,7 @@ class MsprobeJsonWriter(object):
             try:
                 space.ensure(1, 1)  # the reserve covers this entry and its stack before it exists
             except OSError as error:
-                self._stop_after_error(_reserve_error_text(space, error))
+                self._stop_after_error(space.error_text(error))
             if self._failed is not None:
                 self._raise_failed()
         with self._lock:
@@ -178,19 +150,8 @@ class MsprobeJsonWriter(object):
                         self._unclaimed = []  # the files queued since the last entry: this entry names them
                 space.pending[ENTRY] += 1
                 queued = self._queued
-                waiting = queued > self._written
                 deferred, self._new_deferred = self._new_deferred, []
-                if deferred:
-                    self._stat_waiting.setdefault(name, []).extend(deferred)
-                if name in self._data:
-                    self._data[name].update(entry)
-                    old = self._encoded.pop(name, None)
-                    if (waiting or deferred) and old is not None:  # _encoded holds finished versions only
-                        self._previous[name] = old
-                else:
-                    self._data[name] = entry
-                if waiting:
-                    self._ready_at[name] = queued
+                self._entries.add(name, entry, queued if queued > self._written else None, deferred)
                 self._unflushed += 1
                 due = self._rewrite_due()
         if not added:
@@ -221,8 +182,7 @@ class MsprobeJsonWriter(object):
         if space.unmeasured[STACK]:
             space.measured(STACK, len(member_text(name, lines, 0)))
         with self._lock:
-            self._stack[name] = lines
-            self._stack_encoded.pop(name, None)
+            self._entries.add_stack(name, lines)
             space.pending[STACK] += 1
 
     def add_construct(self, name: str, parent: Optional[str]) -> None:
@@ -231,8 +191,7 @@ class MsprobeJsonWriter(object):
         if space.unmeasured[CONSTRUCT]:
             space.measured(CONSTRUCT, len(member_text(name, parent, 0)))
         with self._lock:
-            self._construct[name] = parent
-            self._construct_encoded.pop(name, None)
+            self._entries.add_construct(name, parent)
             space.pending[CONSTRUCT] += 1
 
     def save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
@@ -242,15 +201,10 @@ class MsprobeJsonWriter(object):
             return None
         if self._failed is not None:
             self._raise_failed()
-        import torch
-
         self._make_dirs()
-        data_name = stem + ".pt"
+        data_name = stem + PT_SUFFIX
         path = os.path.join(self.tensor_dir, data_name)
-        with torch.no_grad():
-            # clone(): the saved value is the one at call time, whatever the training loop does next.
-            copy = tensor.detach().clone(memory_format=torch.contiguous_format)
-        nbytes = copy.numel() * copy.element_size()
+        copy, nbytes = snapshot(tensor)
         with self._submit_lock:
             self._queued += 1
             number = self._queued
@@ -266,12 +220,12 @@ class MsprobeJsonWriter(object):
                     space.ensure()
                 except OSError as error:
                     self._stop_after_error("Cannot write the tensor file {}: {}".format(
-                        path, _reserve_error_text(space, error, capital=False)))
+                        path, space.error_text(error, capital=False)))
                     return
                 try:
-                    _save_pt(path, copy)  # a partial file is removed (safe_fs.replace_file)
+                    save_pt(path, copy)  # a partial file is removed (safe_fs.replace_file)
                 except Exception as error:  # noqa: BLE001 - disk full, I/O error, torch's own
-                    self._stop_after_error(_tensor_error_text(path, error))
+                    self._stop_after_error(tensor_error_text(path, error))
                     return
                 self._written = number
 
@@ -359,23 +313,9 @@ class MsprobeJsonWriter(object):
 
     def _texts_locked(self, with_others: bool) -> Tuple[List[Tuple[str, str]], float, int]:
         """(file name, text) of dump.json (and stack.json, construct.json) with the finished entries, the
-        seconds spent encoding new members and the number of entries shown (under ``_lock``). Counts what
-        the texts leave out for the reserve."""
-        space = self._space
-        data_text, encoding, shown = self._finished_data_text()
-        texts = [(DUMP_FILE, document_text(self.task, self.level, self.tensor_dir if self.saves_tensors else None,
-                                            data_text))]
-        # left out, or shown at a previous (shorter) version: still to come
-        space.pending[ENTRY] = len(self._data) - shown + len(self._previous)
-        if with_others:
-            for kind, name, items, encoded in ((STACK, STACK_FILE, self._stack, self._stack_encoded),
-                                               (CONSTRUCT, CONSTRUCT_FILE, self._construct, self._construct_encoded)):
-                seconds, longest = encode_missing(items, encoded, 0)
-                encoding += seconds
-                space.measured(kind, longest)
-                texts.append((name, object_text(items, encoded, 0)))
-                space.pending[kind] = 0
-        return texts, encoding, shown
+        seconds spent encoding new members and the number of entries shown (under ``_lock``)."""
+        return self._entries.texts((self.task, self.level, self.tensor_dir if self.saves_tensors else None),
+                                   self._written, with_others, self._space)
 
     def _write_texts(self, texts: List[Tuple[str, str]], shown: int, keep_reserve: bool) -> Optional[str]:
         """Write the files (dump.json shows ``shown`` entries); a failed write is tried again in the
@@ -396,12 +336,13 @@ class MsprobeJsonWriter(object):
             return str(error)
         self._entries_on_disk = shown
         sizes = dict(texts)
-        space.written(len(sizes[DUMP_FILE]), _length(sizes.get(STACK_FILE)), _length(sizes.get(CONSTRUCT_FILE)))
+        stack, construct = sizes.get(STACK_FILE), sizes.get(CONSTRUCT_FILE)
+        space.written(len(sizes[DUMP_FILE]), stack and len(stack), construct and len(construct))
         if keep_reserve:
             try:
                 space.ensure()
             except OSError as error:
-                return _reserve_error_text(space, error)
+                return space.error_text(error)
         return None
 
     # -- a write error ---------------------------------------------------------------------------
@@ -422,7 +363,7 @@ class MsprobeJsonWriter(object):
             except Exception:  # noqa: BLE001 - a device gone too: its entries stay unfinished, dropped below
                 pass
             with self._lock:
-                self._finished_data_text()  # takes the entries finished by now off the waiting lists
+                self._texts_locked(with_others=False)  # takes the entries finished by now off the waiting lists
                 orphans = self._drop_unfinished_locked()
                 texts, _, shown = self._texts_locked(with_others=True)  # every entry left is finished
             for data_name in orphans:
@@ -444,21 +385,7 @@ class MsprobeJsonWriter(object):
         built) named, whose files are to be removed (under ``_lock``)."""
         with self._submit_lock:
             orphans, self._unclaimed = self._unclaimed, []
-        for name in set(self._ready_at) | set(self._stat_waiting):
-            entry = self._data.get(name)
-            named = set(_data_names(entry))
-            previous = self._previous.pop(name, None)
-            if previous is None:
-                self._data.pop(name, None)
-                self._encoded.pop(name, None)
-                self._stack.pop(name, None)
-                self._stack_encoded.pop(name, None)
-            else:  # shown at its finished version from now on (its dict keeps the newer keys: never shown)
-                named -= set(_data_names(json.loads("{" + previous + "}")))
-                self._encoded[name] = previous
-            orphans.extend(sorted(named))
-        self._ready_at.clear()
-        self._stat_waiting.clear()
+        orphans.extend(self._entries.drop_unfinished())
         self._new_deferred = []  # leaves of an entry still being built: it is never added
         return orphans
 
@@ -489,45 +416,6 @@ class MsprobeJsonWriter(object):
             self._failed = None
             self._reported = False
 
-    def _finished_data_text(self) -> Tuple[str, float, int]:
-        """dump.json's ``data`` object of the finished entries (under ``_lock``): an entry waiting for a
-        file is left out, or shown at its last finished version. Also returns the seconds spent encoding
-        entries not encoded before, and the number of entries shown."""
-        ready_at = self._ready_at
-        stat_waiting = self._stat_waiting
-        if stat_waiting:
-            for name in [name for name, items in stat_waiting.items() if all(p.values is None for _, p in items)]:
-                for leaf, pending in stat_waiting.pop(name):
-                    fill_statistics(leaf, list(pending))
-                if name not in ready_at:
-                    self._previous.pop(name, None)
-        if ready_at:
-            written = self._written
-            for name in [name for name, number in ready_at.items() if number <= written]:
-                del ready_at[name]
-                if name not in stat_waiting:
-                    self._previous.pop(name, None)
-        encoded = self._encoded
-        previous = self._previous
-        members = []
-        encoding = 0.0
-        longest = 0
-        for name, entry in self._data.items():
-            if name in ready_at or name in stat_waiting:
-                text = previous.get(name)
-                if text is None:
-                    continue
-            else:
-                text = encoded.get(name)
-                if text is None:
-                    before = time.perf_counter()
-                    text = encoded[name] = member_text(name, entry, 1)
-                    encoding += time.perf_counter() - before
-                    longest = max(longest, len(text))
-            members.append(text)
-        self._space.measured(ENTRY, longest)
-        return members_object(members, 1), encoding, len(members)
-
     def _make_dirs(self) -> None:
         if self._made_dirs:
             return
@@ -551,56 +439,6 @@ class MsprobeJsonWriter(object):
         """Remove the reserve and give the lock back (stop(), exit). Idempotent."""
         self._space.release()
         self._rank_dir.release()
-
-
-def _save_pt(path: str, tensor: Any) -> None:
-    import torch
-
-    def write(descriptor: int) -> None:
-        with os.fdopen(os.dup(descriptor), "wb") as handle:
-            torch.save(tensor, handle)
-
-    replace_file(path, write, "the tensor file")
-
-
-def _tensor_error_text(path: str, error: BaseException) -> str:
-    """"Cannot write the tensor file {path}: {the OS error}". torch.save may turn the OS error (disk
-    full) into a RuntimeError of its own ("unexpected pos ..."): the OS error it came from is named."""
-    if isinstance(error, DumpWriteError):  # safe_fs.replace_file's: "Cannot write the tensor file {path}: ..."
-        return str(error)
-    cause = error  # type: Optional[BaseException]
-    for _ in range(8):  # the chain torch left: __context__/__cause__
-        if cause is None or (isinstance(cause, OSError) and cause.errno is not None):
-            break
-        cause = cause.__cause__ or cause.__context__
-    if isinstance(cause, OSError) and cause.errno is not None:
-        return "Cannot write the tensor file {}: {}".format(path, cause)
-    return "Cannot write the tensor file {}: {}: {}".format(path, type(error).__name__, error)
-
-
-def _reserve_error_text(space: JsonReserve, error: OSError, capital: bool = True) -> str:
-    return "{}annot keep {} bytes free for the dump's JSON files (held in {}): {}".format(
-        "C" if capital else "c", space.needed(), space.path, error)
-
-
-def _data_names(value: Any) -> List[str]:
-    """Every ``data_name`` in an entry (nested dicts and lists)."""
-    names = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            name = item.get("data_name")
-            if isinstance(name, str):
-                names.append(name)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return names
-
-
-def _length(text: Optional[str]) -> Optional[int]:
-    return None if text is None else len(text)
 
 
 def _write_atomic(path: str, text: str) -> None:

@@ -117,6 +117,12 @@ class JsonReserve(object):
                 raise
             self.size = target
 
+    def error_text(self, error: OSError, capital: bool = True) -> str:
+        """Why the reserve could not grow: "Cannot keep N bytes free for the dump's JSON files (held in P): E"
+        (``capital`` False: "cannot ...", inside another message)."""
+        return "{}annot keep {} bytes free for the dump's JSON files (held in {}): {}".format(
+            "C" if capital else "c", self.needed(), self.path, error)
+
     def release(self) -> None:
         """Remove the file: its space is free for the rewrite that needs it. Idempotent; a later
         :meth:`ensure` creates it again."""

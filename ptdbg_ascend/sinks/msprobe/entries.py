@@ -1,0 +1,147 @@
+"""The entries of one ``step{N}/rank{R}`` directory, and which of them are finished.
+
+An entry is finished when every ``.pt`` file queued before it was added is on disk and every statistic it
+defers (``dump/statistics.DeviceStatisticsBatch``) is read back; an unfinished one is left out of dump.json,
+or shown at its last finished version, so dump.json never names a file not yet written. Member texts are
+encoded once each however often a file is rewritten (pure-Python ``indent=1`` encoding is slow).
+
+Not thread-safe: the writer (``json_writer.MsprobeJsonWriter``) calls every method under its lock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, STACK_FILE
+from ptdbg_ascend.msprobe.leaves import fill_statistics
+from ptdbg_ascend.sinks.msprobe.json_text import document_text, encode_missing, member_text, members_object, object_text
+from ptdbg_ascend.sinks.msprobe.pt_files import data_names
+from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
+
+
+class StepEntries(object):
+    """dump.json's entries, stack.json's lines and construct.json's links of one directory."""
+
+    def __init__(self) -> None:
+        self.data = {}  # type: Dict[str, Any]
+        self.stack = {}  # type: Dict[str, List[str]]
+        self.construct = {}  # type: Dict[str, Optional[str]]
+        # Member texts; dump.json's hold finished versions only.
+        self.encoded = {}  # type: Dict[str, str]
+        self.stack_encoded = {}  # type: Dict[str, str]
+        self.construct_encoded = {}  # type: Dict[str, str]
+        # An entry that may still wait for a file is in ``ready_at`` (name -> the number of the last ``.pt``
+        # job queued when it last changed); ``previous`` keeps the member text of the finished version of
+        # an entry extended since; ``stat_waiting``: per entry the leaves whose statistics are still on
+        # the device (with their pending reads).
+        self.ready_at = {}  # type: Dict[str, int]
+        self.previous = {}  # type: Dict[str, str]
+        self.stat_waiting = {}  # type: Dict[str, List[Tuple[Dict[str, Any], Any]]]
+
+    def add(self, name: str, entry: Dict[str, Any], waits_for: Optional[int],
+            deferred: List[Tuple[Dict[str, Any], Any]]) -> None:
+        """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``.
+        ``waits_for``: the number of the last ``.pt`` job queued, when it is not written yet (None: all
+        are); ``deferred``: its leaves whose statistics are still on the device."""
+        if deferred:
+            self.stat_waiting.setdefault(name, []).extend(deferred)
+        if name in self.data:
+            self.data[name].update(entry)
+            old = self.encoded.pop(name, None)
+            if (waits_for is not None or deferred) and old is not None:  # encoded holds finished versions only
+                self.previous[name] = old
+        else:
+            self.data[name] = entry
+        if waits_for is not None:
+            self.ready_at[name] = waits_for
+
+    def add_stack(self, name: str, lines: List[str]) -> None:
+        self.stack[name] = lines
+        self.stack_encoded.pop(name, None)
+
+    def add_construct(self, name: str, parent: Optional[str]) -> None:
+        self.construct[name] = parent
+        self.construct_encoded.pop(name, None)
+
+    def texts(self, head: Tuple[str, str, Optional[str]], written: int, with_others: bool,
+              space: JsonReserve) -> Tuple[List[Tuple[str, str]], float, int]:
+        """(file name, text) of dump.json (and, ``with_others``, stack.json and construct.json) with the
+        finished entries (:meth:`finished_text`), the seconds spent encoding new members and the number
+        of entries shown. ``head``: dump.json's ``(task, level, dump_data_dir)``. Counts what the texts
+        leave out, and the longest members, for the reserve ``space``."""
+        data_text, encoding, shown, longest = self.finished_text(written)
+        space.measured(ENTRY, longest)
+        texts = [(DUMP_FILE, document_text(head[0], head[1], head[2], data_text))]
+        # left out, or shown at a previous (shorter) version: still to come
+        space.pending[ENTRY] = len(self.data) - shown + len(self.previous)
+        if with_others:
+            for kind, name, items, encoded in ((STACK, STACK_FILE, self.stack, self.stack_encoded),
+                                               (CONSTRUCT, CONSTRUCT_FILE, self.construct, self.construct_encoded)):
+                seconds, longest = encode_missing(items, encoded, 0)
+                encoding += seconds
+                space.measured(kind, longest)
+                texts.append((name, object_text(items, encoded, 0)))
+                space.pending[kind] = 0
+        return texts, encoding, shown
+
+    def finished_text(self, written: int) -> Tuple[str, float, int, int]:
+        """dump.json's ``data`` object of the finished entries (``written``: the number of the last ``.pt``
+        job on disk): an entry waiting for a file is left out, or shown at its last finished version. Also
+        returns the seconds spent encoding entries not encoded before, the number of entries shown and the
+        length of the longest member encoded now."""
+        ready_at = self.ready_at
+        stat_waiting = self.stat_waiting
+        if stat_waiting:
+            for name in [name for name, items in stat_waiting.items() if all(p.values is None for _, p in items)]:
+                for leaf, pending in stat_waiting.pop(name):
+                    fill_statistics(leaf, list(pending))
+                if name not in ready_at:
+                    self.previous.pop(name, None)
+        if ready_at:
+            for name in [name for name, number in ready_at.items() if number <= written]:
+                del ready_at[name]
+                if name not in stat_waiting:
+                    self.previous.pop(name, None)
+        encoded = self.encoded
+        previous = self.previous
+        members = []
+        encoding = 0.0
+        longest = 0
+        for name, entry in self.data.items():
+            if name in ready_at or name in stat_waiting:
+                text = previous.get(name)
+                if text is None:
+                    continue
+            else:
+                text = encoded.get(name)
+                if text is None:
+                    before = time.perf_counter()
+                    text = encoded[name] = member_text(name, entry, 1)
+                    encoding += time.perf_counter() - before
+                    longest = max(longest, len(text))
+            members.append(text)
+        return members_object(members, 1), encoding, len(members), longest
+
+    def drop_unfinished(self) -> List[str]:
+        """Forget the entries still waiting (for a file or for statistics): back to their last finished
+        version, or gone with their stack. Returns the data_names only they named, whose files are to be
+        removed."""
+        orphans = []  # type: List[str]
+        for name in set(self.ready_at) | set(self.stat_waiting):
+            entry = self.data.get(name)
+            named = set(data_names(entry))
+            previous = self.previous.pop(name, None)
+            if previous is None:
+                self.data.pop(name, None)
+                self.encoded.pop(name, None)
+                self.stack.pop(name, None)
+                self.stack_encoded.pop(name, None)
+            else:  # shown at its finished version from now on (its dict keeps the newer keys: never shown)
+                named -= set(data_names(json.loads("{" + previous + "}")))
+                self.encoded[name] = previous
+            orphans.extend(sorted(named))
+        self.ready_at.clear()
+        self.stat_waiting.clear()
+        return orphans
