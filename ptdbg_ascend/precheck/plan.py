@@ -139,7 +139,7 @@ class UtPlan:
     base_dir: str
     result_csv_path: Optional[str]
     error_data_path: Optional[str]
-    compare_report: Optional[CompareReport] = None  # the compare to link failures to (compare_csv)
+    compare_report: Optional[CompareReport] = None  # the compare the failures link to (compare_csv)
     memory_budget: int = 0  # bytes one call may take (plan_run sets it; 0 only in hand-made plans: the default)
     identity: Optional[ut_identity.RunIdentity] = None
 
@@ -159,8 +159,8 @@ def plan_run(api_info: str, out_path: str = ".", save_error_data: bool = False, 
              dumped_outputs: bool = False, device: str = "cpu", compare_csv: Optional[Any] = None,
              writes_csv: bool = True, memory_budget: Optional[Any] = None, data_dir: Optional[str] = None,
              processes: int = 1) -> UtPlan:
-    """Check the options of :func:`ptdbg_ascend.precheck.run_ut.run_ut` (same meanings and errors) and open the dump; nothing is
-    written but ``out_path`` (created). A ``result_csv_path`` must be a regular file of the same dump
+    """Check the options of :func:`ptdbg_ascend.precheck.run_ut.run_ut` (same meanings and errors) and open
+    the dump; nothing is written but ``out_path`` (created). A ``result_csv_path`` must be a regular file of the same dump
     (``ut_identity``). ``writes_csv=False`` (a torchrun rank other than 0, which writes no CSV):
     ``result_csv_path`` is not read and ``out_path`` is created only for save_error_data.
     ``processes`` (default 1): how many processes run calls at once on this machine, sharing the default

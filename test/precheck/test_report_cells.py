@@ -202,4 +202,5 @@ def test_compare_link_column_rewrite_keeps_hostile_cells_quoted_once(hostile_dum
             ("Functional.relu.0", "", "failing: error: -1"), ("'=x", "'-1+2", "'-2+3")]
     resume()
     assert col.LINK_COLUMN not in read_rows(outcome.result_csv)[0]
-    assert [(row[col.RESULT_API_NAME], row[col.MESSAGE]) for row in read_rows(outcome.result_csv)][1] == ("'=x", "'-1+2")
+    rows = read_rows(outcome.result_csv)
+    assert [(row[col.RESULT_API_NAME], row[col.MESSAGE]) for row in rows][1] == ("'=x", "'-1+2")
