@@ -61,8 +61,12 @@ def __getattr__(name):  # PEP 562: load the msprobe-style front-end only when it
         from ptdbg_ascend.debugger import PrecisionDebugger
 
         return PrecisionDebugger
-    if name in ("CompareOutcome", "Finding", "Counts"):  # compare's result types (for annotations)
+    if name in ("CompareOutcome", "Counts"):  # compare's result types (for annotations)
         from ptdbg_ascend.comparison import outcome
 
         return getattr(outcome, name)
+    if name == "Finding":  # the advisor's answer, in compare's result
+        from ptdbg_ascend.formats.finding import Finding
+
+        return Finding
     raise AttributeError("module 'ptdbg_ascend' has no attribute {!r}".format(name))

@@ -1,6 +1,10 @@
 """The advisor: name the first failing API after alignment, tell cause from propagation from the
 (pre-call) inputs, give the user's own code line, the first dtype mismatch and the one-sided calls
-before the failure, and advice that fits the finding. Says so plainly when too little was compared."""
+before the failure, and advice that fits the finding. Says so plainly when too little was compared.
+
+Its answer is written twice: as prose (``advisor_{tail}.txt``, for people) and, when a row failed, as
+the versioned finding file beside it (``compare_finding_{tail}.json``, :mod:`ptdbg_ascend.formats.finding`)
+that a later run reads (``run_ut``'s compare link)."""
 
 from __future__ import annotations
 
@@ -9,17 +13,19 @@ import os
 from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from ptdbg_ascend.comparison.outcome import Counts, Finding
+from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, user_line
 from ptdbg_ascend.comparison.reports import open_new
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
+from ptdbg_ascend.formats import finding as finding_file
+from ptdbg_ascend.formats.finding import CAUSE, INPUT, PROPAGATION, Finding
 from ptdbg_ascend.formats.naming import api_of, split_call_name
 from ptdbg_ascend.log import logger
 
 FP16_MAX = 65504.0
 ALL_REACHED = "All data in comparison result meets the accuracy requirements."
-CAUSE, PROPAGATION, INPUT = "cause", "propagation", "input"
+ADVISOR_STEM = "advisor_"  # + tail: the prose report's stem (compare passes "advisor_" + its tail)
 # APIs whose CPU/GPU/NPU kernels may be non-deterministic (atomics, algorithm choice): only for these,
 # and only for a small error, is seed_all(mode=True) worth suggesting.
 UNCERTAIN_APIS = ("conv1d", "conv2d", "conv3d", "conv_transpose", "matmul", "bmm", "addmm", "linear", "nll_loss",
@@ -34,12 +40,14 @@ AMPLIFICATION = 10.0
 
 class Advice(NamedTuple):
     """``line`` is the CSV line (header = line 1), "NA" when no row failed. ``body`` holds the lines
-    after the three legacy ones (Line / Suspect Nodes / Expert Advice)."""
+    after the three legacy ones (Line / Suspect Nodes / Expert Advice). ``finding``: the same answer as
+    data (None, the default: no row failed), written beside the prose by :func:`write_advice`."""
 
     line: str
     suspect: str
     advice: str
     body: Tuple[str, ...] = ()
+    finding: Optional[Finding] = None
 
     def text(self) -> str:
         head = "Line: {}\nSuspect Nodes: {}\nExpert Advice: {}\n".format(self.line, self.suspect, self.advice)
@@ -226,7 +234,7 @@ def diagnose(rows: Sequence[CompareRow], counts: Counts, failing: Optional[int])
     if insufficient is not None:
         body.append(insufficient)
     body.append(_tally(counts))
-    return Advice(str(finding.line), finding.record, advice, tuple(body)), finding
+    return Advice(str(finding.line), finding.record, advice, tuple(body), finding), finding
 
 
 _KIND_TEXT = {
@@ -355,12 +363,21 @@ def _identical(row: CompareRow) -> bool:
 
 
 def write_advice(advice: Advice, output_path: str, stem: str) -> str:
-    """Log the advice and write it to ``{output_path}/{stem}.txt`` (0640); returns the path."""
+    """Log the advice and write it to ``{output_path}/{stem}.txt`` (0640); returns the path. ``stem`` is
+    ``advisor_{tail}``: the finding, when a row failed, goes to ``compare_finding_{tail}.json`` beside it
+    (0640); without a finding a same-named JSON left there is removed (it would name a stale suspect)."""
     logger.info("The summary of the expert advice is as follows: ")
     for line in advice.text().splitlines():
         logger.info(line)
     path = os.path.join(output_path, stem + ".txt")
     with open_new(path) as handle:
         handle.write(advice.text())
+    tail = stem[len(ADVISOR_STEM):] if stem.startswith(ADVISOR_STEM) else stem
+    finding_path = os.path.join(output_path, finding_file.file_name(tail))
+    if advice.finding is not None:
+        with open_new(finding_path) as handle:
+            handle.write(finding_file.encode(advice.finding))
+    elif os.path.lexists(finding_path):
+        os.remove(finding_path)
     logger.info("The advisor summary is saved in: {}".format(path))
     return path

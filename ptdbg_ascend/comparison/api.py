@@ -9,7 +9,8 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 from ptdbg_ascend.comparison.distributed import compare_distributed
 from ptdbg_ascend.comparison.inputs import check_options, parse_input_param
-from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts, Finding
+from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts
+from ptdbg_ascend.formats.finding import Finding
 from ptdbg_ascend.comparison.run import compare_dumps
 
 __all__ = ["compare", "compare_distributed", "CompareOutcome", "Counts", "Finding"]

@@ -1,6 +1,6 @@
 """What ``compare`` returns: a :class:`CompareOutcome` that answers ``bool()`` (did every compared tensor
 reach the accuracy, and could enough be compared?), prints a one-line summary, and carries the advisor's
-:class:`Finding` and the row :class:`Counts`."""
+:class:`~ptdbg_ascend.formats.finding.Finding` and the row :class:`Counts`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 from ptdbg_ascend.comparison.dump_state import ENDED, RUNNING, TornDump
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.verdicts import NOT_COMPARED, WARNING
+from ptdbg_ascend.formats.finding import Finding
 
 # Below this share of the paired tensors actually compared, a comparison proves nothing.
 MIN_COMPARED_SHARE = 0.5
@@ -45,28 +46,6 @@ class Counts(NamedTuple):
     def enough_compared(self) -> bool:
         """At least one tensor compared, and at least half of the paired ones."""
         return self.compared > 0 and self.compared >= MIN_COMPARED_SHARE * self.paired
-
-
-class Finding(NamedTuple):
-    """The advisor's answer for the first failing row.
-
-    ``record``/``line``: the first failing row (NPU record name, CSV line). ``kind``: "cause" (the call's
-    inputs still match, its output does not), "propagation" (the failing tensor is an input that already
-    differs, or it is the consequence of an earlier lower-precision call), or "input" (an input that
-    differs and that no dumped API produced: data, weights, an API that is not dumped). ``call``/``api``:
-    the suspect call (for a propagation, where the difference was traced to) and its API without counter
-    and direction. ``user_line``: ``file:line  code`` of the user's own code that called it.
-    ``dtype_mismatch``: the first call before the failure whose float precision differs between the runs.
-    ``one_sided``: calls before the failure present in one run only (casts, extra calls)."""
-
-    record: str
-    line: int
-    kind: str
-    call: str
-    api: str
-    user_line: Optional[str]
-    dtype_mismatch: Optional[str]
-    one_sided: Tuple[str, ...]
 
 
 class CompareOutcome(NamedTuple):

@@ -55,6 +55,8 @@ RESULT_API_NAME = "API name"
 FORWARD_SUCCESS = "Forward Test Success"
 BACKWARD_SUCCESS = "Backward Test Success"
 RESULT_COLUMNS: List[str] = [RESULT_API_NAME, FORWARD_SUCCESS, BACKWARD_SUCCESS, MESSAGE]
+# beyond 1.0.4: appended after its four when run_ut links its failures to a compare (compare_link)
+LINK_COLUMN = "Compare Link"
 
 # --- api_precision_compare_{result,details}_{ts}.csv -------------------------------------------------
 SMALL_VALUE_ERR_RATIO_RATIO = "小值域错误比值"
@@ -119,4 +121,16 @@ def aggregate_status(statuses: Sequence[str]) -> str:
         return ERROR
     if WARNING in statuses:
         return WARNING
+    return PASS
+
+
+def overall_status(forward: str, backward: str) -> str:
+    """One status per API (the run_ut summary's counts): SKIP when nothing was compared, else the worse
+    of its Forward and Backward Test Success."""
+    statuses = [s for s in (forward, backward) if s not in (SPACE, "", SKIP)]
+    if not statuses:
+        return SKIP
+    for status in (ERROR, WARNING):
+        if status in statuses:
+            return status
     return PASS

@@ -19,8 +19,13 @@ and where the call stands relative to the compare advisor's suspect: it *is* the
 it (it ran before the suspect in the dump order: a candidate for the root cause) or it *follows* it (the
 run already differed before it ran). The suspect (the advisor traces propagations back through the
 records, which the CSV does not hold) comes from the ``CompareOutcome`` that ``compare()`` returned or
-from the ``advisor_{ts}.txt`` the same compare wrote beside its CSV; without either, the position is
-given relative to the compare's first failing row instead, and says so.
+from the finding file ``compare_finding_{ts}.json`` the same compare wrote beside its CSV
+(:mod:`ptdbg_ascend.formats.finding`: format and version checked); without either, the position is
+given relative to the compare's first failing row instead, and says so. A compare written before the
+finding file existed (an ``advisor_{ts}.txt`` beside failing rows, no JSON) is linked that way too,
+with a warning saying to re-run compare.
+
+The link of each failing API is a ``Compare Link`` cell written with its result row (``results``).
 
 Row names: the legacy names our compare writes (``Functional_gelu_0_forward_output``,
 ``Tensor___add___1_forward_input.0``) and msprobe's dotted names (``Functional.gelu.0.forward.output.0``).
@@ -37,26 +42,23 @@ from __future__ import annotations
 import csv
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend import csv_cells
+from ptdbg_ascend import csv_cells, jsonfile
 from ptdbg_ascend.comparison.columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
 from ptdbg_ascend.errors import FileFormatError, ParameterError
+from ptdbg_ascend.formats import finding as finding_file
 from ptdbg_ascend.formats.naming import ut_api_of_call, ut_api_of_record
+from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck import columns as col
-from ptdbg_ascend.precheck import ut_files
 
-# the column appended to accuracy_checking_result_{ts}.csv, after 1.0.4's four
-LINK_COLUMN = "Compare Link"
 FAILING, PASSING, NOT_JUDGED, ABSENT = "failing", "passing", "not judged", "absent"
 IS_SUSPECT, PRECEDES, FOLLOWS = "is", "precedes", "follows"
 SUSPECT, FIRST_FAILURE = "the advisor's suspect", "the compare's first failing call"
 PASSING_TEXT = "inaccurate in isolation, but within tolerance in this run"
 
 COMPARE_STEM, ADVISOR_STEM = "compare_result_", "advisor_"
-_SUSPECT_LINE = re.compile(r"^Suspect API: (?P<call>\S+)", re.MULTILINE)
 _ALLOWED = ("a compare_result_{timestamp}.csv written by compare() / ptdbg compare of the same run (its NPU side "
             "is the dump run_ut checks), or the CompareOutcome compare() returned")
 
@@ -181,36 +183,53 @@ def _read_rows(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
     return header, rows
 
 
-def advisor_path_of(csv_path: str) -> Optional[str]:
-    """The ``advisor_{tail}.txt`` compare wrote beside ``compare_result_{tail}.csv``; None when the file
-    is not named so or has no advisor file beside it (``auto_analyze=False``)."""
+def _tail_of(csv_path: str) -> Optional[str]:
+    """``{tail}`` of ``compare_result_{tail}.csv``; None for a file not named so."""
     name = os.path.basename(csv_path)
     if not (name.startswith(COMPARE_STEM) and name.endswith(".csv")):
         return None
-    path = os.path.join(os.path.dirname(csv_path), ADVISOR_STEM + name[len(COMPARE_STEM):-len(".csv")] + ".txt")
-    return path if os.path.isfile(path) else None
+    return name[len(COMPARE_STEM):-len(".csv")]
 
 
-def _suspect_from_advisor(path: Optional[str]) -> Optional[str]:
-    if path is None:
+def finding_path_of(csv_path: str) -> Optional[str]:
+    """The finding file ``compare_finding_{tail}.json`` compare wrote beside ``compare_result_{tail}.csv``;
+    None when the CSV is not named so or has no finding beside it (nothing failed, ``auto_analyze=False``,
+    the CSV was copied alone, or an older compare)."""
+    tail = _tail_of(csv_path)
+    if tail is None:
         return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            match = _SUSPECT_LINE.search(handle.read())
-    except (OSError, UnicodeDecodeError):
-        return None  # the CSV alone still links states; the position then uses the first failing row
-    return match.group("call") if match else None
+    path = os.path.join(os.path.dirname(csv_path), finding_file.file_name(tail))
+    return path if os.path.lexists(path) else None
+
+
+def read_finding(path: str) -> finding_file.Finding:
+    """The compare finding stored in ``path``; FileFormatError naming it when it is not JSON or not a
+    finding of this format and version (``formats.finding.decode``)."""
+    return finding_file.decode(jsonfile.load_json(path, "compare finding", duplicates=jsonfile.ERROR), path)
+
+
+def _warn_without_finding(csv_path: str) -> None:
+    """A compare CSV with failing rows and its advisor prose but no finding file: written by a version that
+    did not write the finding yet. Its prose is not parsed: the position is given to the first failing row."""
+    tail = _tail_of(csv_path)
+    if tail is not None and os.path.isfile(os.path.join(os.path.dirname(csv_path), ADVISOR_STEM + tail + ".txt")):
+        logger.warning("{} has an advisor report but no {} beside it (written before compare recorded its finding "
+                       "as a file): each failing API is placed relative to the compare's first failing call, not "
+                       "the advisor's suspect. Re-run compare to link to the suspect.".format(
+                           csv_path, finding_file.file_name(tail)))
 
 
 def read_compare(compare: Any) -> CompareReport:
     """Read a compare report for linking: ``compare`` is the path (str or PathLike) of a
     ``compare_result_{ts}.csv`` or the ``CompareOutcome`` ``compare()`` returned (its ``csv_path`` and
-    ``finding``). For a path, the suspect is read from the ``advisor_{ts}.txt`` beside the CSV when it is
-    there (default behaviour; without it the anchor is the first failing row).
+    ``finding``). For a path, the suspect is read from the finding file ``compare_finding_{ts}.json``
+    beside the CSV when it is there (without it the anchor is the first failing row).
 
     Raises ParameterError naming ``compare_csv`` for anything else (a missing file, an xlsx), and
-    FileFormatError naming the file when it is not a compare CSV."""
+    FileFormatError naming the file when it is not a compare CSV, or when its finding file is not a
+    finding of this format and version."""
     suspect: Optional[str] = None
+    finding_missing = False
     if isinstance(compare, os.PathLike):
         compare = os.fspath(compare)
     if isinstance(compare, str):
@@ -218,7 +237,10 @@ def read_compare(compare: Any) -> CompareReport:
         if not path.endswith(".csv") or not os.path.isfile(path):
             raise ParameterError("compare_csv", compare, _ALLOWED, "Pass the .csv (not the .xlsx) of the compare."
                                  if path.endswith(".xlsx") else None)
-        suspect = _suspect_from_advisor(advisor_path_of(path))
+        finding_path = finding_path_of(path)
+        if finding_path is not None:
+            suspect = read_finding(finding_path).call
+        finding_missing = finding_path is None
     elif isinstance(getattr(compare, "csv_path", None), str) and hasattr(compare, "finding"):
         path = compare.csv_path
         if not os.path.isfile(path):
@@ -244,6 +266,8 @@ def read_compare(compare: Any) -> CompareReport:
         anchor, name = ut_api_of_call(suspect), suspect
     elif first_fail is not None:
         anchor, kind, name = (first_fail.call, first_fail.direction), FIRST_FAILURE, first_fail.name
+        if finding_missing:
+            _warn_without_finding(path)
     order = -1
     if anchor is not None:
         orders = [r.order for r in rows.get(anchor[0], []) if r.direction == anchor[1]]
@@ -284,53 +308,12 @@ def _position(api: str, directions: Sequence[str], rows: Sequence[CompareRowVerd
     return PRECEDES if min(r.order for r in rows) < report.anchor_order else FOLLOWS
 
 
-def link_outcome(outcome: Any, compare: Any) -> CompareReport:
-    """Link every failure of a ``RunUtOutcome`` (sets ``failure.link`` and ``outcome.compare``) and
-    append the Compare Link column to its result CSV (rewritten atomically; passing and SKIP APIs get an
-    empty cell). ``compare``: a path, a CompareOutcome, or a CompareReport already read."""
-    report = compare if isinstance(compare, CompareReport) else read_compare(compare)
-    for failure in outcome.failures:
-        failure.link = link(failure.name, failure.forward, failure.backward, report)
-    outcome.compare = report
-    write_link_column(outcome.result_csv, {f.name: f.link.cell() for f in outcome.failures})
-    return report
-
-
-# --- the result CSV column -------------------------------------------------------------------------------
-
-def _read_result(path: str) -> List[List[str]]:
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as handle:
-            return [csv_cells.restore_row(row) for row in csv.reader(handle)]
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
-
-
-def write_link_column(result_csv: str, cells: Dict[str, str]) -> None:
-    """Rewrite ``result_csv`` with LINK_COLUMN after 1.0.4's columns: ``cells[API name]``, else empty."""
-    rows = [row for row in _read_result(result_csv) if row]
-    width = len(col.RESULT_COLUMNS)
-    if not rows or rows[0][:width] != col.RESULT_COLUMNS:
-        raise FileFormatError("{} does not start with the run_ut header line.".format(result_csv))
-    ut_files.rewrite_csv(result_csv, col.RESULT_COLUMNS + [LINK_COLUMN],
-                         [row[:width] + [cells.get(row[0], "")] for row in rows[1:]])
-
-
-def drop_link_column(result_csv: str) -> bool:
-    """Before a resume: a result CSV with the Compare Link column (a finished, linked run) is rewritten
-    without it, so the resumed run appends 1.0.4's four cells per API (the column is derived: a run given
-    ``compare_csv`` writes it again at its end). Returns whether the file was rewritten; any other file is
-    left to the resume checks."""
-    if not isinstance(result_csv, str) or not os.path.isfile(result_csv):
-        return False
-    try:
-        rows = [row for row in _read_result(result_csv) if row]
-    except FileFormatError:
-        return False
-    if not rows or rows[0] != col.RESULT_COLUMNS + [LINK_COLUMN]:
-        return False
-    ut_files.rewrite_csv(result_csv, col.RESULT_COLUMNS, [row[:len(col.RESULT_COLUMNS)] for row in rows[1:]])
-    return True
+def link_failure(api: str, forward: str, backward: str, report: CompareReport) -> Optional[CompareLink]:
+    """The link of a result row (``api``, Forward/Backward Test Success) when the API fails in run_ut
+    (error or warning, forward or backward); None for a passing or SKIP API (its Compare Link cell is empty)."""
+    if col.overall_status(forward, backward) not in (col.ERROR, col.WARNING):
+        return None
+    return link(api, forward, backward, report)
 
 
 def times_allowed(severity: float) -> str:

@@ -28,8 +28,8 @@ from ptdbg_ascend.errors import ParameterError, PtdbgError, RunInterrupted, Work
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck import ut_cluster, ut_workers
 from ptdbg_ascend.precheck.api_inputs import Dump
-from ptdbg_ascend.precheck.run_ut import (RunUtOutcome, UtPlan, _device, finish, open_files, plan_run,
-                                          select_calls)
+from ptdbg_ascend.precheck.plan import UtPlan, plan_run, run_device, select_calls
+from ptdbg_ascend.precheck.results import RunResults, RunUtOutcome, open_results
 from ptdbg_ascend.terminal import printable
 
 MAX_WORKERS = 64  # msprobe 1.0.4's -n range (1..64)
@@ -102,7 +102,7 @@ def _check_options(n: Any, devices: Union[str, Sequence[str]], preload: Sequence
     device_list = [devices] if isinstance(devices, str) else list(devices)
     if not device_list or not all(isinstance(d, str) for d in device_list):
         raise ParameterError("devices", devices, "must be one device name or a list of them (\"cpu\", \"cuda:0\", ...)")
-    device_list = [_device(d) for d in device_list]
+    device_list = [run_device(d) for d in device_list]
     if isinstance(preload, str) or not all(isinstance(m, str) for m in preload):
         raise ParameterError("preload", preload, "must be a list of module names")
     for module in preload:
@@ -225,12 +225,13 @@ class _Run(object):
     def alone(self, api_info: str, options: Dict[str, Any]) -> MultiRunUtOutcome:
         """One machine: N workers, the parent writes as the rows come (in dump order)."""
         plan = plan_run(api_info, **options)
-        files, done = open_files(plan)
+        results = open_results(plan)
+        files, done = results.files, results.done
         calls = select_calls(plan.dump, plan.white_list, plan.black_list, plan.filter_same, done)
         outcome = self._outcome(files, plan, len(done), max(1, min(self.workers, len(calls))) if calls else 0)
         bar = self._bar(len(calls))
         started = time.time()
-        commit = _InOrder(files.write_api)
+        commit = _InOrder(results.write_api)
         try:
             error_dir = plan.error_dir(files.tail)
             outcome.error_data_dir = error_dir
@@ -253,7 +254,7 @@ class _Run(object):
             outcome.peak_rss_workers_kib = pool.peak_rss_workers_kib
             outcome.seconds = time.time() - started
             outcome.peak_rss_parent_kib = [ut_workers.peak_rss_kib()]
-            finish(outcome, files, plan)  # before close: the Compare Link column is written under the lock
+            results.fill(outcome)  # counts and failures from the rows as they were committed
         except KeyboardInterrupt as interrupt:  # the pair stays, even empty: the message names it to resume
             raise RunInterrupted(files.result_path) from interrupt
         except BaseException:
@@ -275,14 +276,15 @@ class _Run(object):
             cluster.leave()
 
     def _cluster_start(self, cluster: ut_cluster.Cluster, api_info: str,
-                       options: Dict[str, Any]) -> Tuple[UtPlan, Any, List[Any], str, int]:
-        """Every rank checks its options; rank 0 opens the CSVs and decides the calls. Any rank's error
-        stops every rank (no rank waits for one that gave up); a fresh CSV pair is then removed."""
-        files, problem, plan = None, None, None
+                       options: Dict[str, Any]) -> Tuple[UtPlan, Optional[RunResults], List[Any], str, int]:
+        """Every rank checks its options; rank 0 opens the CSVs (its results) and decides the calls. Any
+        rank's error stops every rank (no rank waits for one that gave up); a fresh CSV pair is then removed."""
+        files, problem, plan, results = None, None, None, None
         try:
             plan = plan_run(api_info, writes_csv=cluster.rank == 0, **options)
             if cluster.rank == 0:
-                files, done = open_files(plan)
+                results = open_results(plan)
+                files, done = results.files, results.done
                 calls = select_calls(plan.dump, plan.white_list, plan.black_list, plan.filter_same, done)
                 decided = ([c.full_name for c in calls], files.tail, len(done))
         except PtdbgError as error:
@@ -303,11 +305,12 @@ class _Run(object):
         if missing:
             raise ParameterError("api_info", api_info, "must be the same dump.json on every rank; rank {}'s lacks {}"
                                  .format(cluster.rank, ", ".join(missing[:5])))
-        return plan, files, [by_name[name] for name in names], tail, resumed
+        return plan, results, [by_name[name] for name in names], tail, resumed
 
     def _cluster_run(self, cluster: ut_cluster.Cluster, api_info: str, options: Dict[str, Any]) -> MultiRunUtOutcome:
-        plan, files, calls, tail, resumed = self._cluster_start(cluster, api_info, options)
+        plan, results, calls, tail, resumed = self._cluster_start(cluster, api_info, options)
         writes = cluster.rank == 0
+        files = results.files if results is not None else None
         mine = cluster.share(list(enumerate(calls)))
         size = max(1, min(self.workers, len(mine))) if mine else 0
         outcome = MultiRunUtOutcome(files.result_path if writes else "", files.details_path if writes else "",
@@ -320,7 +323,7 @@ class _Run(object):
             error_dir = plan.error_dir(tail)
             outcome.error_data_dir = error_dir
             pool = self._pool(plan, error_dir, len(mine))
-            commit = _InOrder(files.write_api) if writes else None
+            commit = _InOrder(results.write_api) if writes else None
             block = cluster.world_size * max(1, self.workers) * BLOCK_PER_WORKER
             for start in range(0, len(calls), block):
                 rows: Dict[int, ut_workers.Rows] = {}
@@ -343,7 +346,7 @@ class _Run(object):
                     outcome.peak_rss_parent_kib.append(parent_kib)
                     outcome.retried += retried
                     outcome.crashed += crashed
-                finish(outcome, files, plan)  # before close: under the lock
+                results.fill(outcome)
         except KeyboardInterrupt as interrupt:
             if writes:
                 raise RunInterrupted(files.result_path) from interrupt

@@ -8,6 +8,10 @@ only, (b) perhaps the details rows of the API in flight and (c) perhaps a half-w
 resumed run appends exactly what an uninterrupted run would have written. A signal that stops the run
 (Ctrl-C, SIGTERM) is held while one API's rows are written, so an interrupted run leaves whole APIs.
 
+A run linked to a compare (``compare_csv``) writes the result CSV with the Compare Link column after
+1.0.4's four, each row with its cell; a resume rewrites the pair once, with or without that column as the
+resumed run links or not (:func:`read_pair`, then :func:`resume_pair`).
+
 Cells go through :mod:`ptdbg_ascend.csv_cells`: written with a ``'`` before text a spreadsheet would run
 (an API name or message from the dump starting with ``=``...), read back without it, so a resume and the
 summary see the text the run produced.
@@ -27,7 +31,7 @@ import signal
 import stat
 import tempfile
 import threading
-from typing import IO, Any, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import IO, Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend import csv_cells
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
@@ -106,16 +110,23 @@ class UtFiles(object):
         self.close()
 
 
-def new_pair(out_dir: str, identity: Optional[ut_identity.RunIdentity] = None) -> UtFiles:
+def result_header(linked: bool) -> List[str]:
+    """The result CSV's titles: 1.0.4's four, then the Compare Link column when ``linked``."""
+    return col.RESULT_COLUMNS + [col.LINK_COLUMN] if linked else list(col.RESULT_COLUMNS)
+
+
+def new_pair(out_dir: str, identity: Optional[ut_identity.RunIdentity] = None, linked: bool = False) -> UtFiles:
     """Claim ``accuracy_checking_result_{ts}.csv`` + ``accuracy_checking_details_{ts}.csv`` (same tail,
     ``_1``... when taken, created with O_EXCL), take their lock, write the header lines and the run file
-    ``accuracy_checking_run_{ts}.json`` of ``identity`` (None: no run file; such a pair cannot be resumed)."""
+    ``accuracy_checking_run_{ts}.json`` of ``identity`` (None: no run file; such a pair cannot be resumed).
+    ``linked`` (default False): the result CSV has the Compare Link column (each result row then carries
+    its cell)."""
     result_path, result, details_path, details = csv_files.claim_pair(out_dir, RESULT_STEM, DETAILS_STEM)
     tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
     files = UtFiles(result_path, result, details_path, details, tail)
     try:
         files.lock = ut_lock.acquire(result_path, parameter="out_path")
-        for handle, header in ((result, col.RESULT_COLUMNS), (details, col.DETAIL_COLUMNS)):
+        for handle, header in ((result, result_header(linked)), (details, col.DETAIL_COLUMNS)):
             handle.write(BOM)
             csv_cells.writer(handle).writerow(header)
             handle.flush()
@@ -136,8 +147,9 @@ def details_path_of(result_csv_path: str) -> str:
 def check_resumable(result_csv_path: str, extra_result_columns: Sequence[str] = ()) -> Tuple[str, str]:
     """``(result path, details path)`` of a run to resume; ParameterError naming ``result_csv_path`` when
     it is not an existing ``accuracy_checking_result_*.csv`` with its details CSV beside it, both regular
-    files (a symlink, even to a good CSV, or a FIFO is refused before anything is opened). Only reads.
-    ``extra_result_columns``: titles the result header may have after 1.0.4's (the Compare Link column)."""
+    files (a symlink, even to a good CSV, or a FIFO is refused before anything is opened). Only reads (the
+    header lines). ``extra_result_columns``: titles the result header may have after 1.0.4's (default ():
+    none; the Compare Link column)."""
     allowed = ("an existing accuracy_checking_result_{timestamp}.csv written by run_ut, with its "
                "accuracy_checking_details_{timestamp}.csv beside it")
     if not isinstance(result_csv_path, str) or not result_csv_path:
@@ -184,7 +196,8 @@ def _read_text(path: str) -> str:
         raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
 
 
-def _check_header(path: str, header: Sequence[str], extra: Sequence[str] = ()) -> None:
+def _check_header(path: str, header: Sequence[str], extra: Sequence[str] = ()) -> List[str]:
+    """The titles of ``path``'s header line, once they are ``header`` (+ ``extra``); FileFormatError else."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as handle:
             first = handle.readline().rstrip("\r\n")  # the header line only, not the whole file
@@ -194,6 +207,7 @@ def _check_header(path: str, header: Sequence[str], extra: Sequence[str] = ()) -
     if titles != list(header) and titles != list(header) + list(extra):
         raise FileFormatError("{} does not start with the run_ut header line ({}...): not a run_ut CSV of this "
                               "version.".format(path, ", ".join(header[:3])))
+    return titles
 
 
 def _complete_rows(path: str) -> List[List[str]]:
@@ -209,15 +223,26 @@ def _complete_rows(path: str) -> List[List[str]]:
     return [csv_cells.restore_row(row) for row in rows[1:]]
 
 
-def resume_pair(result_csv_path: str, lock: Optional[ut_lock.RunLock] = None) -> Tuple[UtFiles, Set[str]]:
-    """Reopen an interrupted run for appending; returns the files and the APIs already done. Both CSVs
-    are first rewritten (atomically) without a torn last line and without details rows of unfinished
-    APIs. ``lock``: the run's lock, already held (``ut_lock.acquire``); the files release it on close."""
-    result_path, details_path = check_resumable(result_csv_path)
-    results = [row for row in _complete_rows(result_path) if row]
+def read_pair(result_csv_path: str) -> Tuple[List[List[str]], List[List[str]]]:
+    """What an interrupted run holds: ``(result rows, details rows)`` without a torn last line, without the
+    details rows of APIs that have no result row, and result rows without their Compare Link cell (a
+    linked run's: the link is written again by a run that links). Cells as the text they stand for."""
+    result_path, details_path = check_resumable(result_csv_path, extra_result_columns=(col.LINK_COLUMN,))
+    linked = len(_check_header(result_path, col.RESULT_COLUMNS, (col.LINK_COLUMN,))) > len(col.RESULT_COLUMNS)
+    width = len(col.RESULT_COLUMNS)
+    results = [row[:width] if linked else row for row in _complete_rows(result_path) if row]
     done = {row[0] for row in results}
     details = [row for row in _complete_rows(details_path) if row and ut_api_of_row(row[0]) in done]
-    rewrite_csv(result_path, col.RESULT_COLUMNS, results)
+    return results, details
+
+
+def resume_pair(result_csv_path: str, results: Sequence[Sequence[str]], details: Sequence[Sequence[str]],
+                lock: Optional[ut_lock.RunLock] = None, linked: bool = False) -> UtFiles:
+    """Reopen an interrupted run for appending: both CSVs are first rewritten (atomically) with the rows
+    :func:`read_pair` gave (``results`` with their Compare Link cell when ``linked``, default False).
+    ``lock``: the run's lock, already held (``ut_lock.acquire``); the files release it on close."""
+    result_path, details_path = os.path.abspath(result_csv_path), details_path_of(os.path.abspath(result_csv_path))
+    rewrite_csv(result_path, result_header(linked), results)
     rewrite_csv(details_path, col.DETAIL_COLUMNS, details)
     tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
     result = _open_append(result_path)
@@ -226,7 +251,7 @@ def resume_pair(result_csv_path: str, lock: Optional[ut_lock.RunLock] = None) ->
     except BaseException:
         result.close()
         raise
-    return UtFiles(result_path, result, details_path, details_handle, tail, lock), done
+    return UtFiles(result_path, result, details_path, details_handle, tail, lock)
 
 
 def _open_append(path: str) -> IO[str]:
@@ -240,7 +265,7 @@ def _open_append(path: str) -> IO[str]:
 
 def rewrite_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """Replace ``path`` atomically with ``header`` and ``rows`` (utf-8 with a BOM, as run_ut writes; cells
-    through csv_cells.safe_cell, so ``rows`` hold the text as read by :func:`read_results`)."""
+    through csv_cells.safe_cell, so ``rows`` hold the text as read by :func:`read_pair`)."""
     buffer = io.StringIO(newline="")
     buffer.write(BOM)
     writer = csv_cells.writer(buffer)
@@ -248,11 +273,6 @@ def rewrite_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[str]])
     writer.writerows(rows)
     data = buffer.getvalue().encode("utf-8")
     replace_file(path, lambda descriptor: write_all(descriptor, data), "the run_ut CSV")
-
-
-def read_results(files: UtFiles) -> Tuple[List[List[str]], List[List[str]]]:
-    """(result rows, details rows) of the pair as written so far (headers left out)."""
-    return _complete_rows(files.result_path), _complete_rows(files.details_path)
 
 
 # --- error data ---------------------------------------------------------------------------------------

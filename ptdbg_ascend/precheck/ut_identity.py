@@ -10,6 +10,9 @@ What identifies "the same run" is the dump.json's bytes, not its path (a dump th
 resumes) and not the seed (it changes random numbers, not what a row means); the path, the seed, the
 time and the tool version are recorded for the messages only. A pair without this file (written before
 it existed, or moved without it) is refused: nothing shows which dump its rows came from.
+
+The file says what it is: ``{"format": "ptdbg_ascend run_ut run", "version": 1, ...}``; :func:`read` checks
+both before any other field is used, so a file of another format or version is a FileFormatError naming it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The worker processes of ``multi_run_ut``: N processes, each running the run_ut core
-(``run_ut.check_call``) on one API call at a time, handed out by the parent.
+(``call_check.check_call``) on one API call at a time, handed out by the parent.
 
 Start method: ``forkserver`` (default; ``spawn`` on request or where forkserver does not exist). Never
 ``fork``: the parent has usually run torch already (its OpenMP/intra-op threads, locks held by them), and
@@ -40,7 +40,7 @@ ATTEMPTS = 2  # a call that kills its worker is retried once in a fresh one, the
 # imported once by the fork server, so every worker starts with them already in memory; torch._dynamo,
 # _refs and _decomp are what the first dry run on the meta device (call_budget) imports: ~2 s per process
 PRELOAD = ("torch", "torch._dynamo", "torch._refs", "torch._decomp", "ptdbg_ascend.precheck.execution",
-           "ptdbg_ascend.precheck.judge", "ptdbg_ascend.precheck.run_ut", "ptdbg_ascend.precheck.ut_workers")
+           "ptdbg_ascend.precheck.judge", "ptdbg_ascend.precheck.call_check", "ptdbg_ascend.precheck.ut_workers")
 START_METHODS = ("forkserver", "spawn")
 
 Rows = Tuple[List[Any], List[List[Any]]]  # (result row, details rows) of one call
@@ -48,7 +48,7 @@ Rows = Tuple[List[Any], List[List[Any]]]  # (result row, details rows) of one ca
 
 @dataclasses.dataclass
 class WorkerSetup:
-    """What one worker needs: the run's plan without the dump's calls (``run_ut.UtPlan``), the error
+    """What one worker needs: the run's plan without the dump's calls (``plan.UtPlan``), the error
     data directory (None: not saved), the modules to import first, its intra-op thread count."""
 
     plan: Any
@@ -129,7 +129,7 @@ def _worker_main(conn: Any, setup: WorkerSetup) -> None:
             importlib.import_module(module)
         import torch
 
-        from ptdbg_ascend.precheck.run_ut import check_call
+        from ptdbg_ascend.precheck.call_check import check_call
 
         if setup.threads:
             torch.set_num_threads(setup.threads)

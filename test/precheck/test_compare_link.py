@@ -7,6 +7,7 @@ planted gelu ("npu"), ``compare()`` of the two, then run_ut on the npu dump with
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import shutil
@@ -18,6 +19,7 @@ torch = pytest.importorskip("torch")
 from ptdbg_ascend import compare  # noqa: E402
 from ptdbg_ascend.cli import main as ptdbg  # noqa: E402
 from ptdbg_ascend.errors import FileFormatError, ParameterError  # noqa: E402
+from ptdbg_ascend.formats import finding  # noqa: E402
 from ptdbg_ascend.precheck import compare_link  # noqa: E402
 from ptdbg_ascend.precheck.run_ut import run_ut  # noqa: E402
 
@@ -153,14 +155,107 @@ def test_legacy_names_accuracy_column_and_advisor_suspect(tmp_path):
         ["Tensor___add___1_forward_output", "No", ""],
         ["Torch_matmul_0_forward_output", "No", "big"],
     ])
-    (tmp_path / "advisor_x_20240101000000.txt").write_text(
-        "Line: 3\nSuspect Nodes: Torch_matmul_0_forward_output\nExpert Advice: ...\n"
-        "Suspect API: Torch_matmul_0_forward (Cause: its inputs still match, its output does not)\n")
+    (tmp_path / "compare_finding_x_20240101000000.json").write_text(finding.encode(finding.Finding(
+        "Torch_matmul_0_forward_output", 3, "cause", "Torch_matmul_0_forward", "matmul", None, None, ())))
     report = compare_link.read_compare(tmp_path / "compare_result_x_20240101000000.csv")  # a PathLike too
     assert report.anchor == ("Torch.matmul.0", "forward") and report.anchor_kind == "the advisor's suspect"
     add = compare_link.link("Tensor.__add__.1", "error", " ", report)
     assert (add.state, add.result, add.position) == ("failing", "Accuracy Reached or Not: No", "precedes")
     assert add.cell() == "failing: Accuracy Reached or Not: No: ; it runs before the advisor's suspect"
+
+
+def finding_path_of(csv_path):
+    directory, name = os.path.split(csv_path)
+    return os.path.join(directory, "compare_finding_" + name[len("compare_result_"):-len(".csv")] + ".json")
+
+
+def test_compare_writes_its_finding_as_versioned_json_beside_the_prose(planted_compare):
+    """The advisor's answer as data beside its prose: what the link reads (never the prose)."""
+    path = finding_path_of(planted_compare.csv_path)
+    with open(path, encoding="utf-8") as handle:
+        record = json.load(handle)
+    assert (record["format"], record["version"]) == ("ptdbg_ascend.finding", 1)
+    assert (record["call"], record["kind"], record["record"]) == ("Functional_gelu_0_forward", "cause",
+                                                                  "Functional_gelu_0_forward_output")
+    assert compare_link.read_finding(path) == planted_compare.finding
+    with open(planted_compare.advisor_path, encoding="utf-8") as handle:
+        assert "Suspect API: Functional_gelu_0_forward (Cause:" in handle.read()  # the prose is unchanged
+
+
+def test_finding_of_another_format_or_version_is_refused_naming_it(model_dumps, planted_compare, tmp_path):
+    copied = shutil.copy(planted_compare.csv_path, str(tmp_path))
+    path = finding_path_of(copied)
+    with open(finding_path_of(planted_compare.csv_path), encoding="utf-8") as handle:
+        good = json.load(handle)
+    out = tmp_path / "out"
+    for bad, expected in ((dict(good, version=2), "it says format 'ptdbg_ascend.finding' version 2"),
+                          (dict(good, format="other"), "it says format 'other' version 1"),
+                          ({k: v for k, v in good.items() if k != "call"}, "the field 'call' is missing"),
+                          (dict(good, kind="blame"), "the kind 'blame' is none of cause, propagation, input"),
+                          (dict(good, line="3"), "the field 'line' is '3', not a int"),
+                          ([good], "it holds a JSON list, not an object")):
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(bad, handle)
+        with pytest.raises(FileFormatError) as error:
+            run_ut(model_dumps["planted"], str(out), progress=False, compare_csv=copied)
+        assert str(error.value).startswith("{} is not a compare finding of format 'ptdbg_ascend.finding' version 1: "
+                                           .format(path)) and expected in str(error.value)
+        assert "Re-run compare" in str(error.value)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("{\"format\": ")
+    with pytest.raises(FileFormatError, match="is not valid JSON"):
+        run_ut(model_dumps["planted"], str(out), progress=False, compare_csv=copied)
+    assert not out.exists()  # refused before anything is written
+
+
+def test_compare_from_before_the_finding_file_is_linked_to_its_first_failure(model_dumps, planted_compare, tmp_path,
+                                                                              capsys):
+    """An advisor report without its finding file (an older compare): the prose is not parsed; the position
+    is given to the first failing row, and a warning says to re-run compare."""
+    copied = shutil.copy(planted_compare.csv_path, str(tmp_path))
+    shutil.copy(planted_compare.advisor_path, str(tmp_path))
+    capsys.readouterr()
+    report = compare_link.read_compare(copied)
+    assert report.anchor_kind == "the compare's first failing call"
+    assert report.anchor_name == "Functional_gelu_0_forward_output"
+    printed = capsys.readouterr().out
+    assert "has an advisor report but no {}".format(os.path.basename(finding_path_of(copied))) in printed
+    assert "Re-run compare to link to the suspect." in printed
+
+
+def test_a_linked_run_writes_each_file_once(model_dumps, planted_compare, tmp_path, monkeypatch, planted_gelu):
+    """The Compare Link cells are written with their rows, and the summary comes from memory: a fresh linked
+    run neither rewrites nor reads back its CSVs."""
+    from ptdbg_ascend.precheck import ut_files
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a fresh run rewrote or re-read its CSVs")
+
+    monkeypatch.setattr(ut_files, "rewrite_csv", refuse)
+    monkeypatch.setattr(ut_files, "_complete_rows", refuse)
+    outcome = run_ut(model_dumps["planted"], str(tmp_path), progress=False, compare_csv=planted_compare.csv_path)
+    assert [f.name for f in outcome.failures] == ["Functional.gelu.0"]
+    assert read_csv(outcome.result_csv)[0] == LINKED_HEADER
+    assert len(read_csv(outcome.result_csv)) - 1 == sum(outcome.counts.values())
+
+
+def test_a_linked_run_cut_short_resumes_to_the_whole_linked_file(model_dumps, planted_compare, tmp_path,
+                                                                  planted_gelu):
+    """Killed after two APIs, a linked run has the Compare Link column already; resumed with the same compare
+    it ends as the uninterrupted run's file, resumed without a compare the column goes."""
+    whole = run_ut(model_dumps["planted"], str(tmp_path / "whole"), progress=False,
+                   compare_csv=planted_compare.csv_path)
+    expected = read_csv(whole.result_csv)
+    for compare_csv, rows in ((planted_compare.csv_path, expected), (None, [row[:4] for row in expected])):
+        cut = run_ut(model_dumps["planted"], str(tmp_path / str(compare_csv is None)), progress=False,
+                     compare_csv=planted_compare.csv_path)
+        write_csv(cut.result_csv, read_csv(cut.result_csv)[:3])
+        resumed = run_ut(model_dumps["planted"], progress=False, result_csv_path=cut.result_csv,
+                         compare_csv=compare_csv)
+        assert (resumed.apis_resumed, resumed.apis_run) == (2, len(expected) - 3)
+        assert read_csv(cut.result_csv) == rows
+        assert [f.name for f in resumed.failures] == ["Functional.gelu.0"]
+        assert (resumed.failures[0].link is None) == (compare_csv is None)
 
 
 def test_linked_run_resumes_and_cli_flag(model_dumps, planted_compare, tmp_path, capsys, planted_gelu):

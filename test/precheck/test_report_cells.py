@@ -182,16 +182,25 @@ def test_multi_run_ut_summary_prints_dump_text_escaped(hostile_dump, tmp_path):
 
 
 def test_compare_link_column_rewrite_keeps_hostile_cells_quoted_once(hostile_dump, tmp_path):
-    from ptdbg_ascend.precheck import compare_link
+    from ptdbg_ascend.precheck import ut_files
     from ptdbg_ascend.precheck.run_ut import run_ut
+
+    def resume(cells=None):
+        """The one rewrite a resume makes: with the Compare Link cells (a linked run), or without them."""
+        results, details = ut_files.read_pair(outcome.result_csv)
+        if cells is not None:
+            results = [row + [cells.get(row[0], "")] for row in results]
+        ut_files.resume_pair(outcome.result_csv, results, details, linked=cells is not None).close()
 
     outcome = run_ut(hostile_dump, str(tmp_path / "out"), progress=False, dumped_outputs=True, white_list=["relu"])
     with open(outcome.result_csv, "a", newline="", encoding="utf-8") as handle:
         csv_cells.writer(handle).writerow(["=x", "SKIP", "SKIP", "-1+2"])
     for _ in range(2):
-        compare_link.write_link_column(outcome.result_csv, {"Functional.relu.0": "failing: error: -1", "=x": "-2+3"})
+        resume({"Functional.relu.0": "failing: error: -1", "=x": "-2+3"})
         rows = read_rows(outcome.result_csv)
-        assert [(row[col.RESULT_API_NAME], row[col.MESSAGE], row[compare_link.LINK_COLUMN]) for row in rows] == [
+        assert [(row[col.RESULT_API_NAME], row[col.MESSAGE], row[col.LINK_COLUMN]) for row in rows] == [
             ("Functional.relu.0", "", "failing: error: -1"), ("'=x", "'-1+2", "'-2+3")]
-    assert compare_link.drop_link_column(outcome.result_csv)
-    assert [(row[col.RESULT_API_NAME], row[col.MESSAGE]) for row in read_rows(outcome.result_csv)][1] == ("'=x", "'-1+2")
+    resume()
+    assert col.LINK_COLUMN not in read_rows(outcome.result_csv)[0]
+    rows = read_rows(outcome.result_csv)
+    assert [(row[col.RESULT_API_NAME], row[col.MESSAGE]) for row in rows][1] == ("'=x", "'-1+2")

@@ -127,6 +127,25 @@ def test_missing_or_corrupt_run_file_is_a_clear_error(model_dumps, tmp_path):
     assert len(read_csv(result)) == 3  # never rewritten
 
 
+def test_run_file_format_and_version_are_checked_on_load(tmp_path):
+    """The run file says what it is: another format name or version is refused, naming the file and both."""
+    from ptdbg_ascend.precheck import ut_identity
+
+    path = str(tmp_path / "accuracy_checking_run_1.json")
+    identity = ut_identity.RunIdentity("/d/dump.json", 12, "ab" * 32, "dumped tensors", "re-run outputs", 3)
+    ut_identity.write(path, identity)
+    assert ut_identity.read(path, "r.csv") == identity
+    saved = json.loads(read_bytes(path))
+    for changed, found in (({"version": 2}, "format 'ptdbg_ascend run_ut run' version 2"),
+                           ({"format": "ptdbg_ascend.finding"}, "format 'ptdbg_ascend.finding' version 1")):
+        with open(path, "w") as handle:
+            json.dump(dict(saved, **changed), handle)
+        with pytest.raises(FileFormatError) as caught:
+            ut_identity.read(path, "r.csv")
+        assert str(caught.value).startswith("The run file {} is not a run_ut run file of format "
+                                            "'ptdbg_ascend run_ut run' version 1 (ValueError: {})".format(path, found))
+
+
 # --- regular files only -----------------------------------------------------------------------------------
 
 def test_a_symlinked_csv_is_refused_and_stays_a_link(model_dumps, tmp_path):
