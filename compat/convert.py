@@ -41,6 +41,8 @@ from ptdbg_ascend.formats.dump_json import (STATISTICS_KEYS, TENSOR_TYPE, call_v
                                             stack_line)
 from ptdbg_ascend.formats import layout
 from ptdbg_ascend.formats.naming import STACK_SUFFIX, parse_record_name, to_dotted, to_legacy
+from ptdbg_ascend.formats import pkl as pkl_format
+from ptdbg_ascend.formats.pkl import SCALAR_SHAPE, RecordLine, record_fields, record_line, stack_frames
 from ptdbg_ascend.readers.msprobe_json import load_entries, read_stacks
 from ptdbg_ascend.sinks.msprobe.pt_files import save_pt
 from ptdbg_ascend.fs.writes import check_path_text
@@ -199,17 +201,18 @@ def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir:
         if name.endswith(STACK_SUFFIX):
             call = to_dotted(name[:-len(STACK_SUFFIX)])
             if call is not None:
-                stacks[call] = [_stack_line(frame) for frame in (line[1] if len(line) > 1 else []) or []]
+                stacks[call] = [_stack_line(frame) for frame in stack_frames(line)]
                 # A call whose values were all filtered out still has its stack: keep it as an empty entry.
                 data.setdefault(call, new_entry("forward" if call.endswith(".forward") else "backward"))
             continue
         record = parse_record_name(name)
-        if record is None or len(line) < 5:
+        fields = record_fields(line)
+        if record is None or fields is None:
             raise FileFormatError("Line {} of {}: {!r} is not a legacy dump record.".format(number, files.metadata, name))
-        steps.add(line[1])
+        steps.add(fields.dump_step)
         call = to_dotted(record.call)
         entry = data.setdefault(call, new_entry(record.direction))
-        leaf, saved_one = _legacy_leaf(line, files, tensors, to_dotted(name),
+        leaf, saved_one = _legacy_leaf(fields, files, tensors, to_dotted(name),
                                        "Line {} of {}".format(number, files.metadata))
         saved += saved_one
         _place(entry, entry_key(record.direction, record.side), record.path or (0,), leaf)
@@ -239,11 +242,10 @@ def _place(entry: Dict[str, Any], key: str, path: Tuple[int, ...], leaf: Any) ->
             container = container[index]
 
 
-def _legacy_leaf(line: list, files: DumpFiles, tensors: TensorDir, dotted: str,
+def _legacy_leaf(fields: RecordLine, files: DumpFiles, tensors: TensorDir, dotted: str,
                  where: str) -> Tuple[Dict[str, Any], int]:
-    dtype, shape = str(line[3]), line[4] if isinstance(line[4], list) else []  # a scalar's shape is "[]"
-    statistics = list(line[5]) if len(line) > 5 and isinstance(line[5], list) else []
-    statistics += [None] * (4 - len(statistics))
+    dtype, shape = fields.dtype, fields.shape if isinstance(fields.shape, list) else []  # a scalar's shape is "[]"
+    statistics = fields.statistics + [None] * (4 - len(fields.statistics))
     if dtype in SCALAR_TYPES:
         kind = SCALAR_TYPES[dtype]
         value = statistics[0]
@@ -253,8 +255,9 @@ def _legacy_leaf(line: list, files: DumpFiles, tensors: TensorDir, dotted: str,
     leaf.update(zip(STATISTICS_KEYS, statistics[:4]))
     if not files.data_dir:
         return leaf, 0
-    try:  # line[0] was checked to be a plain file name
-        array = read_tensor(os.path.join(files.data_dir, line[0] + layout.NPY_SUFFIX), files.data_dir, line[0], where)
+    try:  # the name was checked to be a plain file name
+        array = read_tensor(os.path.join(files.data_dir, fields.name + layout.NPY_SUFFIX), files.data_dir, fields.name,
+                            where)
     except FileNotFoundError:
         return leaf, 0  # a record without its npy (filtered, or a summary dump): statistics only
     if array is None:
@@ -308,7 +311,7 @@ def _msprobe_to_legacy(files: DumpFiles, root: str, work: str, name: str) -> Con
                 saved += saved_one
         if dotted in stacks:
             frames = [[file, line, function, code or ""] for file, line, function, code in stacks[dotted]]
-            lines.append(json.dumps([call + STACK_SUFFIX, frames]))
+            lines.append(pkl_format.stack_line(call + STACK_SUFFIX, frames))
     metadata = output_path(work, name + layout.PKL_SUFFIX)
     write_bytes(metadata, "".join(line + "\n" for line in lines).encode("utf-8"))
     return ConvertResult(metadata, saved, dropped)
@@ -340,13 +343,13 @@ def _json_leaf(name: str, leaf: Any, files: DumpFiles, npy_dir: TensorDir,
         value = float(leaf["value"])
         save_npy(npy_dir.file(name + layout.NPY_SUFFIX), leaf["value"])
         # the shape of a Python scalar is the string "[]", as the original writes it
-        return json.dumps([name, 0, [], LEGACY_SCALAR_DTYPES[kind], "[]", [value, value, value, abs(value)]]), 0
+        return record_line(name, LEGACY_SCALAR_DTYPES[kind], SCALAR_SHAPE, [value, value, value, abs(value)]), 0
     if kind != TENSOR_TYPE:
         if leaf:  # null / {} are absent values in both formats (the pkl just has no line)
             dropped[str(kind)] = dropped.get(str(kind), 0) + 1
         return None, 0
     statistics = [leaf.get(key) for key in STATISTICS_KEYS]
-    line = json.dumps([name, 0, [], str(leaf.get("dtype")), list(leaf.get("shape") or []), statistics])
+    line = record_line(name, str(leaf.get("dtype")), list(leaf.get("shape") or []), statistics)
     data_name = leaf.get("data_name")
     tensor_dir = files.data_dir
     if not (data_name and tensor_dir):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-import json
 import linecache
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.formats.dump_json import stack_line
+from ptdbg_ascend.formats.pkl import STACK_LINE, frame_text
 
 
 # Frames from the tool itself (wrappers, recorder, writers) are not the user's code.
@@ -57,17 +57,13 @@ def _frame_texts(first: Any, cache: Dict[Tuple[Any, int], str], render: FrameRen
     return parts
 
 
-def _legacy_frame(filename: str, lineno: int, function: str, code: Optional[str]) -> str:
-    return json.dumps([filename, str(lineno), function, code])
-
-
 def _msprobe_frame(filename: str, lineno: int, function: str, code: Optional[str]) -> str:
     return stack_line(filename, lineno, function, code) if code else ""
 
 
 def user_stack_json(name: str, skip: int = 1) -> str:
-    """The JSON text of the legacy stack line ``[name, user_stack()]`` (no newline)."""
-    return '["{}", [{}]]'.format(name, ", ".join(_frame_texts(sys._getframe(skip), _LEGACY_FRAMES, _legacy_frame)))
+    """The text of the legacy stack line of ``name`` with the user's frames (no newline; ``formats/pkl.py``)."""
+    return STACK_LINE % (name, ", ".join(_frame_texts(sys._getframe(skip), _LEGACY_FRAMES, frame_text)))
 
 
 def user_stack_lines(skip: int = 1) -> List[str]:

@@ -1,21 +1,17 @@
-"""Legacy ``.pkl`` reader: UTF-8 text, one JSON array per line (never unpickled).
-
-Tensor lines ``[name, dump_step, [], dtype, shape, [max, min, mean(, norm)]]``; stack lines
-``[name_stack_info, [[file, "line", func, code], ...]]``. Records are grouped by the call name parsed
-from each record name (not by "a group ends at an output line", which merged calls without outputs).
+"""Legacy ``.pkl`` reader: UTF-8 text, one JSON array per line (never unpickled; lines as ``formats/pkl.py``
+reads them). Records are grouped by the call name parsed from each record name (not by "a group ends at an
+output line", which merged calls without outputs).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Dict, List, Optional, Tuple
 
 from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, data_file
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats.naming import split_record_name
+from ptdbg_ascend.formats.pkl import is_overflow_step, parse_line, record_fields, stack_frames
 from ptdbg_ascend.log import logger
-
-OVERFLOW_DUMP_STEP = 100  # legacy: statistics of records with dump_step > 100 (overflow dumps) are not compared
 
 
 def read_lines(path: str) -> List[Tuple[int, list]]:
@@ -33,11 +29,8 @@ def read_lines(path: str) -> List[Tuple[int, list]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):  # RecursionError: a line nested thousands of levels deep
-            value = None
-        if not isinstance(value, list) or not value or not isinstance(value[0], str):
+        value = parse_line(line)
+        if value is None:
             last = all(not rest.strip() for rest in lines[number:])
             logger.warning("Skipped corrupt line {} of {}{}.".format(
                 number, path, " (truncated last line: was the run killed?)" if last else ""))
@@ -64,39 +57,29 @@ def read(path: str, data_dir: Optional[str] = None, overflow_statistics: bool = 
         call, side = parsed
         records.setdefault(call, [])
         if side == "stack":
-            stacks[call] = _frames(line[1] if len(line) > 1 else [])
+            stacks[call] = stack_frames(line)
             continue
-        if len(line) < 5:
+        fields = record_fields(line)
+        if fields is None:
             logger.warning("Skipped line {} of {}: a tensor record needs 6 fields.".format(number, path))
             continue
-        summary = line[5] if len(line) > 5 and isinstance(line[5], list) else []
-        dump_step = line[1]
-        if not overflow_statistics and isinstance(dump_step, int) and dump_step > OVERFLOW_DUMP_STEP:
+        summary = fields.statistics
+        if not overflow_statistics and is_overflow_step(fields.dump_step):
             summary = []
         statistics = tuple(as_number(summary[i]) if i < len(summary) else None for i in range(4))
         try:
-            shape = as_shape(line[4])
+            shape = as_shape(fields.shape)
         except ValueError as error:
             logger.warning("Skipped line {} of {}: {}.".format(number, path, error))
             continue
-        name = line[0]
+        name = fields.name
         data_path = problem = None
         if data_dir:
             data_path, problem = data_file(data_dir, name + ".npy", "record's")
             if problem is not None:
                 logger.warning("Line {} of {}: {}".format(number, path, problem))
         records[call].append(TensorRecord(
-            name=name, side=side, dtype=str(line[3]), shape=shape,
+            name=name, side=side, dtype=fields.dtype, shape=shape,
             statistics=statistics, data_path=data_path, data_root=data_dir, data_problem=problem,
         ))
     return [CallRecord(name=call, records=tuple(items), stack=stacks.get(call, ())) for call, items in records.items()]
-
-
-def _frames(value: object) -> Tuple[Frame, ...]:
-    frames = []
-    if isinstance(value, list):
-        for frame in value:
-            if isinstance(frame, list) and len(frame) >= 3:
-                code = frame[3] if len(frame) > 3 else None
-                frames.append((str(frame[0]), str(frame[1]), str(frame[2]), None if code is None else str(code)))
-    return tuple(frames)

@@ -39,11 +39,10 @@ from ptdbg_ascend.dump.stack import user_stack_json
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.formats import layout
 from ptdbg_ascend.formats.naming import STACK_SUFFIX
+from ptdbg_ascend.formats.pkl import OVERFLOW_DUMP_STEP
 from ptdbg_ascend.overflow.detection import FloatStatus, overflow_flag, read_flags
 from ptdbg_ascend.overflow.policy import OverflowPolicy
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
-
-OVERFLOW_DUMP_STEP = 101  # the legacy marker of overflow records (compare skips their statistics)
 
 
 class PendingCall(NamedTuple):

@@ -1,9 +1,5 @@
-"""The legacy dump format: one ``.pkl`` (JSON lines) plus one ``.npy`` per tensor record.
-
-Lines (one JSON array each, appended as the run goes)::
-
-    [name, dump_step, [], dtype, shape, [max, min, mean, l2norm]]     tensor / scalar record
-    [name + "_stack_info", [[file, "lineno", function, code], ...]]   stack record
+"""The legacy dump format's writer: one ``.pkl`` (JSON lines, ``formats/pkl.py``) plus one ``.npy`` per
+tensor record (``npy_files.py``), appended as the run goes.
 
 Every line is written in one ``write`` and flushed, and only after its ``.npy`` is complete, so a
 killed process leaves a file whose every line parses and whose every tensor line has its npy.
@@ -15,21 +11,20 @@ value is exactly representable); the pkl ``dtype`` stays the tensor's own. Tenso
 from __future__ import annotations
 
 import errno
-import functools
-import io
-import json
 import os
 import shutil
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.dump import statistics as statistics_module
-from ptdbg_ascend.dump.statistics import (EMPTY, DeviceStatisticsBatch, PendingDeviceStatistics, array_statistics,
+from ptdbg_ascend.dump.statistics import (DeviceStatisticsBatch, PendingDeviceStatistics, array_statistics,
                                          scalar_statistics, tensor_statistics)
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
-from ptdbg_ascend.numpy_view import numpy_wider
+from ptdbg_ascend.formats import pkl
+from ptdbg_ascend.formats.pkl import SCALAR_SHAPE_TEXT, line_head, numbers_text, record_text, stack_line
 from ptdbg_ascend.sinks.background import BackgroundWriter
-from ptdbg_ascend.fs.writes import open_new, own_dir, own_dirs, remove_quietly, replace_file, write_all
+from ptdbg_ascend.sinks.legacy.npy_files import host_copy, link_npy, save_npy, take_special
+from ptdbg_ascend.fs.writes import FILE_MODE, open_new, own_dir, own_dirs, remove_quietly, write_all
 
 # lookup(tensor, record name[, compute]) -> (statistics, name of an earlier record of the same unchanged
 # tensor or None); ``compute(tensor)`` makes the statistics of a tensor not seen before (see
@@ -54,11 +49,6 @@ def _new_pending(_tensor: Any) -> "_PendingStatistics":
     return _PendingStatistics((None, None, None, None))
 
 
-def _line_text(line: Tuple[str, str, str, List[Optional[float]]], head: str) -> str:
-    name, dtype, shape, statistics = line
-    return '["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, _numbers_text(statistics))
-
-
 class PreparedRecords(object):
     """Records taken by :meth:`LegacyPklWriter.prepare`, not written yet (lines, npy copies, pending
     statistics); one ``write_call(..., before=)`` of the same writer writes them."""
@@ -71,10 +61,6 @@ class PreparedRecords(object):
         self.files = []  # type: List[Tuple[str, Any, Optional[str]]]
         self.reductions = []  # type: List[Tuple[Any, List[Optional[float]]]]
         self.nbytes = 0
-
-
-DIR_MODE = 0o750
-FILE_MODE = 0o640
 
 
 class LegacyPklWriter(object):
@@ -147,7 +133,7 @@ class LegacyPklWriter(object):
         self._failed = None  # type: Optional[str]
         self._closed = False
         # The middle of every tensor line: '", {dump_step}, [], "'.
-        self._step_text = '", {}, [], "'.format(dump_step)
+        self._step_text = line_head(dump_step)
         self._numbers = _NumbersText()
         # Statistics of accelerator tensors read back in batches (dump/statistics.DeviceStatisticsBatch),
         # and the lines held until their batch is read (statistics only; with a writer thread its jobs
@@ -177,7 +163,7 @@ class LegacyPklWriter(object):
 
     def write_stack(self, name: str, frames: List[List[Optional[str]]]) -> None:
         """Append the stack line ``[name, frames]``; ``name`` ends with ``_stack_info``."""
-        self.write_call([], stack_line=json.dumps([name, frames]))
+        self.write_call([], stack_line=stack_line(name, frames))
 
     def prepare(self, records: Sequence[Tuple[str, Any]],
                 lookup: Optional[StatisticsLookup] = None) -> "PreparedRecords":
@@ -237,12 +223,12 @@ class LegacyPklWriter(object):
             try:
                 for path, array, source in files:
                     if source is not None:
-                        _link_npy(source, path)
+                        link_npy(source, path)
                     else:
-                        _save_npy(path, array)
+                        save_npy(path, array)
                     written.append(path)
                 # Jobs run in order: a pending list named here was filled by this job or an earlier one.
-                self._write_line("".join(line if isinstance(line, str) else _line_text(line, head) for line in lines))
+                self._write_line("".join(line if isinstance(line, str) else record_text(*line, head) for line in lines))
             except BaseException as error:
                 # The call is absent from the pkl: so are its files.
                 for path in written:
@@ -256,9 +242,10 @@ class LegacyPklWriter(object):
               files: List[Tuple[str, Any, Optional[str]]], reductions: List[Tuple[Any, List[Optional[float]]]]) -> int:
         """Append the lines, npy files and pending reductions of ``records`` (statistics computed and
         tensors copied now); returns the bytes of the copies."""
-        # A line is its text, or (name, dtype, shape, statistics) while the statistics are pending:
-        # those of large float CPU tensors are computed by the writer thread from the copy that goes to
-        # the npy file, so the training thread does not spend three passes over them.
+        # A line is its text, or (name, dtype, shape, statistics) while the statistics are pending
+        # (formatted by record_text once filled): those of large float CPU tensors are computed by the
+        # writer thread from the copy that goes to the npy file, so the training thread does not spend
+        # three passes over them.
         nbytes = 0
         npy_dir = self.npy_dir
         numbers_of = self._numbers.text
@@ -274,7 +261,7 @@ class LegacyPklWriter(object):
             if hasattr(value, "_version"):  # a torch tensor
                 dtype = _DTYPE_TEXTS.get(value.dtype) or _dtype_text(value.dtype)
                 if transformed:
-                    nbytes += _take_special(name, value, dtype, npy_dir, lines, files, head)[0]
+                    nbytes += take_special(name, value, dtype, npy_dir, lines, files, head)[0]
                     continue
                 statistics = None
                 try:
@@ -296,13 +283,13 @@ class LegacyPklWriter(object):
                         if same_as is not None:
                             files.append((path, None, os.path.join(npy_dir, same_as + ".npy")))
                         else:
-                            array = _host_copy(value)
+                            array = host_copy(value)
                             nbytes += array.nbytes
                             files.append((path, array, None))
                 except Exception:  # noqa: BLE001 - RuntimeError, TypeError, AttributeError (jagged sizes)...
                     # Nested (no shape), sparse/quantized/meta/fake (no numpy()): the values tensor_kinds.py
                     # says such a record holds. Nothing of this record was appended yet.
-                    taken, special = _take_special(name, value, dtype, npy_dir, lines, files, head)
+                    taken, special = take_special(name, value, dtype, npy_dir, lines, files, head)
                     nbytes += taken
                     if type(statistics) is _PendingStatistics:  # handed out by the cache: never left unfilled
                         statistics[:] = special
@@ -317,10 +304,11 @@ class LegacyPklWriter(object):
                     continue
             else:
                 # The original writes a Python scalar's shape as the string "[]" (a 0-d tensor's as []).
-                dtype, shape = str(type(value)), '"[]"'
+                dtype, shape = str(type(value)), SCALAR_SHAPE_TEXT
                 statistics = scalar_statistics(value)
                 if npy_dir is not None:
                     files.append((os.path.join(npy_dir, name + ".npy"), value, None))
+            # formats.pkl.RECORD_LINE, spelled out: a %-format of a constant compiles to an f-string.
             lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, numbers_of(statistics)))
         return nbytes
 
@@ -366,7 +354,7 @@ class LegacyPklWriter(object):
         self._device_batch.resolve()
         if self._failed is None:
             head = self._step_text
-            self._write_line("".join(line if isinstance(line, str) else _line_text(line, head) for line in held))
+            self._write_line("".join(line if isinstance(line, str) else record_text(*line, head) for line in held))
 
     def _submit(self, job, nbytes: int) -> None:
         if self._background is None:
@@ -397,102 +385,8 @@ class LegacyPklWriter(object):
                             .format(self.pkl_path, error))
 
 
-def _take_special(name: str, value: Any, dtype: str, npy_dir: Optional[str], lines: List[Any],
-                  files: List[Tuple[str, Any, Optional[str]]], head: str) -> Tuple[int, List[Optional[float]]]:
-    """The line and npy of a tensor of a special kind (``dump/tensor_kinds.py``): the dtype is the tensor's
-    own, the shape, statistics and npy those of the values its record holds (a vmap batch with its batch
-    dims first, the dense values of a sparse tensor...); without values, null statistics and no npy.
-    Never raises: returns the bytes of the copy and the statistics."""
-    from ptdbg_ascend.dump import tensor_kinds
-
-    kind = "plain"
-    array = None
-    try:
-        with tensor_kinds.reading_values():
-            plain, kind = tensor_kinds.plain_values(value)
-            if plain is None:
-                shape, statistics = _shape_text(tuple(tensor_kinds.shape_of(value))), list(EMPTY)
-            else:
-                shape, statistics = _shape_text(plain.shape), tensor_statistics(plain)
-                if npy_dir is not None:
-                    try:
-                        array = _host_copy(plain)
-                    except (RuntimeError, TypeError, ValueError, NotImplementedError) as error:
-                        tensor_kinds.warn_once("npy:" + dtype, "{} tensors cannot be saved as npy ({}); their "
-                                               "records have statistics only.".format(dtype, error))
-    except Exception as error:  # noqa: BLE001 - a dump must never stop training
-        shape, statistics = "[]", list(EMPTY)
-        tensor_kinds.warn_once("error:" + kind, "A {} tensor ({}) cannot be read ({}: {}); its records hold null "
-                               "statistics and no npy.".format(kind, dtype, type(error).__name__, error))
-    note = _kind_note(kind)
-    if note is not None:
-        tensor_kinds.warn_once(kind, note)
-    if array is not None:
-        files.append((os.path.join(npy_dir, name + ".npy"), array, None))  # type: ignore[arg-type]
-    lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, _numbers_text(statistics)))
-    return (array.nbytes if array is not None else 0), statistics
-
-
-def _kind_note(kind: str) -> Optional[str]:
-    """What the log says once about the records of a special kind of tensor (None for plain ones)."""
-    if kind == "plain":
-        return None
-    if kind in ("meta", "fake"):
-        return "Records of {} tensors hold no values: null statistics, no npy.".format(kind)
-    if kind == "vmap":
-        return ("Records of vmap-batched tensors hold the whole batch, batch dims first (outermost vmap first), "
-                "in their shape, statistics and npy (doc/dump_guide.md).")
-    return "Records of {} tensors hold their values as doc/dump_guide.md describes.".format(kind)
-
-
-def _host_copy(tensor: Any) -> Any:
-    """A numpy copy of ``tensor`` that later in-place changes cannot alter (bf16 and float8 -> float32,
-    complex32 -> complex64: numpy has no such types)."""
-    import torch
-
-    data = tensor.detach()  # no autograd history: nothing below records a graph
-    wider = numpy_wider(data.dtype)
-    if wider is None and data.device.type == "cpu":
-        try:
-            # numpy's copy of the shared memory: one copy, C-ordered (the npy fast path), without
-            # torch's per-operator dispatch of clone().
-            return data.numpy().copy()
-        except (RuntimeError, TypeError):  # a lazily conjugated or negated view: torch resolves it
-            pass
-    with torch.no_grad():
-        if wider is not None:
-            data = data.to(wider)  # a new tensor already
-        elif data.device.type != "cpu":
-            data = data.cpu()
-        else:
-            data = data.clone()
-        if data.device.type != "cpu":
-            data = data.cpu()
-        return data.resolve_conj().numpy() if hasattr(data, "resolve_conj") else data.numpy()
-
-
-def _number(value: Optional[float]) -> str:
-    if value is None:
-        return "null"
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "Infinity" if value > 0 else "-Infinity"
-    return repr(float(value))
-
-
-def _numbers_text(statistics: List[Optional[float]]) -> str:
-    """The JSON text of a statistics list: what ``json.dumps`` writes, at the cost of one ``repr``."""
-    numbers = repr(statistics)
-    # repr() is JSON for Python floats, except None, nan and inf, each spelled with an "n"; anything
-    # that is not a float (a numpy scalar from a caller) shows a "(" and takes the slow path too.
-    if "n" in numbers or "(" in numbers:
-        numbers = "[{}]".format(", ".join(_number(value) for value in statistics))
-    return numbers
-
-
 class _NumbersText(object):
-    """:func:`_numbers_text`, remembered for the statistics lists of the last calls: the statistics
+    """:func:`formats.pkl.numbers_text`, remembered for the statistics lists of the last calls: the statistics
     cache hands out the same list object each time a tensor recurs (an output that is the next call's
     input, an in-place op's input and output), so recurring records skip the float formatting.
     Keyed by identity; the list is kept, so its id cannot be reused while it is remembered."""
@@ -501,82 +395,33 @@ class _NumbersText(object):
     LIMIT = 64
 
     def __init__(self) -> None:
-        self._texts = {}  # type: Dict[int, Tuple[Any, str]]
+        self._texts: Dict[int, Tuple[Any, str]] = {}
 
     def text(self, statistics: List[Optional[float]]) -> str:
         entry = self._texts.get(id(statistics))
         if entry is not None and entry[0] is statistics:
             return entry[1]
-        text = _numbers_text(statistics)
+        text = numbers_text(statistics)
         if len(self._texts) >= self.LIMIT:
             self._texts.clear()
         self._texts[id(statistics)] = (statistics, text)
         return text
 
 
-_DTYPE_TEXTS = {}  # type: Dict[Any, str]
-_SHAPE_TEXTS = {}  # type: Dict[Tuple[int, ...], str]
+# The texts of the dtypes and shapes seen, looked up first: a handful of dtypes recur in every record, and
+# a model repeats its shapes. Module dicts of this module: measured 20 ns per record faster to reach from
+# the loop than the same dicts imported.
+_DTYPE_TEXTS: Dict[Any, str] = {}
+_SHAPE_TEXTS: Dict[Tuple[int, ...], str] = {}
 
 
 def _dtype_text(dtype: Any) -> str:
-    """``str(dtype)`` ("torch.float32"), remembered in ``_DTYPE_TEXTS`` (look there first): a handful
-    of dtypes recur in every record."""
-    text = _DTYPE_TEXTS[dtype] = str(dtype)
+    text = _DTYPE_TEXTS[dtype] = pkl.dtype_text(dtype)
     return text
 
 
 def _shape_text(shape: Tuple[int, ...]) -> str:
-    """The JSON list of a shape ("[16, 3, 32, 32]"), remembered in ``_SHAPE_TEXTS`` (look there first)
-    for the shapes a model repeats."""
-    text = "[" + ", ".join(str(int(size)) for size in shape) + "]"
+    text = pkl.shape_text(shape)
     if len(_SHAPE_TEXTS) < 65536:  # a bound for models whose shapes never repeat
         _SHAPE_TEXTS[shape] = text
     return text
-
-
-def _link_npy(source: str, target: str) -> None:
-    try:
-        if os.path.lexists(target):
-            os.remove(target)
-        try:
-            os.link(source, target)
-        except OSError:  # a filesystem without hard links
-            shutil.copyfile(source, target)
-    except OSError as error:
-        raise DumpWriteError("Cannot write {}: {}".format(target, error)) from error
-
-
-@functools.lru_cache(maxsize=4096)
-def _npy_header(descr: str, shape: Tuple[int, ...]) -> bytes:
-    """The ``.npy`` header (format 1.0 or 2.0, as numpy picks) for a C-ordered array."""
-    import numpy as np
-
-    buffer = io.BytesIO()
-    header = {"descr": descr, "fortran_order": False, "shape": shape}
-    try:
-        np.lib.format.write_array_header_1_0(buffer, header)
-    except ValueError:  # header too long for format 1.0
-        buffer = io.BytesIO()
-        np.lib.format.write_array_header_2_0(buffer, header)
-    return buffer.getvalue()
-
-
-def _save_npy(path: str, array: Any) -> None:
-    """``np.save(path, array)``; for C-contiguous numeric arrays the header is cached and the data goes
-    out in one ``os.write`` (which releases the GIL), so the writer thread barely competes with training.
-    Written under an unpredictable temporary name in the same directory and renamed: ``path`` is never
-    a partial file (a killed process leaves at most a ``.*.tmp``), nor written through a link."""
-    import numpy as np
-
-    array = np.asarray(array)
-
-    def write(descriptor: int) -> None:
-        if array.flags.c_contiguous and not array.dtype.hasobject:
-            header = _npy_header(np.lib.format.dtype_to_descr(array.dtype), tuple(array.shape))
-            write_all(descriptor, header)
-            write_all(descriptor, memoryview(array.reshape(-1)).cast("B") if array.size else b"")
-        else:
-            with os.fdopen(os.dup(descriptor), "wb") as handle:
-                np.save(handle, array, allow_pickle=False)
-
-    replace_file(path, write)
