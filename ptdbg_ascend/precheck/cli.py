@@ -10,7 +10,6 @@ included), 1 at least one API's accuracy is an error (run-ut) / an API is judged
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import List, Optional
 
 from ptdbg_ascend.precheck import columns as col
@@ -190,14 +189,3 @@ def add_commands(subparsers) -> None:
     compare.add_argument("-o", "--out_path", dest="out_path", default="",
                          help="directory for the results (default: the current directory)")
     compare.set_defaults(handler=_api_precision_compare)
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m ptdbg_ascend.precheck.cli run-ut ...``: the same as ``ptdbg run-ut ...``."""
-    from ptdbg_ascend.cli import main as ptdbg_main
-
-    return ptdbg_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
