@@ -15,7 +15,7 @@ transformer block, a classifier; AdamW) on the device with deterministic kernels
 
 Then the two trees' output directories are compared file by file (names and bytes). Times are medians of
 the timed steps, each ended by a device synchronisation, as ratios to the plain step of the same process.
-Exit status 1 when any file differs.
+Exit status 1 when any file differs or this tree's run fails (a failing baseline is reported, not fatal).
 """
 
 from __future__ import annotations
@@ -80,12 +80,14 @@ print("RESULT " + json.dumps({"plain": statistics.median(plain), "tool": statist
 
 
 def run_child(tree: str, config: str, out: str, steps: int, device: str) -> dict:
-    """One fresh process of ``tree`` dumping ``config`` into ``out``; its step times."""
+    """One fresh process of ``tree`` dumping ``config`` into ``out``; its step times, or ``{"error": last line
+    of its output}`` when it failed."""
     env = dict(os.environ, PYTHONPATH=tree, PYTHONHASHSEED="0")
     done = subprocess.run([sys.executable, "-c", CHILD, tree, config, out, str(steps), device, HERE], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
-        raise SystemExit("{} {} failed (exit {}):\n{}".format(tree, config, done.returncode, done.stderr[-4000:]))
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return {"error": "exit {}: {}".format(done.returncode, lines[-1] if lines else "")}
     line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
 
@@ -146,8 +148,15 @@ def main() -> int:
                 # both trees write to the same path (dump.json records its own directory), then it moves aside
                 shared = os.path.join(work, "dump", config)
                 times[tree] = run_child(tree, config, shared, args.steps, device)
+                os.makedirs(shared, exist_ok=True)
                 os.makedirs(os.path.dirname(outs[tree]), exist_ok=True)
                 os.rename(shared, outs[tree])
+            errors = {label: times[tree].get("error") for label, tree in (("new", new_tree), ("old", old_tree))}
+            if any(errors.values()):
+                failed = failed or bool(errors["new"])
+                print("{:<18} {}".format(config, "; ".join("{} failed ({})".format(label, error)
+                                                            for label, error in errors.items() if error)))
+                continue
             ratio = {tree: times[tree]["tool"] / times[tree]["plain"] for tree in times}
             problems, count = compare_trees(outs[new_tree], outs[old_tree])
             failed = failed or bool(problems) or count == 0

@@ -391,7 +391,7 @@ def migrate_file(path: str, *, config_path: Optional[str] = None, output: Option
 
 
 def _write_both(migration: Migration, config_file: str, script_file: str, mode_from: str) -> None:
-    """Write the migrated script to an unpredictable temporary name beside it (``safe_fs.temporary_beside``,
+    """Write the migrated script to an unpredictable temporary name beside it (``fs.writes.temporary_beside``,
     ``O_EXCL``: a link planted at a predictable name is never written through), then the config
     (``write_config``), then rename the script into place: a failure before the rename (a config that is a
     symlink included) leaves the script as it was and removes the temporary file. (Not ``replace_file``:

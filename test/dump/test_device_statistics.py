@@ -128,6 +128,25 @@ def test_a_real_dump_is_the_same_with_batched_statistics(tmp_path, dump_session,
         assert len(deferred) < sum(deferred) / 4
 
 
+@pytest.mark.parametrize("mode", ["api_stack", "all"])
+def test_a_tensor_recorded_again_after_its_batch_was_read_is_written(tmp_path, dump_session, model, train, deferred,
+                                                                      monkeypatch, mode):
+    """Seen on a GPU (CUDA, statistics only): a tensor recorded by one call (a layer's output) and again by a
+    later one (the next layer's input) after the batch holding its statistics was read took its filled-in
+    statistics from the cache, and the writer joined that record as text: a TypeError in the user's backward.
+    Small batches make every read come early; the dump must equal the one without batches."""
+    monkeypatch.setattr(DeviceStatisticsBatch, "BATCH_RECORDS", 3)
+    initial = {key: value.clone() for key, value in model.state_dict().items()}
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", False)
+    reference = _dump_lines(tmp_path, model, train, "sync", mode=mode, summary_only=True)
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    clean_session(dump_session)
+    model.load_state_dict(initial)
+    batched = _dump_lines(tmp_path, model, train, "batched", mode=mode, summary_only=True)
+    _same_dump(reference, batched, _records)
+    assert len(deferred) > 3  # the batches were read many times during the run
+
+
 def test_lines_wait_for_their_batch_and_are_all_written_at_off(tmp_path, dump_session, model, train, deferred):
     """Statistics only: nothing is lost at OFF even when the batch never filled up."""
     lines = _dump_lines(tmp_path, model, train, "held", mode="all", summary_only=True)

@@ -208,7 +208,13 @@ class LegacyPklWriter(object):
                 if batch.due():
                     self._write_held()
                 return
-            self._write_line("".join(lines))
+            try:
+                text = "".join(lines)
+            except TypeError:
+                # A record whose statistics the cache took from a tensor recorded before the last batch was
+                # read: a (name, dtype, shape, statistics) line whose statistics are already filled in.
+                text = "".join(line if isinstance(line, str) else record_text(*line, self._step_text) for line in lines)
+            self._write_line(text)
             return
         head = self._step_text
 

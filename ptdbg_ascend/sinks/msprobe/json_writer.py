@@ -223,7 +223,7 @@ class MsprobeJsonWriter(object):
                         path, space.error_text(error, capital=False)))
                     return
                 try:
-                    save_pt(path, copy)  # a partial file is removed (safe_fs.replace_file)
+                    save_pt(path, copy)  # a partial file is removed (fs.writes.replace_file)
                 except Exception as error:  # noqa: BLE001 - disk full, I/O error, torch's own
                     self._stop_after_error(tensor_error_text(path, error))
                     return

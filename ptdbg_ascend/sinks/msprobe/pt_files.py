@@ -36,7 +36,7 @@ def save_pt(path: str, tensor: Any) -> None:
 def tensor_error_text(path: str, error: BaseException) -> str:
     """"Cannot write the tensor file {path}: {the OS error}". torch.save may turn the OS error (disk
     full) into a RuntimeError of its own ("unexpected pos ..."): the OS error it came from is named."""
-    if isinstance(error, DumpWriteError):  # safe_fs.replace_file's: "Cannot write the tensor file {path}: ..."
+    if isinstance(error, DumpWriteError):  # fs.writes.replace_file's: "Cannot write the tensor file {path}: ..."
         return str(error)
     cause: Optional[BaseException] = error
     for _ in range(8):  # the chain torch left: __context__/__cause__
