@@ -178,21 +178,20 @@ class MsprobeJsonWriter(object):
 
     def add_stack(self, name: str, lines: List[str]) -> None:
         """stack.json entry ``name`` -> its formatted frames."""
-        space = self._space
-        if space.unmeasured[STACK]:
-            space.measured(STACK, len(member_text(name, lines, 0)))
-        with self._lock:
-            self._entries.add_stack(name, lines)
-            space.pending[STACK] += 1
+        self._add_member(STACK, name, lines, self._entries.add_stack)
 
     def add_construct(self, name: str, parent: Optional[str]) -> None:
         """construct.json entry ``name`` -> its parent module's name (None at top level)."""
+        self._add_member(CONSTRUCT, name, parent, self._entries.add_construct)
+
+    def _add_member(self, kind: int, name: str, value: Any, add: Any) -> None:
+        """One member of stack.json or construct.json (``kind``), its first one measured for the reserve."""
         space = self._space
-        if space.unmeasured[CONSTRUCT]:
-            space.measured(CONSTRUCT, len(member_text(name, parent, 0)))
+        if space.unmeasured[kind]:
+            space.measured(kind, len(member_text(name, value, 0)))
         with self._lock:
-            self._entries.add_construct(name, parent)
-            space.pending[CONSTRUCT] += 1
+            add(name, value)
+            space.pending[kind] += 1
 
     def save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
         """Queue ``{tensor_dir}/{stem}.pt`` and return its data_name; None when tensors are not saved.
