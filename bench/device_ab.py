@@ -34,7 +34,8 @@ CONFIGS = ("legacy_stats", "legacy_tensors", "debugger_stats", "debugger_tensors
 
 CHILD = r'''
 import json, os, statistics, sys, time
-tree, config, out, steps, device, bench = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
+tree, config, out, device, bench = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5], sys.argv[6]
+steps = int(sys.argv[4])
 sys.path[:0] = [tree, bench]  # the model of this script's bench_dump.py for both trees: same code lines in stacks
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch
@@ -160,9 +161,10 @@ def main() -> int:
             ratio = {tree: times[tree]["tool"] / times[tree]["plain"] for tree in times}
             problems, count = compare_trees(outs[new_tree], outs[old_tree])
             failed = failed or bool(problems) or count == 0
+            verdict = ("{} identical".format(count) if not problems and count
+                       else "{} of {} differ".format(len(problems), count))
             print("{:<18} {:>9.2f}x {:>9.2f}x {:>9.2f}  {}".format(
-                config, ratio[new_tree], ratio[old_tree], ratio[new_tree] / ratio[old_tree],
-                "{} identical".format(count) if not problems and count else "{} of {} differ".format(len(problems), count)))
+                config, ratio[new_tree], ratio[old_tree], ratio[new_tree] / ratio[old_tree], verdict))
             for problem in problems[:10]:
                 print("    " + problem)
     finally:
