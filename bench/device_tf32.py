@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
 import json
 import os
 import subprocess
@@ -102,12 +103,9 @@ def main() -> int:
 
     work = tempfile.mkdtemp(prefix="device_tf32_")
     for model_name in args.models.split(","):
-        if model_name == "gpt":
-            try:
-                import transformers  # noqa: F401
-            except ImportError:
-                print("gpt: transformers is not installed, skipped")
-                continue
+        if model_name == "gpt" and importlib.util.find_spec("transformers") is None:
+            print("gpt: transformers is not installed, skipped")
+            continue
         bench = run(model_name, "cpu", False, os.path.join(work, model_name, "cpu"))
         for tf32 in (False, True):
             label = "{}_tf32_{}".format(args.device, "on" if tf32 else "off")
