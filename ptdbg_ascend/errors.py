@@ -60,7 +60,29 @@ class OverflowLimitReached(PtdbgError, ValueError, RuntimeError):
     overflow_check)`` and ``PrecisionDebugger(task="overflow_check")``).
 
     A ValueError, as the original tool's stop (legacy scripts catch ``ValueError``), and a RuntimeError,
-    as this tool's earlier msprobe-side class (scripts written against it catch ``RuntimeError``)."""
+    as this tool's earlier msprobe-side class (scripts written against it catch ``RuntimeError``).
+
+    Presented as ``builtins.ValueError``: an uncaught stop ends the traceback with the user guide's line
+    ``ValueError: [overflow N times]: dump file is saved in '....pkl'.``, which scripts grep logs for.
+    Python prints ``module.name`` of the class unless the module is ``builtins`` (``__name__`` on 3.8-3.10,
+    ``__qualname__`` from 3.11 and in the traceback module), so the three are set below; ``except
+    OverflowLimitReached`` and ``isinstance`` still tell it from a plain ValueError (``type(error) is not
+    ValueError``). Pickling goes through :func:`_overflow_limit_reached`, since a class named
+    ``builtins.ValueError`` cannot be pickled by reference."""
+
+    def __reduce__(self) -> Any:
+        return _overflow_limit_reached, self.args, self.__dict__ or None
+
+
+def _overflow_limit_reached(*args: Any) -> OverflowLimitReached:
+    """Rebuilds an unpickled :class:`OverflowLimitReached` (its class name cannot be looked up)."""
+    return OverflowLimitReached(*args)
+
+
+# The user guide's last line of an overflow stop (see the class's docstring); __name__ cannot be set in the body.
+OverflowLimitReached.__module__ = "builtins"
+OverflowLimitReached.__name__ = "ValueError"
+OverflowLimitReached.__qualname__ = "ValueError"
 
 
 class DeviceUnavailableError(PtdbgError, RuntimeError):

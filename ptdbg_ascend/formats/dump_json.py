@@ -8,6 +8,10 @@
   ``input_args[i]`` -> ``_input.{i}``, ``input_kwargs`` continue the input numbering after the positional
   ones (as the dump engine records kwargs), ``output[i]`` -> ``_output.{i}``, a forward call's lone
   ``output`` -> ``_output``;
+- ``autocast`` (this tool's own entry key, forward entries only): the ``torch.autocast`` state the call ran in,
+  ``{"device_type": "cpu", "dtype": "torch.bfloat16"}``; absent outside autocast. msprobe 1.0.4's compare and
+  run_ut look their keys up by name (``read_op``, ``gen_api_params``) and skip it. :func:`autocast_record`
+  writes it, :func:`autocast_of` reads it back, :func:`inferred_autocast` guesses it for a dump without it;
 - a stack.json line is ``"File {file}, line {n}, in {function}, \\n {code}"``: :func:`stack_line` writes it,
   :func:`parse_stack_line` reads it back.
 """
@@ -15,7 +19,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 INPUT_ARGS = "input_args"
 INPUT_KWARGS = "input_kwargs"
@@ -25,6 +29,17 @@ TENSOR_TYPE = "torch.Tensor"
 STATISTICS_KEYS = ("Max", "Min", "Mean", "Norm")  # a tensor leaf's statistics, in the legacy pkl's order
 # A frame as the readers keep it (comparison.records.Frame): (file, line, function, code or None).
 _Frame = Tuple[str, str, str, Optional[str]]
+
+AUTOCAST = "autocast"
+AUTOCAST_DTYPES = ("torch.bfloat16", "torch.float16")  # what torch.autocast computes in
+# The calls autocast runs in its lower precision on every device (torch's CPU and CUDA lower-precision lists,
+# by their API names in the wrap list): an old dump's autocast state is inferred from these only.
+AUTOCAST_MATMUL_APIS = frozenset((
+    "linear", "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "addr", "mv", "chain_matmul", "prelu",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "conv_tbc",
+    "scaled_dot_product_attention", "__matmul__", "__rmatmul__",
+))
+_FLOAT_DTYPES = frozenset(("torch.float64", "torch.float32", "torch.bfloat16", "torch.float16"))
 
 STACK_LINE = re.compile(r"^File (?P<file>.*), line (?P<line>\d+), in (?P<func>[^,]*),\s*\n?\s*(?P<code>.*)$", re.S)
 
@@ -85,6 +100,58 @@ def call_values(call: str, entry: Dict[str, Any],
     else:
         values.extend((call + "_output." + str(index), "output", value) for index, value in enumerate(outputs))
     return values
+
+
+def autocast_record(device_type: str, dtype: str) -> Dict[str, str]:
+    """The ``autocast`` value of an entry: ``device_type`` ``"cpu"``/``"cuda"``/``"npu"``, ``dtype``
+    ``"torch.bfloat16"``."""
+    return {"device_type": device_type, "dtype": dtype}
+
+
+def autocast_of(entry: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
+    """``(device_type, dtype)`` of a forward entry's ``autocast`` value; None when the entry has none.
+
+    Raises:
+        ValueError: the value is not ``{"device_type": str, "dtype": one of AUTOCAST_DTYPES}``; the
+            message says what it is.
+    """
+    value = entry.get(AUTOCAST)
+    if value is None:
+        return None
+    if (not isinstance(value, dict) or not isinstance(value.get("device_type"), str) or not value["device_type"]
+            or value.get("dtype") not in AUTOCAST_DTYPES):
+        raise ValueError("its \"{}\" value {!r} is not {{\"device_type\": \"cpu\", \"dtype\": one of {}}}"
+                         .format(AUTOCAST, value, ", ".join(AUTOCAST_DTYPES)))
+    return value["device_type"], value["dtype"]
+
+
+def inferred_autocast(api: str, entry: Mapping[str, Any]) -> Optional[str]:
+    """The autocast dtype a forward entry without an ``autocast`` value (an older dump) was evidently computed
+    in, else None: a matmul-class call (:data:`AUTOCAST_MATMUL_APIS`) whose floating output is bfloat16 or
+    float16 while a floating input is not of that dtype, which no such call gives outside autocast."""
+    if api not in AUTOCAST_MATMUL_APIS:
+        return None
+    outputs = _float_dtypes(entry.get(OUTPUT))
+    if len(set(outputs)) != 1 or outputs[0] not in AUTOCAST_DTYPES:
+        return None
+    inputs = _float_dtypes(entry.get(INPUT_ARGS)) + _float_dtypes(entry.get(INPUT_KWARGS))
+    return outputs[0] if any(dtype != outputs[0] for dtype in inputs) else None
+
+
+def _float_dtypes(value: Any) -> List[str]:
+    """The dtypes of the floating tensor leaves in ``value`` (an entry block), in order."""
+    found = []  # type: List[str]
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict) and item.get("type") in (TENSOR_TYPE, "torch.nn.parameter.Parameter"):
+            if item.get("dtype") in _FLOAT_DTYPES:
+                found.append(item["dtype"])
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
 
 
 def stack_line(file: str, line: Any, function: str, code: Optional[str]) -> str:

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ptdbg_ascend.comparison.records import Frame, user_line
 from ptdbg_ascend.errors import FileFormatError, ParameterError
+from ptdbg_ascend.formats.dump_json import autocast_of, inferred_autocast
 from ptdbg_ascend.formats.layout import PKL_SUFFIX, stack_file, tensor_dir_beside
 from ptdbg_ascend.formats.naming import parse_dotted_call_name
 from ptdbg_ascend.precheck.arguments import MAX_DEPTH
@@ -44,7 +45,9 @@ class ApiCall:
     """One dumped API call: ``full_name`` ``Functional.linear.0`` (msprobe's run_ut key), ``prefix``
     ``Functional``, ``api`` ``linear``, ``forward``/``backward`` the dump.json entries (backward None when
     the dump has none), ``stack`` the forward call's frames (innermost first); ``problem``: why the entry is
-    not run at all (None: it may be; its entries are then empty)."""
+    not run at all (None: it may be; its entries are then empty); ``autocast``: ``(device_type, dtype)`` of
+    the ``torch.autocast`` the call ran in (``("", dtype)`` when inferred for a dump that does not record it,
+    :func:`~ptdbg_ascend.formats.dump_json.inferred_autocast`), None outside autocast."""
 
     full_name: str
     prefix: str
@@ -53,6 +56,7 @@ class ApiCall:
     backward: Optional[Mapping[str, Any]] = None
     stack: Tuple[Frame, ...] = ()
     problem: Optional[str] = None
+    autocast: Optional[Tuple[str, str]] = None
 
     @property
     def api_key(self) -> str:
@@ -140,7 +144,15 @@ def _call(full_name: str, prefix: str, api: str, forward: Mapping[str, Any], bac
         problem = ("{}: its dump entry is nested more than {} levels deep; no real call is, it is not run"
                    .format(full_name, ENTRY_DEPTH))
         return ApiCall(full_name, prefix, api, {}, None, stack, problem)
-    return ApiCall(full_name, prefix, api, forward, backward, stack)
+    try:
+        autocast = autocast_of(forward)
+    except ValueError as error:
+        problem = "{}: {}; the autocast state it ran in is unknown, it is not run".format(full_name, error)
+        return ApiCall(full_name, prefix, api, {}, None, stack, problem)
+    if autocast is None:
+        dtype = inferred_autocast(api, forward)
+        autocast = ("", dtype) if dtype is not None else None
+    return ApiCall(full_name, prefix, api, forward, backward, stack, autocast=autocast)
 
 
 def _check_regular(path: str) -> None:

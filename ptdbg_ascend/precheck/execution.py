@@ -17,6 +17,12 @@ the only device this tool re-runs on today), forward and, with the dumped output
   random state is left as it was. A run that raises (an op missing on the CPU, a dtype it refuses) is a
   SKIP reason.
 
+Autocast: a call dumped inside ``torch.autocast`` (its entry's ``autocast`` value, or inferred for an older
+dump: ``ApiCall.autocast``) has its device run inside autocast of the same dtype on the run device, as it
+ran in training (a bf16 matmul of a bf16 activation and a float32 weight); the float64 benchmark runs
+without it (the exact answer the device run is judged against). msprobe 1.0.4 re-runs such calls outside
+autocast, where they raise "mat1 and mat2 must have the same dtype" or compute in float32.
+
 Backward: the dump's ``X.n.backward`` entry has ``input`` = the gradients arriving at the outputs (one
 per tensor output) and ``output`` = the gradients w.r.t. the inputs (one per tensor input, positional
 then keyword, ``null`` for an input without gradient). The re-run computes ``torch.autograd.grad`` of
@@ -199,7 +205,23 @@ class _Side(object):
         self.kwargs = _convert(kwargs, tensor, dtype, device)
 
 
-def _call(function: Callable[..., Any], side: _Side, seed: int, need_grad: bool) -> Any:
+def _autocast(autocast: Optional[Tuple[str, str]], device: str) -> Any:
+    """The ``torch.autocast`` context of the device run of a call dumped under autocast (``(device_type,
+    dtype)``; None: a null context). Its device type is that of the re-run device (``device``), not the dumped
+    one: a call dumped under CUDA autocast runs on the CPU under CPU autocast of the same dtype."""
+    import contextlib
+
+    import torch
+
+    if autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=getattr(torch, autocast[1].split(".")[-1]))
+
+
+def _call(function: Callable[..., Any], side: _Side, seed: int, need_grad: bool,
+          autocast: Optional[Tuple[str, str]] = None) -> Any:
+    """One run; ``autocast`` (default None): the dumped call's autocast state, entered around the call only
+    (its backward, ``torch.autograd.grad``, runs outside, as torch recommends)."""
     import torch
 
     from ptdbg_ascend.dump.interception import Inside
@@ -209,7 +231,8 @@ def _call(function: Callable[..., Any], side: _Side, seed: int, need_grad: bool)
     # CUDA device of the caller.
     device = torch.device(side.device)
     cuda = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda), Inside(), torch.set_grad_enabled(need_grad):
+    with torch.random.fork_rng(devices=cuda), Inside(), torch.set_grad_enabled(need_grad), \
+            _autocast(autocast, side.device):
         torch.random.default_generator.manual_seed(seed)
         if cuda:
             torch.cuda.default_generators[cuda[0]].manual_seed(seed)
@@ -353,7 +376,7 @@ def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAU
     else:
         dside = _Side(args, kwargs, False, device, need_grad)
         try:
-            device_out = flatten(_call(function, dside, seed, need_grad))
+            device_out = flatten(_call(function, dside, seed, need_grad, call.autocast))
         except Exception as error:  # noqa: BLE001
             runs.forward_skip = "The run in the dumped dtypes on {} raises {}".format(device, _error_text(error))
             return runs

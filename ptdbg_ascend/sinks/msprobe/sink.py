@@ -19,7 +19,9 @@ from ptdbg_ascend.dump.recorder import RecordSink
 from ptdbg_ascend.dump.stack import user_stack_lines
 from ptdbg_ascend.dump.statistics import DEFERRAL
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
+from ptdbg_ascend.formats.dump_json import AUTOCAST
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.msprobe.autocast import autocast_state
 from ptdbg_ascend.msprobe.leaves import value_leaf
 from ptdbg_ascend.msprobe.selection import block_wanted, dotted
 from ptdbg_ascend.overflow import detection
@@ -110,9 +112,12 @@ class MsprobeSink(RecordSink):
     def forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any, before: Any,
                 stack: bool) -> None:
         name = dotted(call, FORWARD)
+        autocast = autocast_state(args, kwargs)  # now, at the call: the entry may be built later (overflow)
         if not call.inplace:
-            self.add_entry(name, lambda: self.forward_entry(name, args, kwargs, output), stack=stack,
-                           values=(args, kwargs, output))
+            def build_entry() -> Dict[str, Any]:
+                return _with_autocast(self.forward_entry(name, args, kwargs, output), autocast)
+
+            self.add_entry(name, build_entry, stack=stack, values=(args, kwargs, output))
             return
         outputs = _as_list(output)  # a collective's: the arguments it wrote into (a tuple, from dispatch)
 
@@ -120,7 +125,7 @@ class MsprobeSink(RecordSink):
             entry = before if before is not None else self._inputs_block(name, args, kwargs)
             if block_wanted(self.config.data_mode, FORWARD, "output"):
                 entry["output"] = self._leaves(outputs, name + ".output")
-            return entry
+            return _with_autocast(entry, autocast)
 
         self.add_entry(name, build, stack=stack, values=(args, kwargs, output))
 
@@ -213,3 +218,10 @@ def _is_tensor(value: Any) -> bool:
 def _as_list(output: Any) -> List[Any]:
     """A tuple result is spread; anything else (a list too) is one item, as in 1.0.4."""
     return list(output) if isinstance(output, tuple) else [output]
+
+
+def _with_autocast(entry: Dict[str, Any], autocast: Optional[Dict[str, str]]) -> Dict[str, Any]:
+    """The forward entry with its ``autocast`` value last, when the call ran under autocast."""
+    if autocast is not None:
+        entry[AUTOCAST] = autocast
+    return entry
