@@ -37,7 +37,7 @@ def wrappers_by_original(session: Any) -> Dict[int, Tuple[Any, Any]]:
     model's stored reference most likely came from ``nn.functional``."""
     import torch.nn.functional as functional
 
-    found = {}  # type: Dict[int, Tuple[Any, Any]]
+    found: Dict[int, Tuple[Any, Any]] = {}
     for target, api, original, own in session.patches:
         current = target.__dict__.get(api) if own else getattr(target, api, None)
         if getattr(current, "__ptdbg_original__", None) is not original:
@@ -55,7 +55,7 @@ def rebind(session: Any, model: Optional[Any] = None) -> int:
     if not wrappers:
         return 0
     replaced = 0
-    python_modules = {}  # type: Dict[str, Any]
+    python_modules: Dict[str, Any] = {}
     if model is not None:
         for module in model.modules():
             replaced += _rebind_namespace(session, module, vars(module), wrappers)
@@ -75,7 +75,7 @@ def _is_library(module_name: str) -> bool:
 
 def _rebind_namespace(session: Any, target: Any, namespace: Dict[str, Any],
                       wrappers: Dict[int, Tuple[Any, Any]]) -> int:
-    found = []  # type: List[Tuple[str, Any, Any]]
+    found: List[Tuple[str, Any, Any]] = []
     for name, value in list(namespace.items()):
         entry = wrappers.get(id(value))
         if entry is not None and entry[0] is value:
