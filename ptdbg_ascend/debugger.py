@@ -88,6 +88,7 @@ class PrecisionDebugger(object):
         """Turn dumping on for the current step (no-op on an unlisted step or an unselected rank)."""
         if not self._step_selected() or not self._rank_is_selected():
             return
+        from ptdbg_ascend.dump.prebound import rebind as rebind_prebound
         from ptdbg_ascend.dump.session import get_session
 
         session = get_session()
@@ -100,6 +101,7 @@ class PrecisionDebugger(object):
         recorder = self._ensure_recorder()
         if self.config.level in ("L1", "mix"):
             session.ensure_wrapped(self.config.extra_apis)  # the config's list: the original 4.0's (+ extras)
+            rebind_prebound(session, self.model)  # references to originals taken before start()
         # Registered at every level: a run that dies before stop() still gets its JSON files at exit.
         session.add_observer(recorder)
         if self.config.level in ("L0", "mix") and self._module_hooks is None:

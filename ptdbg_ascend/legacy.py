@@ -84,7 +84,9 @@ def register_hook(
     """Install the tool's wrappers on the torch APIs.
 
     Args:
-        model: the model (kept for compatibility: the wrappers are global).
+        model: the model. The wrappers are global; the model's own references to wrapped torch functions,
+            taken when it was built (``self.act = nn.functional.gelu``), are replaced by the wrappers so
+            those calls are recorded too (doc/dump_guide.md, "Which APIs are wrapped").
         hook: :data:`acc_cmp_dump` (dump for comparison) or :data:`overflow_check`.
         overflow_nums: overflow_check only: stop training at the N-th overflow; -1 never stops.
             Default None, meaning 1.

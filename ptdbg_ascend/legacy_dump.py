@@ -74,6 +74,7 @@ def register_dump(model: Any, overflow_nums: Optional[int] = None, dump_mode: st
     """See :func:`ptdbg_ascend.register_hook` with ``acc_cmp_dump``: installs the wrappers."""
     import torch
 
+    from ptdbg_ascend.dump.prebound import rebind as rebind_prebound
     from ptdbg_ascend.dump.session import get_session
 
     if not isinstance(model, torch.nn.Module):
@@ -89,6 +90,7 @@ def register_dump(model: Any, overflow_nums: Optional[int] = None, dump_mode: st
         raise ParameterError("dump_config", dump_config, "is only used with dump_mode='acl'")
     session = get_session()
     session.ensure_wrapped(extra_apis)  # checks extra_apis first
+    rebind_prebound(session, model)  # the model's references to originals, taken before this call
     session.legacy.rank = rank
     session.legacy.registered = True
     if dump_mode == "acl":

@@ -321,9 +321,21 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                               "there.".format(made_by.name, producer + 2))
         else:
             kind = INPUT
-            advice.append("This input already differs and no dumped API produced it. Check what feeds the model: the "
-                          "data (loading order, shuffle, augmentation), seed_all() on both sides, the loaded weights "
-                          "and initialization, or an API that is not dumped.")
+            previous = _previous_call(rows, failing, call)
+            if previous is not None:
+                # Every dumped call before this one matched: the difference was made between the two dumped
+                # calls, by code the dump does not see, not by the data (the calls before consumed it too).
+                advice.append("This input already differs, but every dumped call before it matched: the difference "
+                              "arose between {} ({}) and {} ({}), in code that calls no dumped API: a torch function "
+                              "called through a reference the dump cannot see (a functools.partial, a closure, a "
+                              "list), an API outside the wrapped list (dump with extra_apis=True), or an in-place "
+                              "write through .data or numpy. Look at the code between these two calls.".format(
+                                  previous.name, user_line(previous.stack) or "no stack",
+                                  call.name, user_line(call.stack) or "no stack"))
+            else:
+                advice.append("This input already differs and no dumped API produced it. Check what feeds the model: "
+                              "the data (loading order, shuffle, augmentation), seed_all() on both sides, the loaded "
+                              "weights and initialization, or an API that is not dumped.")
     if call is not None and _fp16_overflow(call.records):
         advice.append("FP16 overflow: a float16 tensor of {} reaches inf/nan or the float16 maximum {}. Check loss "
                       "scaling, or compute this API in float32.".format(call.name, FP16_MAX))
@@ -331,6 +343,14 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                       api=split_call_name(suspect.name).api, user_line=user_line(suspect.stack),
                       dtype_mismatch=mismatch_text, one_sided=tuple(one_sided[:ONE_SIDED_SHOWN]))
     return finding, "\n".join(advice)
+
+
+def _previous_call(rows: Sequence[CompareRow], failing: int, call: Optional[CallRecord]) -> Optional[CallRecord]:
+    """The NPU call of the nearest row before ``failing`` that belongs to another call (None: none)."""
+    for row in reversed(rows[:failing]):
+        if row.pair.npu_call is not None and row.pair.npu_call is not call:
+            return row.pair.npu_call
+    return None
 
 
 def _input_error(inputs: Sequence[CompareRow]) -> Optional[float]:

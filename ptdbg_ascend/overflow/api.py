@@ -44,6 +44,7 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
     import torch
 
     from ptdbg_ascend.device import torch_npu_module
+    from ptdbg_ascend.dump.prebound import rebind as rebind_prebound
     from ptdbg_ascend.dump.session import check_extra_apis, get_session
     from ptdbg_ascend.overflow.detection import FloatStatus, npu_supports_inf_nan
     from ptdbg_ascend.sinks.overflow import OverflowObserver
@@ -92,6 +93,7 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
         session.remove_observer(previous)
         previous.close()
     session.ensure_wrapped(extra_apis)
+    rebind_prebound(session, model)  # the model's references to originals, taken before this call
     observer = OverflowObserver(session, limit, _place(session, acl_config), rank=rank, float_status=float_status,
                                 acl_rerun=acl_rerun)
     session.add_observer(observer)

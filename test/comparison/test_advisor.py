@@ -52,7 +52,21 @@ def test_input_changed_between_calls_names_the_producer(legacy_dump, output_dir)
     outcome, text = advice_of(npu, bench, output_dir)
     assert text.startswith("Line: 4\nSuspect Nodes: Torch_relu_0_forward_input.0\n")
     assert outcome.finding.kind == "input"  # Y + 3 is no earlier output: nothing dumped produced it
-    assert "no dumped API produced it" in text and "loading order" in text
+    # ... but linear, dumped before it, matched: the gap between the two calls is named, not the data.
+    assert "Expert Advice: This input already differs, but every dumped call before it matched: the difference " \
+           "arose between Functional_linear_0_forward (/work/train.py:42  x = self.conv(x)) and Torch_relu_0_forward " \
+           "(/work/train.py:42  x = self.conv(x)), in code that calls no dumped API" in text
+    assert "loading order" not in text and "seed_all" not in text and "weights" not in text
+
+
+def test_input_of_the_first_dumped_call_points_at_the_data(legacy_dump, output_dir):
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    npu.add_call("Torch_relu_0_forward", [("input.0", Y + 3), ("output", np.maximum(Y + 3, 0))])
+    bench.add_call("Torch_relu_0_forward", [("input.0", Y), ("output", np.maximum(Y, 0))])
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert outcome.finding.kind == "input" and outcome.first_failure == "Torch_relu_0_forward_input.0"
+    assert "This input already differs and no dumped API produced it" in text and "loading order" in text
+    assert "every dumped call before it matched" not in text
 
 
 def test_input_that_an_earlier_call_produced_and_then_changed_is_propagation(legacy_dump, output_dir):
