@@ -67,7 +67,12 @@ def _npy(npy_dir, name):
 
 
 def test_foreach_adamw_records_each_list_element_and_the_updated_list(tmp_path, dump_session):
-    plain, _, _ = _train(2, foreach=True)
+    dump_session.unwrap()  # the plain run: without the tool's wrappers, counting nothing
+    try:
+        plain, _, _ = _train(2, foreach=True)
+    finally:
+        dump_session.ensure_wrapped()
+        dump_session.reset_counters()
     records, npy_dir, (after, _, _) = _dump(tmp_path, lambda: _train(2, foreach=True))
     assert all(torch.equal(got, want) for got, want in zip(after[-1], plain[-1]))  # training unchanged
     # params.addcdiv_(exp_avgs, denominators): the 4th parameter (norm.bias) of step 1, before and after
