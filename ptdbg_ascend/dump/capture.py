@@ -93,6 +93,29 @@ def collective_outputs(args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]
     return list(args) + [value for value in kwargs.values() if hasattr(value, "_version")]
 
 
+# The positional arguments a fused optimizer step writes (its schema: params, grads, then the states), by API.
+_FUSED_WRITES = {
+    "_fused_adam_": (0, 2, 3, 4),  # params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps
+    "_fused_adamw_": (0, 2, 3, 4),
+    "_fused_sgd_": (0, 2),  # params, grads, momentum_buffer_list
+    "_fused_adagrad_": (0, 2),  # params, grads, state_sums, state_steps
+}
+
+
+def written_arguments(api: str, args: Sequence[Any]) -> Any:
+    """What an in-place ``torch._foreach_*_`` or ``torch._fused_*_`` call (they return None) wrote, recorded as
+    its outputs: a foreach call's first argument (the list it updates, so ``_output.{j}`` is the new value of
+    ``_input.0.{j}``), a fused step's written arguments at their own positions (``_output.{i}.{j}`` is the new
+    value of ``_input.{i}.{j}``; the arguments it only reads are None, which keeps the positions). None for any
+    other API, whose None output stays unrecorded as before."""
+    if api.startswith("_foreach_"):
+        return args[0] if args else None
+    written = _FUSED_WRITES.get(api)
+    if written is None:
+        return None
+    return [args[index] if index in written else None for index in range(min(len(args), max(written) + 1))]
+
+
 def _has_tensor(value: Any) -> bool:
     if isinstance(value, _Tensor):
         return True

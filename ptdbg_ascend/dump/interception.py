@@ -20,7 +20,10 @@ from typing import Any, Callable, Dict, List, Tuple
 
 # The APIs wrapped by default: the original 4.0's list.
 WRAPPED_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis.txt")
-# The APIs beyond it: wrapped only by opt-in (extra_apis=True).
+# The optimizers' foreach and fused kernels (torch._foreach_*, torch._fused_adamw_...): wrapped by default too,
+# so the optimizer step is recorded on every path torch.optim takes (see the file's header).
+OPTIMIZER_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis_optimizer.txt")
+# The APIs beyond them: wrapped only by opt-in (extra_apis=True).
 EXTRA_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis_extra.txt")
 
 # Per-thread "inside a wrapped API" flag (`inside`). Module level because the wrappers are module-level
@@ -61,10 +64,11 @@ def read_wrapped_names(path: str = WRAPPED_APIS_FILE) -> Dict[str, List[str]]:
 
 
 def listed_names(extra_apis: bool = False) -> Dict[str, List[str]]:
-    """``{prefix: [api, ...]}`` to wrap: the original 4.0's list, plus ours with ``extra_apis``."""
+    """``{prefix: [api, ...]}`` to wrap: the original 4.0's list and the optimizer kernels
+    (``wrapped_apis_optimizer.txt``), plus ours with ``extra_apis`` (default False)."""
     names = read_wrapped_names()
-    if extra_apis:
-        for prefix, extra in read_wrapped_names(EXTRA_APIS_FILE).items():
+    for path in (OPTIMIZER_APIS_FILE, EXTRA_APIS_FILE) if extra_apis else (OPTIMIZER_APIS_FILE,):
+        for prefix, extra in read_wrapped_names(path).items():
             listed = names.setdefault(prefix, [])
             listed.extend(api for api in extra if api not in listed)
     return names
@@ -138,8 +142,8 @@ def original_of(function: Any) -> Any:
 
 def install(session: Any, extra_apis: bool = False) -> int:
     """Wrap every listed API that this torch (and torch_npu) has; returns how many were wrapped.
-    The list is ``wrapped_apis.txt`` (the original 4.0's), plus ``wrapped_apis_extra.txt`` with
-    ``extra_apis``. Names missing from the installed version are skipped silently. Idempotent per API.
+    The list is ``wrapped_apis.txt`` (the original 4.0's) and ``wrapped_apis_optimizer.txt``, plus
+    ``wrapped_apis_extra.txt`` with ``extra_apis``. Names missing from the installed version are skipped silently. Idempotent per API.
     Every patch is remembered in ``session.patches`` so :func:`uninstall` can restore the originals."""
     listed = listed_names(extra_apis)
     count = 0

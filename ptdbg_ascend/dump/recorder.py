@@ -125,9 +125,11 @@ class Recorder(CallObserver):
             self.statistics.clear()
 
     def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
-        if call.prefix == "Distributed":
+        # Collectives and the fused optimizer steps (torch._fused_adamw_ on CPU) write in place without bumping
+        # version counters: the cache would give their outputs the statistics of their inputs.
+        if call.prefix == "Distributed" or (call.inplace and call.api.startswith("_fused_")):
             with self._lock:
-                self.statistics.clear()  # collectives write in place without bumping version counters
+                self.statistics.clear()
         self.matched += 1
         self.sink.forward(call, args, kwargs, output, call.kept(self) if call.inplace else None, self._stack_forward)
 

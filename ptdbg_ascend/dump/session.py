@@ -18,7 +18,7 @@ import torch
 from ptdbg_ascend.dump import backward as backward_capture
 from ptdbg_ascend.dump import compiled
 from ptdbg_ascend.dump import jit_builtins
-from ptdbg_ascend.dump.capture import collective_outputs, tensors_in
+from ptdbg_ascend.dump.capture import collective_outputs, tensors_in, written_arguments
 from ptdbg_ascend.dump.inplace import ALWAYS, KEYWORDS, inplace_call
 from ptdbg_ascend.dump.interception import THREAD_STATE, install
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
@@ -222,6 +222,8 @@ class DumpSession(object):
             # every observer, decided here once (the original's return value, None or a Work, is not).
             if forward:
                 observed = tuple(collective_outputs(args, kwargs)) if prefix == "Distributed" else output
+                if observed is None and call.inplace:  # torch._foreach_add_, _fused_adamw_: the lists they wrote
+                    observed = written_arguments(api, args)
                 for observer in forward:
                     observer.on_forward(call, args, kwargs, observed)
             if edges is not None:
