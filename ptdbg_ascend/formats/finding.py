@@ -9,7 +9,8 @@ The file is one JSON object: ``{"format": "ptdbg_ascend.finding", "version": 2, 
 :class:`Finding` under their names (``record``, ``line``, ``kind``, ``call``, ``api``, ``user_line``,
 ``dtype_mismatch``, ``one_sided``, ``level``, ``precision``). Version 2 added ``level`` and ``precision``
 (a call computing below its dtype's precision); a version 1 file is refused like any other version.
-:func:`decode` checks the format name, the version and every field's type before anything is used, so a file of another format, version or tool is a FileFormatError naming it.
+:func:`decode` checks the format name, the version and every field's type before anything is used, so a
+file of another format, version or tool is a FileFormatError naming it.
 
 Torch-free; no file access here (the writer and the reader open the file).
 """
