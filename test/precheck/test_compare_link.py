@@ -175,7 +175,8 @@ def test_compare_writes_its_finding_as_versioned_json_beside_the_prose(planted_c
     with open(path, encoding="utf-8") as handle:
         record = json.load(handle)
     assert (record["format"], record["version"]) == ("ptdbg_ascend.finding", 2)
-    assert (record["level"], record["precision"]) == ("error", None)  # version 2's fields
+    # version 2's fields: the planted gelu computes float32 inputs in bfloat16, and the finding says so
+    assert (record["level"], record["precision"]) == ("error", "bfloat16-like")
     assert (record["call"], record["kind"], record["record"]) == ("Functional_gelu_0_forward", "cause",
                                                                   "Functional_gelu_0_forward_output")
     assert compare_link.read_finding(path) == planted_compare.finding
