@@ -14,12 +14,13 @@ from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.outcome import Counts
+from ptdbg_ascend.comparison.precision import Reduced, carried_inputs, explained_by_inputs, reduced_precision_root
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, user_line
 from ptdbg_ascend.comparison.reports import open_new
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
 from ptdbg_ascend.formats import finding as finding_file
-from ptdbg_ascend.formats.finding import CAUSE, INPUT, PROPAGATION, Finding
+from ptdbg_ascend.formats.finding import CAUSE, INPUT, PROPAGATION, WARNING, Finding
 from ptdbg_ascend.formats.naming import api_of, split_call_name
 from ptdbg_ascend.log import logger
 
@@ -36,6 +37,9 @@ ONE_SIDED_SHOWN = 8
 # An output error this many times its inputs' largest is made by the API itself, not carried in: linear
 # maps of well-conditioned data pass errors on at a similar size.
 AMPLIFICATION = 10.0
+REDUCED_HINT = "Check whether the NPU computes it in a reduced mode (HF32: torch.npu.matmul.allow_hf32 / " \
+    "torch.npu.conv.allow_hf32; TF32 on CUDA: torch.backends.cuda.matmul.allow_tf32 / torch.backends.cudnn." \
+    "allow_tf32): turn the mode off to confirm, or accept the difference."
 
 
 class Advice(NamedTuple):
@@ -219,7 +223,16 @@ def diagnose(rows: Sequence[CompareRow], counts: Counts, failing: Optional[int])
         if mismatch is not None:
             body.append("Note: {} runs in {} on NPU and {} on bench; its differences are within that precision's "
                         "round-off.".format(mismatch.call.name, mismatch.npu_dtype, mismatch.bench_dtype))
-        return Advice("NA", "NA", ALL_REACHED, tuple(body)), None
+        reduced = reduced_precision_root(rows, len(rows))
+        if reduced is None:
+            return Advice("NA", "NA", ALL_REACHED, tuple(body)), None
+        # Nothing fails, but a call computes below its dtype's precision: a warning-level finding.
+        warning = _reduced_finding(rows, reduced)
+        logger.warning("Reduced precision: {}".format(reduced.text()))
+        body.append("Warning: {}. Nothing fails because of it here. {}".format(reduced.text(), REDUCED_HINT))
+        if warning.user_line:
+            body.append("Code: {}".format(warning.user_line))
+        return Advice("NA", "NA", ALL_REACHED, tuple(body), warning), warning
     finding, advice = _analyse(rows, failing)
     logger.warning("Find {} accuracy not reached, the line is {}".format(finding.record, finding.line))
     body = ["Suspect API: {} ({}: {})".format(finding.call, finding.kind.capitalize(), _KIND_TEXT[finding.kind])]
@@ -235,6 +248,13 @@ def diagnose(rows: Sequence[CompareRow], counts: Counts, failing: Optional[int])
         body.append(insufficient)
     body.append(_tally(counts))
     return Advice(str(finding.line), finding.record, advice, tuple(body), finding), finding
+
+
+def _reduced_finding(rows: Sequence[CompareRow], reduced: Reduced) -> Finding:
+    call = reduced.call
+    return Finding(record=rows[reduced.index].name, line=reduced.index + 2, kind=CAUSE, call=call.name,
+                   api=split_call_name(call.name).api, user_line=user_line(call.stack), dtype_mismatch=None,
+                   one_sided=(), level=WARNING, precision=reduced.label)
 
 
 _KIND_TEXT = {
@@ -254,6 +274,9 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
     advice: List[str] = []
     suspect = call
     precision_drop = mismatch is not None and mismatch.lower
+    # A call computing below its dtype's precision at the same dtype (TF32/HF32): the root of what follows.
+    root = None if precision_drop else reduced_precision_root(rows, failing + 1)
+    reduced_label = None
     if row.side == "output":
         kind = CAUSE
         inputs = [r for r in rows if r.pair.npu_call is call and r.npu is not None and r.npu.side == "input"]
@@ -273,6 +296,15 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                           "tolerance. If it matters, compute {} in {}.".format(
                               call.name, _error_growth(row, inputs), mismatch.call.name, mismatch.npu_dtype,
                               mismatch.bench_dtype, call.name, mismatch.call.name, mismatch.bench_dtype))
+        elif root is not None and root.call is call:
+            reduced_label = root.label
+            advice.append("{}. {}".format(root.text(), REDUCED_HINT))
+        elif root is not None and explained_by_inputs(row, carried_inputs(rows, call)) is not None:
+            # The failing call amplifies (subtracts, normalises) what the reduced-precision call made.
+            suspect, reduced_label = root.call, root.label
+            advice.append("{} fails, but {}: it passes on a difference made earlier. The difference starts at "
+                          "{}. {}".format(call.name, explained_by_inputs(row, carried_inputs(rows, call)),
+                                          root.text(), REDUCED_HINT))
         elif split_call_name(call.name).direction == "backward":
             advice.append("The gradients arriving at {} still match but the gradients it computes do not: check "
                           "the backward implementation of this API (a custom autograd function, a fused kernel)."
@@ -287,7 +319,7 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
         api_word = api_of(call.name)
         needed, allowed = row.judgement.needed_rtol, row.tolerance.rtol if row.tolerance else None
         if any(api in api_word for api in UNCERTAIN_APIS) and needed is not None and allowed is not None \
-                and needed < 10 * allowed and mismatch is None:
+                and needed < 10 * allowed and mismatch is None and reduced_label is None:
             advice.append("The error is small and {} may be non-deterministic: if two runs on the same device differ "
                           "too, enable deterministic computing with seed_all(mode=True).".format(api_word))
     else:
@@ -307,6 +339,10 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                           "NPU run calls it (a cast, an extra call) and whether the bench should too.".format(
                               chain[-1].name, "" if len(chain) == 1 else " (through {})".format(
                                   ", ".join(c.name for c in chain[:-1]))))
+        elif root is not None:
+            kind, suspect, reduced_label = CAUSE, root.call, root.label
+            advice.append("This input already differs; the difference starts at {}, and the calls after it carry "
+                          "it on. {}".format(root.text(), REDUCED_HINT))
         elif producer is not None:
             kind = PROPAGATION
             made_by = rows[producer].pair.npu_call
@@ -341,7 +377,8 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                       "scaling, or compute this API in float32.".format(call.name, FP16_MAX))
     finding = Finding(record=row.name, line=failing + 2, kind=kind, call=suspect.name,
                       api=split_call_name(suspect.name).api, user_line=user_line(suspect.stack),
-                      dtype_mismatch=mismatch_text, one_sided=tuple(one_sided[:ONE_SIDED_SHOWN]))
+                      dtype_mismatch=mismatch_text, one_sided=tuple(one_sided[:ONE_SIDED_SHOWN]),
+                      precision=reduced_label)
     return finding, "\n".join(advice)
 
 
@@ -384,7 +421,8 @@ def _identical(row: CompareRow) -> bool:
 
 def write_advice(advice: Advice, output_path: str, stem: str) -> str:
     """Log the advice and write it to ``{output_path}/{stem}.txt`` (0640); returns the path. ``stem`` is
-    ``advisor_{tail}``: the finding, when a row failed, goes to ``compare_finding_{tail}.json`` beside it
+    ``advisor_{tail}``: the finding, when a row failed (or, as a warning, a call computes below its dtype's
+    precision), goes to ``compare_finding_{tail}.json`` beside it
     (0640); without a finding a same-named JSON left there is removed (it would name a stale suspect)."""
     logger.info("The summary of the expert advice is as follows: ")
     for line in advice.text().splitlines():

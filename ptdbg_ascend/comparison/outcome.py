@@ -9,6 +9,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 from ptdbg_ascend.comparison.dump_state import ENDED, RUNNING, TornDump
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.verdicts import NOT_COMPARED, WARNING
+from ptdbg_ascend.formats.finding import WARNING as WARNING_LEVEL
 from ptdbg_ascend.formats.finding import Finding
 
 # Below this share of the paired tensors actually compared, a comparison proves nothing.
@@ -51,7 +52,8 @@ class Counts(NamedTuple):
 class CompareOutcome(NamedTuple):
     """What one compare wrote and found. ``first_failure``: NPU record name of the first failing row or
     None. ``rows``: the number of report rows. ``bool(outcome)``: True when nothing failed and enough
-    tensors were compared (see :class:`Counts`). ``torn``: the dumps read that were not closed cleanly
+    tensors were compared (see :class:`Counts`); a warning-level ``finding`` (a call computing below its
+    dtype's precision, nothing failing) leaves it True. ``torn``: the dumps read that were not closed cleanly
     (still being written, or killed), with how far each got (default: none); they do not change ``bool()``:
     what was read was compared."""
 
@@ -74,9 +76,15 @@ class CompareOutcome(NamedTuple):
         tally = "" if counts is None else " ({} of {} paired tensors compared, {} failing)".format(
             counts.compared, counts.paired, counts.failed)
         torn = "".join(" [{} dump torn: {}]".format(dump.side, _torn_summary(dump)) for dump in self.torn)
-        if self.finding is not None:
-            return "first failure {} (line {}): {} at {}{}{}".format(
-                self.finding.record, self.finding.line, self.finding.kind, self.finding.call, tally, torn)
+        finding = self.finding
+        reduced = "" if finding is None or finding.precision is None else \
+            ", computing below its dtype's precision ({})".format(finding.precision)
+        if finding is not None and finding.level == WARNING_LEVEL:  # nothing failed: a warning only
+            return "all compared tensors reached the accuracy{}{}; warning: {} at {}{}".format(
+                tally, torn, finding.kind, finding.call, reduced)
+        if finding is not None:
+            return "first failure {} (line {}): {} at {}{}{}{}".format(
+                finding.record, finding.line, finding.kind, finding.call, reduced, tally, torn)
         if self.first_failure is not None:
             return "first failure {}{}{}".format(self.first_failure, tally, torn)
         if counts is not None and not counts.enough_compared:

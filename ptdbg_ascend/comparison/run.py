@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from ptdbg_ascend.comparison import advisor, columns, engine, reports
+from ptdbg_ascend.comparison import advisor, columns, engine, provenance, reports
 from ptdbg_ascend.comparison.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions
 from ptdbg_ascend.comparison.matching import pair_rows
@@ -50,6 +50,7 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
         logger.info("A dump data directory is missing: comparing statistics only (summary mode).")
         rows = engine.summary_rows(pairs, fuzzy_match)
         column_names = columns.summary_columns(stack_mode)
+    rows = provenance.carry_verdicts(rows)  # a tensor keeps the verdict of the call that made it
     counts = Counts.of(rows)
     failing = advisor.first_failure(rows)
     advice, finding = advisor.diagnose(rows, counts, failing)

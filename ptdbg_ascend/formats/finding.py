@@ -5,10 +5,12 @@ tool's) and, when a row failed, the same answer as data to ``compare_finding_{ta
 ``compare_result_{tail}.csv`` (for a later run or another tool: ``run_ut``'s link to the compare reads
 it, never the prose). A compare where nothing failed has no finding and writes no JSON: its CSV says so.
 
-The file is one JSON object: ``{"format": "ptdbg_ascend.finding", "version": 1, ...}`` and the fields of
+The file is one JSON object: ``{"format": "ptdbg_ascend.finding", "version": 2, ...}`` and the fields of
 :class:`Finding` under their names (``record``, ``line``, ``kind``, ``call``, ``api``, ``user_line``,
-``dtype_mismatch``, ``one_sided``). :func:`decode` checks the format name, the version and every field's
-type before anything is used, so a file of another format, version or tool is a FileFormatError naming it.
+``dtype_mismatch``, ``one_sided``, ``level``, ``precision``). Version 2 added ``level`` and ``precision``
+(a call computing below its dtype's precision); a version 1 file is refused like any other version.
+:func:`decode` checks the format name, the version and every field's type before anything is used, so a
+file of another format, version or tool is a FileFormatError naming it.
 
 Torch-free; no file access here (the writer and the reader open the file).
 """
@@ -21,12 +23,16 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 from ptdbg_ascend.errors import FileFormatError
 
 FORMAT = "ptdbg_ascend.finding"
-VERSION = 1
+VERSION = 2
 STEM = "compare_finding_"  # + the tail of compare_result_{tail}.csv + ".json"
 EXTENSION = ".json"
 
 CAUSE, PROPAGATION, INPUT = "cause", "propagation", "input"
 KINDS = (CAUSE, PROPAGATION, INPUT)
+# ``level``: "error" (a row failed; the default) or "warning" (nothing failed, but a call computes below its
+# dtype's precision: the compare still passes).
+ERROR, WARNING = "error", "warning"
+LEVELS = (ERROR, WARNING)
 
 
 class Finding(NamedTuple):
@@ -39,7 +45,11 @@ class Finding(NamedTuple):
     the suspect call (for a propagation, where the difference was traced to) and its API without counter
     and direction. ``user_line``: ``file:line  code`` of the user's own code that called it.
     ``dtype_mismatch``: the first call before the failure whose float precision differs between the runs.
-    ``one_sided``: calls before the failure present in one run only (casts, extra calls)."""
+    ``one_sided``: calls before the failure present in one run only (casts, extra calls). ``level``:
+    ``"error"`` (default: ``record`` failed) or ``"warning"`` (nothing failed; ``record`` is the suspect's
+    output that shows the reduced precision). ``precision``: None (default), or how the suspect computes
+    below its dtype's precision, e.g. ``"TF32/HF32-like"`` (then ``kind`` is "cause": its inputs match, its
+    output carries the error of a reduced mode)."""
 
     record: str
     line: int
@@ -49,12 +59,15 @@ class Finding(NamedTuple):
     user_line: Optional[str]
     dtype_mismatch: Optional[str]
     one_sided: Tuple[str, ...]
+    level: str = ERROR
+    precision: Optional[str] = None
 
 
 # field -> (allowed types, may be null); bool is refused for ``line`` below (json's true is an int to Python)
 _FIELDS: Dict[str, Tuple[type, bool]] = {
     "record": (str, False), "line": (int, False), "kind": (str, False), "call": (str, False), "api": (str, False),
     "user_line": (str, True), "dtype_mismatch": (str, True), "one_sided": (list, False),
+    "level": (str, False), "precision": (str, True),
 }
 
 
@@ -96,6 +109,8 @@ def decode(value: Any, path: str) -> Finding:
         fields[name] = field
     if fields["kind"] not in KINDS:
         raise refuse("the kind {!r} is none of {}".format(fields["kind"], ", ".join(KINDS)))
+    if fields["level"] not in LEVELS:
+        raise refuse("the level {!r} is none of {}".format(fields["level"], ", ".join(LEVELS)))
     if not all(isinstance(name, str) for name in fields["one_sided"]):
         raise refuse("the field 'one_sided' holds something else than names")
     fields["one_sided"] = tuple(fields["one_sided"])

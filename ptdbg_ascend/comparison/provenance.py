@@ -1,0 +1,123 @@
+"""Tolerance travels with the tensor: a row judged where the tensor was made, not again where it is used.
+
+Each row is first judged with the tolerance of its own call (:mod:`~ptdbg_ascend.comparison.tolerances`: the
+call's precision and largest magnitude). A tensor passed from one call to the next is judged twice, and the
+two verdicts can disagree: a BatchNorm bias gradient that is mathematically zero is ~1e-7 of noise on both
+sides, "within round-off" in the backward that makes it (its magnitudes are ~1) and an error in the
+optimizer's ``add_`` that reads it (a bias of ~1e-8 sets that call's scale). :func:`carry_verdicts` fixes
+both ends:
+
+- an **input** holding the same values as an earlier call's output, on both sides (same dtype, shape and
+  max/min/mean/norm: the dump's statistics of one tensor; in full mode also the same error numbers), takes
+  that output's verdict and tolerance;
+- an **output** that fails although every input passes, where the inputs that differ are zero up to
+  round-off where they were made (their error within the absolute floor ``atol·√N``) and the output's error
+  is no larger than :data:`CARRY` times theirs (rms), carries their round-off: it passes, saying so.
+
+Torch-free; only rows are rewritten (the metrics stay the row's own numbers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ptdbg_ascend.comparison.records import TensorRecord
+from ptdbg_ascend.comparison.rows import CompareRow
+from ptdbg_ascend.comparison.verdicts import ERROR, PASS, Judgement
+
+# An output's error rms may be this many times the sum of its inputs' error rms and still be only their
+# round-off carried on: add/sub/mul by a factor of at most ~1 (optimizer updates, momentum buffers) pass
+# errors on at most at that size.
+CARRY = 2.0
+
+
+def _key(record: Optional[TensorRecord]) -> Optional[Tuple]:
+    """What identifies one tensor's values in the dump: dtype, shape, max, min, mean and norm (None if
+    max/min/mean are unknown; a missing norm is part of the key as None)."""
+    if record is None or any(value is None for value in record.statistics[:3]):
+        return None
+    return record.dtype, tuple(record.shape), tuple(record.statistics)
+
+
+def _same_errors(a: CompareRow, b: CompareRow) -> bool:
+    """In full mode, the same pair of tensors gives the same error numbers: statistics alone cannot tell a
+    tensor from a permutation of it."""
+    if a.metrics is None or b.metrics is None:
+        return a.metrics is None and b.metrics is None
+    return a.metrics.error_norm == b.metrics.error_norm and a.metrics.max_abs_err == b.metrics.max_abs_err
+
+
+def _rms_error(row: CompareRow) -> Optional[float]:
+    metrics = row.metrics
+    if metrics is None or metrics.error_norm is None or not metrics.size:
+        return None
+    return metrics.error_norm / math.sqrt(metrics.size)
+
+
+def _with(row: CompareRow, judgement: Judgement, tolerance=None) -> CompareRow:
+    messages = tuple(part for part in row.messages if part != row.judgement.message) + (judgement.message,)
+    return dataclasses.replace(row, judgement=judgement, tolerance=tolerance or row.tolerance, messages=messages)
+
+
+def _inherit(row: CompareRow, producer: CompareRow, line: int) -> CompareRow:
+    said = producer.judgement.message or "it {}.".format("passes" if producer.passed else "fails")
+    message = "Same tensor as {} (CSV line {}), judged there: {}".format(producer.name, line, said)
+    judgement = producer.judgement._replace(message=message)
+    return _with(row, judgement, producer.tolerance)
+
+
+def _noise_level(row: CompareRow) -> bool:
+    """Whether an input row is zero up to round-off where judged: its error within the absolute floor."""
+    rms = _rms_error(row)
+    return rms is not None and row.tolerance is not None and not row.tolerance.exact and rms <= row.tolerance.atol
+
+
+def _carried(row: CompareRow, inputs: Sequence[CompareRow]) -> Optional[CompareRow]:
+    """``row`` (a failing output) as a pass when its error is its inputs' round-off carried on; else None."""
+    out_rms = _rms_error(row)
+    if out_rms is None or not inputs or not all(r.passed and r.metrics is not None for r in inputs):
+        return None
+    differing = [r for r in inputs if (_rms_error(r) or 0.0) > 0.0]
+    if not differing or not all(_noise_level(r) for r in differing):
+        return None
+    carried_in = sum(_rms_error(r) or 0.0 for r in differing)
+    if out_rms > CARRY * carried_in:
+        return None
+    message = "Round-off carried in: error rms {:.3g} <= {:g} x its inputs' {:.3g}, which are zero up to round-off " \
+              "where they were made ({}).".format(out_rms, CARRY, carried_in, ", ".join(r.name for r in differing[:3]))
+    # The output keeps the absolute floor its inputs were made with, for the calls that read it next.
+    floor = max(r.tolerance.atol for r in differing)
+    tolerance = row.tolerance._replace(atol=max(row.tolerance.atol, floor)) if row.tolerance is not None else None
+    return _with(row, Judgement(PASS, row.judgement.relative_error, None, message), tolerance)
+
+
+def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
+    """The rows, with inputs that hold an earlier output's values judged as that output, and outputs that
+    only carry their inputs' round-off passing (see the module docstring). Rows are taken in order, so a
+    verdict travels along a chain of calls."""
+    out = list(rows)
+    outputs: Dict[Tuple, int] = {}  # NPU output key -> index of the latest row holding it
+    inputs_of: Dict[int, List[int]] = {}  # id(NPU call) -> indices of its input rows so far
+    for index, row in enumerate(rows):
+        if row.one_sided or not row.compared:
+            continue
+        call_id = id(row.pair.npu_call)
+        if row.side == "input":
+            inputs_of.setdefault(call_id, []).append(index)
+            found = outputs.get(_key(row.npu))
+            if found is not None:
+                producer = out[found]
+                if producer.pair.npu_call is not row.pair.npu_call and _key(producer.bench) == _key(row.bench) \
+                        and producer.compared and producer.result != row.result and _same_errors(producer, row):
+                    out[index] = _inherit(row, producer, found + 2)
+        elif row.side == "output":
+            if row.judgement.grade == ERROR:
+                carried = _carried(row, [out[i] for i in inputs_of.get(call_id, ())])
+                if carried is not None:
+                    out[index] = carried
+            key = _key(row.npu)
+            if key is not None:
+                outputs[key] = index
+    return out
