@@ -14,7 +14,7 @@ from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.outcome import Counts
-from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, user_line
+from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, call_user_line
 from ptdbg_ascend.comparison.reports import open_new
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
@@ -314,7 +314,7 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                 advice.append("This input already differs, but {} produced it and its output still matched (CSV line "
                               "{}): the value changed in between without a dumped API writing it. Look at the code "
                               "between {} and this call: in-place writes through .data or numpy, APIs that are not "
-                              "dumped.".format(made_by.name, producer + 2, user_line(made_by.stack) or made_by.name))
+                              "dumped.".format(made_by.name, producer + 2, _code_line(rows, made_by) or made_by.name))
             else:
                 suspect = made_by
                 advice.append("This input already differs; it was produced by {} (CSV line {}). Look upstream from "
@@ -328,9 +328,15 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
         advice.append("FP16 overflow: a float16 tensor of {} reaches inf/nan or the float16 maximum {}. Check loss "
                       "scaling, or compute this API in float32.".format(call.name, FP16_MAX))
     finding = Finding(record=row.name, line=failing + 2, kind=kind, call=suspect.name,
-                      api=split_call_name(suspect.name).api, user_line=user_line(suspect.stack),
+                      api=split_call_name(suspect.name).api, user_line=_code_line(rows, suspect),
                       dtype_mismatch=mismatch_text, one_sided=tuple(one_sided[:ONE_SIDED_SHOWN]))
     return finding, "\n".join(advice)
+
+
+def _code_line(rows: Sequence[CompareRow], call: CallRecord) -> Optional[str]:
+    """The user's line of ``call``: a backward call's is its forward call's (see ``call_user_line``)."""
+    calls = {row.pair.npu_call.name: row.pair.npu_call for row in rows if row.pair.npu_call is not None}
+    return call_user_line(call, calls)
 
 
 def _input_error(inputs: Sequence[CompareRow]) -> Optional[float]:
