@@ -33,6 +33,8 @@ UNCERTAIN_APIS = ("conv1d", "conv2d", "conv3d", "conv_transpose", "matmul", "bmm
 # Calls that change a dtype: shown first among the one-sided calls.
 CASTS = ("_to_", "_type_", "_float_", "_half_", "_bfloat16_", "_double_", "_to_copy_", "_npu_format_cast_")
 ONE_SIDED_SHOWN = 8
+# The body lines that answer "which call, where, how wrong": the advisor file opens with them.
+ANSWER_LINES = ("Suspect API: ", "Code: ", "First failure: ")
 # An output error this many times its inputs' largest is made by the API itself, not carried in: linear
 # maps of well-conditioned data pass errors on at a similar size.
 AMPLIFICATION = 10.0
@@ -50,8 +52,28 @@ class Advice(NamedTuple):
     finding: Optional[Finding] = None
 
     def text(self) -> str:
-        head = "Line: {}\nSuspect Nodes: {}\nExpert Advice: {}\n".format(self.line, self.suspect, self.advice)
-        return head + "".join(line + "\n" for line in self.body)
+        """The legacy order, as the log prints it: Line / Suspect Nodes / Expert Advice, then the body."""
+        return self._legacy_head() + "".join(line + "\n" for line in self.body)
+
+    def file_text(self) -> str:
+        """The advisor file, answer first: the ``Suspect API``, ``Code`` and ``First failure`` lines of the
+        body (the latter naming the failing tensor and its CSV line), then ``Next step:`` (the advice); without
+        a failing row the advice itself opens it. The rest
+        of the body follows, then the legacy Line / Suspect Nodes / Expert Advice lines (scripts read them)."""
+        answer = [self._named_failure(line) for line in self.body if line.startswith(ANSWER_LINES)]
+        rest = [line for line in self.body if not line.startswith(ANSWER_LINES)]
+        opening = answer + ["Next step: " + self.advice] if answer else [self.advice]
+        return "".join(line + "\n" for line in opening + rest) + self._legacy_head()
+
+    def _named_failure(self, line: str) -> str:
+        """``First failure:`` with the failing tensor and its CSV line, which the log gives in Suspect Nodes."""
+        head = "First failure: "
+        if not line.startswith(head) or self.line == "NA":
+            return line
+        return "{}{} (CSV line {}): {}".format(head, self.suspect, self.line, line[len(head):])
+
+    def _legacy_head(self) -> str:
+        return "Line: {}\nSuspect Nodes: {}\nExpert Advice: {}\n".format(self.line, self.suspect, self.advice)
 
 
 def _precision(records: Sequence[TensorRecord]) -> Optional[str]:
@@ -369,7 +391,8 @@ def _identical(row: CompareRow) -> bool:
 
 
 def write_advice(advice: Advice, output_path: str, stem: str) -> str:
-    """Log the advice and write it to ``{output_path}/{stem}.txt`` (0640); returns the path. ``stem`` is
+    """Log the advice (legacy order, :meth:`Advice.text`) and write it to ``{output_path}/{stem}.txt`` (0640,
+    answer first, :meth:`Advice.file_text`); returns the path. ``stem`` is
     ``advisor_{tail}``: the finding, when a row failed, goes to ``compare_finding_{tail}.json`` beside it
     (0640); without a finding a same-named JSON left there is removed (it would name a stale suspect)."""
     logger.info("The summary of the expert advice is as follows: ")
@@ -377,7 +400,7 @@ def write_advice(advice: Advice, output_path: str, stem: str) -> str:
         logger.info(line)
     path = os.path.join(output_path, stem + ".txt")
     with open_new(path) as handle:
-        handle.write(advice.text())
+        handle.write(advice.file_text())
     tail = stem[len(ADVISOR_STEM):] if stem.startswith(ADVISOR_STEM) else stem
     finding_path = os.path.join(output_path, finding_file.file_name(tail))
     if advice.finding is not None:
