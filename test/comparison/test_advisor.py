@@ -208,3 +208,20 @@ def test_output_error_far_beyond_its_inputs_is_a_cause_even_after_a_lower_precis
     npu, bench = _after_a_half_precision_call(legacy_dump, 2e-2)  # 40 times the input's error
     outcome, _ = advice_of(npu, bench, output_dir)
     assert (outcome.finding.kind, outcome.finding.call) == ("cause", "Torch_tanh_0_forward")
+
+
+def test_library_frames_by_location_not_by_folder_name():
+    import os
+
+    import ptdbg_ascend
+    from ptdbg_ascend.comparison.records import is_library_file
+
+    tool_file = os.path.join(os.path.dirname(ptdbg_ascend.__file__), "dump", "capture.py")
+    assert is_library_file(tool_file)  # this tool as installed here
+    assert is_library_file("/usr/lib/python3/dist-packages/torch_npu/utils/_step.py")  # pip's layout elsewhere
+    assert is_library_file(r"C:\Python311\Lib\site-packages\torch\nn\modules\linear.py")
+    assert is_library_file("<frozen importlib._bootstrap>")
+    assert not is_library_file("/opt/torch/.venv/lib/python3.10/site-packages/transformers/models/gpt2/modeling_gpt2.py")
+    assert not is_library_file("/home/me/torch/project/model.py")
+    assert not is_library_file("/home/me/pytorch-env/src/msprobe_notes/train.py")
+    assert not is_library_file("train.py")
