@@ -15,7 +15,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.comparison.precision import Reduced, carried_inputs, explained_by_inputs, reduced_precision_root
-from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, user_line
+from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, call_user_line, user_line
 from ptdbg_ascend.comparison.reports import open_new
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
@@ -34,6 +34,8 @@ UNCERTAIN_APIS = ("conv1d", "conv2d", "conv3d", "conv_transpose", "matmul", "bmm
 # Calls that change a dtype: shown first among the one-sided calls.
 CASTS = ("_to_", "_type_", "_float_", "_half_", "_bfloat16_", "_double_", "_to_copy_", "_npu_format_cast_")
 ONE_SIDED_SHOWN = 8
+# The body lines that answer "which call, where, how wrong": the advisor file opens with them.
+ANSWER_LINES = ("Suspect API: ", "Code: ", "First failure: ")
 # An output error this many times its inputs' largest is made by the API itself, not carried in: linear
 # maps of well-conditioned data pass errors on at a similar size.
 AMPLIFICATION = 10.0
@@ -54,8 +56,28 @@ class Advice(NamedTuple):
     finding: Optional[Finding] = None
 
     def text(self) -> str:
-        head = "Line: {}\nSuspect Nodes: {}\nExpert Advice: {}\n".format(self.line, self.suspect, self.advice)
-        return head + "".join(line + "\n" for line in self.body)
+        """The legacy order, as the log prints it: Line / Suspect Nodes / Expert Advice, then the body."""
+        return self._legacy_head() + "".join(line + "\n" for line in self.body)
+
+    def file_text(self) -> str:
+        """The advisor file, answer first: the ``Suspect API``, ``Code`` and ``First failure`` lines of the
+        body (the latter naming the failing tensor and its CSV line), then ``Next step:`` (the advice); without
+        a failing row the advice itself opens it. The rest
+        of the body follows, then the legacy Line / Suspect Nodes / Expert Advice lines (scripts read them)."""
+        answer = [self._named_failure(line) for line in self.body if line.startswith(ANSWER_LINES)]
+        rest = [line for line in self.body if not line.startswith(ANSWER_LINES)]
+        opening = answer + ["Next step: " + self.advice] if answer else [self.advice]
+        return "".join(line + "\n" for line in opening + rest) + self._legacy_head()
+
+    def _named_failure(self, line: str) -> str:
+        """``First failure:`` with the failing tensor and its CSV line, which the log gives in Suspect Nodes."""
+        head = "First failure: "
+        if not line.startswith(head) or self.line == "NA":
+            return line
+        return "{}{} (CSV line {}): {}".format(head, self.suspect, self.line, line[len(head):])
+
+    def _legacy_head(self) -> str:
+        return "Line: {}\nSuspect Nodes: {}\nExpert Advice: {}\n".format(self.line, self.suspect, self.advice)
 
 
 def _precision(records: Sequence[TensorRecord]) -> Optional[str]:
@@ -350,7 +372,7 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                 advice.append("This input already differs, but {} produced it and its output still matched (CSV line "
                               "{}): the value changed in between without a dumped API writing it. Look at the code "
                               "between {} and this call: in-place writes through .data or numpy, APIs that are not "
-                              "dumped.".format(made_by.name, producer + 2, user_line(made_by.stack) or made_by.name))
+                              "dumped.".format(made_by.name, producer + 2, _code_line(rows, made_by) or made_by.name))
             else:
                 suspect = made_by
                 advice.append("This input already differs; it was produced by {} (CSV line {}). Look upstream from "
@@ -376,10 +398,16 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
         advice.append("FP16 overflow: a float16 tensor of {} reaches inf/nan or the float16 maximum {}. Check loss "
                       "scaling, or compute this API in float32.".format(call.name, FP16_MAX))
     finding = Finding(record=row.name, line=failing + 2, kind=kind, call=suspect.name,
-                      api=split_call_name(suspect.name).api, user_line=user_line(suspect.stack),
+                      api=split_call_name(suspect.name).api, user_line=_code_line(rows, suspect),
                       dtype_mismatch=mismatch_text, one_sided=tuple(one_sided[:ONE_SIDED_SHOWN]),
                       precision=reduced_label)
     return finding, "\n".join(advice)
+
+
+def _code_line(rows: Sequence[CompareRow], call: CallRecord) -> Optional[str]:
+    """The user's line of ``call``: a backward call's is its forward call's (see ``call_user_line``)."""
+    calls = {row.pair.npu_call.name: row.pair.npu_call for row in rows if row.pair.npu_call is not None}
+    return call_user_line(call, calls)
 
 
 def _previous_call(rows: Sequence[CompareRow], failing: int, call: Optional[CallRecord]) -> Optional[CallRecord]:
@@ -420,16 +448,17 @@ def _identical(row: CompareRow) -> bool:
 
 
 def write_advice(advice: Advice, output_path: str, stem: str) -> str:
-    """Log the advice and write it to ``{output_path}/{stem}.txt`` (0640); returns the path. ``stem`` is
-    ``advisor_{tail}``: the finding, when a row failed (or, as a warning, a call computes below its dtype's
-    precision), goes to ``compare_finding_{tail}.json`` beside it
+    """Log the advice (legacy order, :meth:`Advice.text`) and write it to ``{output_path}/{stem}.txt`` (0640,
+    answer first, :meth:`Advice.file_text`); returns the path. ``stem`` is ``advisor_{tail}``: the finding, when a
+    row failed (or, as a warning, a call computes below its dtype's precision), goes to
+    ``compare_finding_{tail}.json`` beside it
     (0640); without a finding a same-named JSON left there is removed (it would name a stale suspect)."""
     logger.info("The summary of the expert advice is as follows: ")
     for line in advice.text().splitlines():
         logger.info(line)
     path = os.path.join(output_path, stem + ".txt")
     with open_new(path) as handle:
-        handle.write(advice.text())
+        handle.write(advice.file_text())
     tail = stem[len(ADVISOR_STEM):] if stem.startswith(ADVISOR_STEM) else stem
     finding_path = os.path.join(output_path, finding_file.file_name(tail))
     if advice.finding is not None:

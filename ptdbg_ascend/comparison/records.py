@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
 import os
 import re
-from typing import Iterable, NamedTuple, Optional, Tuple
+from typing import Iterable, Mapping, NamedTuple, Optional, Tuple
+
+from ptdbg_ascend.formats.naming import BACKWARD, FORWARD, split_call_name
 
 # (file, line, function, code), innermost frame first, as the dump wrote it.
 Frame = Tuple[str, str, str, Optional[str]]
@@ -51,14 +55,51 @@ def format_stack(frames: Tuple[Frame, ...]) -> str:
     return _frames_text(reversed(frames))
 
 
-# Frames of torch itself (and of this tool, msprobe, torch_npu) are not the user's code: any file under a
-# package directory of that name, or Python's frozen bootstrap modules.
-_LIBRARY_FRAME = re.compile(r"(^|[/\\])(torch|torch_npu|ptdbg_ascend|msprobe|functorch)[/\\]|^<frozen ")
+# Frames of torch itself (and of torch_npu, functorch, msprobe and this tool) are not the user's code. They
+# are told by location, never by a folder's name: a user's files under /opt/torch/.venv/.../transformers/ or
+# ~/torch/project/ are the user's. A frame is a library's when its file lies in
+# - that package's directory as installed here (found without importing it: comparing must not load torch), or
+# - a directory of that name right under site-packages/dist-packages: where pip puts it on the machine that
+#   dumped (which may not be this one);
+# Python's frozen bootstrap modules are no one's code either.
+_LIBRARY_PACKAGES = ("torch", "torch_npu", "functorch", "msprobe", "ptdbg_ascend")
+_INSTALLED_LIBRARY = re.compile(r"[/\\](site|dist)-packages[/\\]({})[/\\]|^<frozen "
+                                .format("|".join(_LIBRARY_PACKAGES)))
+
+
+@functools.lru_cache(maxsize=1)
+def _library_dirs() -> Tuple[str, ...]:
+    """The installed directories of the library packages here, each ending in a separator (plain and real
+    path); computed once per process."""
+    dirs = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # this tool's package directory
+    for name in _LIBRARY_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)  # a top-level name: located, not imported
+        except (ImportError, ValueError):  # a broken or half-imported installation: no directory to add
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            dirs.update(spec.submodule_search_locations)
+    found = set()
+    for directory in dirs:
+        for form in (os.path.abspath(directory), os.path.realpath(directory)):
+            found.add(os.path.normcase(form).rstrip("/\\") + os.sep)
+    return tuple(sorted(found))
+
+
+@functools.lru_cache(maxsize=8192)
+def is_library_file(file: str) -> bool:
+    """Whether a stack frame's file belongs to torch, torch_npu, functorch, msprobe or this tool (by location,
+    see above); a user's file in any folder named ``torch`` does not."""
+    if _INSTALLED_LIBRARY.search(file):
+        return True
+    if not os.path.isabs(file):
+        return False
+    return os.path.normcase(os.path.normpath(file)).startswith(_library_dirs())
 
 
 def user_frames(frames: Tuple[Frame, ...]) -> Tuple[Frame, ...]:
     """The frames outside torch and this tool, innermost first (all frames if none is outside)."""
-    kept = tuple(frame for frame in frames if not _LIBRARY_FRAME.search(frame[0]))
+    kept = tuple(frame for frame in frames if not is_library_file(frame[0]))
     return kept or frames
 
 
@@ -74,6 +115,18 @@ def user_line(frames: Tuple[Frame, ...]) -> Optional[str]:
         return None
     file, line, _func, code = kept[0]
     return "{}:{}  {}".format(file, line, code or "").rstrip()
+
+
+def call_user_line(call: CallRecord, calls: Mapping[str, CallRecord]) -> Optional[str]:
+    """The user's line of ``call`` (``file:line  code``, None without a stack). A backward call's own stack
+    ends in ``loss.backward()`` for every backward call, so it takes the stack of its forward call (same API
+    and counter, ``..._forward``) from ``calls`` (call name -> record, one dump's) when that has one."""
+    name = split_call_name(call.name)
+    if name.direction == BACKWARD and name.index >= 0:
+        forward = calls.get("{}_{}_{}".format(name.api, name.index, FORWARD))
+        if forward is not None and forward.stack:
+            return user_line(forward.stack)
+    return user_line(call.stack)
 
 
 def as_number(value: object) -> Optional[float]:

@@ -31,6 +31,16 @@ MAX_CELL_TEXT = 32767
 STACK_LINES_SHOWN, LINE_HEIGHT = 6, 15
 # Rows of context kept above the first failure when the sheet opens scrolled to it.
 CONTEXT_ROWS = 5
+# The sheet puts the verdict right after the names, where people read (the CSV keeps the legacy order, which
+# scripts read by position): the rest follows in the CSV's order.
+VERDICT_COLUMNS = (col.ACCURACY, col.RESULT, col.ERR_MESSAGE)
+
+
+def sheet_order(columns: Sequence[str]) -> List[int]:
+    """Indices into ``columns`` (the CSV's order) in the sheet's order: the two name columns, then those of
+    VERDICT_COLUMNS present (Accuracy Reached or Not, Result, Err_message), then the others as they come."""
+    front = [columns.index(name) for name in (col.NPU_NAME, col.BENCH_NAME) + VERDICT_COLUMNS if name in columns]
+    return front + [index for index in range(len(columns)) if index not in front]
 
 
 def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[object]], results: Sequence[str],
@@ -38,7 +48,8 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
     """Write the compare table to ``path`` as a new 0640 ``.xlsx`` (a same-named file is replaced).
 
     :param path: the ``.xlsx`` file to write.
-    :param columns: header names, in the CSV's order (names from :mod:`columns`).
+    :param columns: header names, in the CSV's order (names from :mod:`columns`); the sheet shows them in
+        :func:`sheet_order` (the verdict columns next to the names).
     :param table: one sequence of cells per row, in column order. ``int``/``float`` are written as numbers
         (NaN and infinities, which Excel cannot hold as numbers, as the text ``nan``/``inf``/``-inf``),
         ``str`` as text (never parsed back to a number), ``None`` as an empty cell.
@@ -54,6 +65,11 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
     if first_failure is not None and not 0 <= first_failure < len(table):
         raise ValueError("write_xlsx: first_failure={} is not a row index of a {}-row table".format(
             first_failure, len(table)))
+    order = sheet_order(columns)
+    if order != list(range(len(columns))):
+        columns = [columns[index] for index in order]
+        table = [[line[index] for index in order] for line in table]
+
     def write(descriptor: int) -> None:
         with os.fdopen(os.dup(descriptor), "wb") as handle:
             _workbook(columns, table, results, first_failure).save(handle)

@@ -25,14 +25,27 @@ def advice_of(npu, bench, output_dir):
         return outcome, handle.read()
 
 
-def test_cause_names_the_api_and_the_users_line_not_torchs(legacy_dump, output_dir):
+def test_cause_names_the_api_and_the_users_line_not_torchs(legacy_dump, output_dir, capsys):
     npu, bench = legacy_dump("npu"), legacy_dump("bench")
     npu.stack = bench.stack = USER_STACK
     npu.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y * 1.02)])
     bench.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y)])
     outcome, text = advice_of(npu, bench, output_dir)
-    assert text.startswith("Line: 3\nSuspect Nodes: Functional_linear_0_forward_output\nExpert Advice: The inputs of "
-                           "Functional_linear_0_forward still match but its output does not")
+    # The file answers first (suspect, code line, the failure, the next step); the legacy three lines follow.
+    lines = text.splitlines()
+    assert lines[0] == "Suspect API: Functional_linear_0_forward (Cause: its inputs still match, its output does not)"
+    assert lines[1] == "Code: /home/me/model.py:31  h = self.proj(x)"
+    assert lines[2].startswith("First failure: Functional_linear_0_forward_output (CSV line 3): Relative error ")
+    assert lines[3].startswith("Next step: The inputs of Functional_linear_0_forward still match but its output does "
+                               "not")
+    assert "\nLine: 3\nSuspect Nodes: Functional_linear_0_forward_output\nExpert Advice: The inputs of " \
+           "Functional_linear_0_forward still match but its output does not" in text
+    # The log keeps the legacy order.
+    logged = [line.split("]", 1)[-1] for line in capsys.readouterr().out.splitlines()]
+    start = logged.index("Line: 3")
+    assert logged[start + 1] == "Suspect Nodes: Functional_linear_0_forward_output"
+    assert logged[start + 2].startswith("Expert Advice: The inputs of Functional_linear_0_forward still match")
+    assert logged[start + 3].startswith("Suspect API: Functional_linear_0_forward (Cause:")
     assert "Suspect API: Functional_linear_0_forward (Cause: its inputs still match, its output does not)" in text
     assert "Code: /home/me/model.py:31  h = self.proj(x)" in text
     assert "seed_all(mode=True)" not in text  # a 2 % error is no non-determinism
@@ -50,7 +63,9 @@ def test_input_changed_between_calls_names_the_producer(legacy_dump, output_dir)
     bench.add_call("Functional_linear_0_forward", [("input.0", Y), ("output", Y)])
     bench.add_call("Torch_relu_0_forward", [("input.0", Y), ("output", np.maximum(Y, 0))])
     outcome, text = advice_of(npu, bench, output_dir)
-    assert text.startswith("Line: 4\nSuspect Nodes: Torch_relu_0_forward_input.0\n")
+    assert text.startswith("Suspect API: Torch_relu_0_forward (Input: an input already differs and no dumped API "
+                           "produced it)\n")
+    assert "\nLine: 4\nSuspect Nodes: Torch_relu_0_forward_input.0\n" in text
     assert outcome.finding.kind == "input"  # Y + 3 is no earlier output: nothing dumped produced it
     # ... but linear, dumped before it, matched: the gap between the two calls is named, not the data.
     assert "Expert Advice: This input already differs, but every dumped call before it matched: the difference " \
@@ -162,8 +177,10 @@ def test_nothing_comparable_says_so(legacy_dump, output_dir, tmp_path):
     outcome, text = advice_of(npu, bench, output_dir)
     assert not outcome and outcome.first_failure is None and outcome.finding is None
     assert (outcome.counts.paired, outcome.counts.compared, outcome.counts.not_compared) == (2, 0, 2)
-    assert text.startswith("Line: NA\nSuspect Nodes: NA\nExpert Advice: Nothing could be compared: none of the 2 "
-                           "paired tensors was judged (2 rows: a tensor file is missing)")
+    assert text.startswith("Nothing could be compared: none of the 2 paired tensors was judged (2 rows: a tensor "
+                           "file is missing)")
+    assert "\nLine: NA\nSuspect Nodes: NA\nExpert Advice: Nothing could be compared: none of the 2 " \
+           "paired tensors was judged (2 rows: a tensor file is missing)" in text
     assert "does not show that the runs agree" in text
     assert "All data" not in text and str(outcome).startswith("not enough could be compared")
 
@@ -205,3 +222,20 @@ def test_output_error_far_beyond_its_inputs_is_a_cause_even_after_a_lower_precis
     npu, bench = _after_a_half_precision_call(legacy_dump, 2e-2)  # 40 times the input's error
     outcome, _ = advice_of(npu, bench, output_dir)
     assert (outcome.finding.kind, outcome.finding.call) == ("cause", "Torch_tanh_0_forward")
+
+
+def test_library_frames_by_location_not_by_folder_name():
+    import os
+
+    import ptdbg_ascend
+    from ptdbg_ascend.comparison.records import is_library_file
+
+    tool_file = os.path.join(os.path.dirname(ptdbg_ascend.__file__), "dump", "capture.py")
+    assert is_library_file(tool_file)  # this tool as installed here
+    assert is_library_file("/usr/lib/python3/dist-packages/torch_npu/utils/_step.py")  # pip's layout elsewhere
+    assert is_library_file(r"C:\Python311\Lib\site-packages\torch\nn\modules\linear.py")
+    assert is_library_file("<frozen importlib._bootstrap>")
+    assert not is_library_file("/opt/torch/.venv/lib/python3.10/site-packages/transformers/models/gpt2/modeling_gpt2.py")
+    assert not is_library_file("/home/me/torch/project/model.py")
+    assert not is_library_file("/home/me/pytorch-env/src/msprobe_notes/train.py")
+    assert not is_library_file("train.py")

@@ -46,9 +46,10 @@ def test_identical_dumps_all_yes_and_columns_in_legacy_order(two_dumps, output_d
     assert rows[1]["NPU_Stack_Info"] == ""
     assert outcome.first_failure is None
     with open(outcome.advisor_path) as handle:
-        assert handle.read() == ("Line: NA\nSuspect Nodes: NA\nExpert Advice: All data in comparison result meets "
-                                 "the accuracy requirements.\nCompared: 7 of 7 paired tensors (0 failing, 0 warnings, "
-                                 "0 not compared, 0 unmatched); 0 NPU-only and 0 bench-only rows.\n")
+        assert handle.read() == ("All data in comparison result meets the accuracy requirements.\nCompared: 7 of 7 "
+                                 "paired tensors (0 failing, 0 warnings, 0 not compared, 0 unmatched); 0 NPU-only and "
+                                 "0 bench-only rows.\nLine: NA\nSuspect Nodes: NA\nExpert Advice: All data in "
+                                 "comparison result meets the accuracy requirements.\n")
     assert outcome and str(outcome) == "all compared tensors reached the accuracy (7 of 7 paired tensors compared, " \
         "0 failing)"
 
@@ -64,8 +65,10 @@ def test_planted_difference_is_first_no_and_advisor_suspect(two_dumps, output_di
     assert outcome.first_failure == "Functional_linear_0_forward_output"
     with open(outcome.advisor_path) as handle:
         text = handle.read()
-    assert text.startswith("Line: 4\nSuspect Nodes: Functional_linear_0_forward_output\nExpert Advice: The inputs "
-                           "of Functional_linear_0_forward still match but its output does not")
+    assert text.startswith("Suspect API: Functional_linear_0_forward (Cause: its inputs still match, its output "
+                           "does not)\n")
+    assert "\nLine: 4\nSuspect Nodes: Functional_linear_0_forward_output\nExpert Advice: The inputs " \
+           "of Functional_linear_0_forward still match but its output does not" in text
     assert "Suspect API: Functional_linear_0_forward (Cause: its inputs still match, its output does not)" in text
     assert os.path.basename(outcome.advisor_path).startswith("advisor_run1_")
 
@@ -76,7 +79,12 @@ def test_xlsx_columns_highlight_and_chart(two_dumps, output_dir):
     outcome = compare(npu.param(bench), output_dir, stack_mode=True)
     book = openpyxl.load_workbook(outcome.xlsx_path)
     sheet = book["compare_result"]
-    assert [c.value for c in sheet[1]] == LEGACY_FULL + ["NPU_Stack_Info"] + NEW
+    # The verdict next to the names (the CSV keeps the legacy order); the rest in the CSV's order.
+    csv_order = LEGACY_FULL + ["NPU_Stack_Info"] + NEW
+    verdict = ["Accuracy Reached or Not", "Result", "Err_message"]
+    assert [c.value for c in sheet[1]] == csv_order[:2] + verdict + [c for c in csv_order[2:] if c not in verdict]
+    assert [c.value for c in sheet[4]][:4] == ["Functional_linear_0_forward_output",
+                                               "Functional_linear_0_forward_output", "No", "error"]
     assert sheet["A4"].value == "Functional_linear_0_forward_output"
     assert sheet["A4"].fill.fgColor.rgb.endswith("FF7C80")  # the first failure: darker red
     assert sheet["A5"].fill.fgColor.rgb.endswith("FFC7CE")  # the failing rows after it: red

@@ -86,7 +86,8 @@ def test_planted_api_is_first_no_and_the_suspect(runs, tmp_path):
         [(r["NPU Name"], r["Err_message"]) for r in before]
     with open(outcome.advisor_path) as handle:
         advice = handle.read()
-    assert advice.startswith("Line: 7\nSuspect Nodes: Functional_leaky_relu_0_forward_output\n")
+    assert advice.startswith("Suspect API: Functional_leaky_relu_0_forward (Cause:")
+    assert "\nLine: 7\nSuspect Nodes: Functional_leaky_relu_0_forward_output\n" in advice
     assert "Suspect API: Functional_leaky_relu_0_forward (Cause:" in advice
 
 

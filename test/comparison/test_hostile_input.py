@@ -359,7 +359,10 @@ def test_opposite_huge_and_tiny_tensors():
     assert metrics.accumulated_relative_err == pytest.approx(2.0)
     assert metrics.euclidean_relative_distance == pytest.approx(2.0)
     tiny = np.array([1e-30, -2e-30, 3e-30])
-    assert compare_arrays(tiny, -tiny).cosine == -1.0  # already held before: a guard
+    # Both norms below float64's epsilon: round-off only, Cosine 1.0 by the guide's rule (was -1.0).
+    assert compare_arrays(tiny, -tiny).cosine == 1.0
+    small = tiny * 1e15  # norms ~4e-15, above epsilon: the true cosine, exact although the squares are tiny
+    assert compare_arrays(small, -small).cosine == -1.0
 
 
 # --- 5. unique report names --------------------------------------------------------------------------

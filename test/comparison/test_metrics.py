@@ -134,3 +134,38 @@ def test_missing_and_pickled_npy(tmp_path):
     assert m.cell("cosine") == "Nan" and m.messages[0].startswith("Dump file: {} cannot be read".format(pickled))
 
 
+
+
+def _tiny_pair():
+    """Two ~1e-19 vectors (AdamW's first second moments) whose true cosine is about 0.41."""
+    npu = np.array([3e-19, 1e-19, 0.0, 2e-19], np.float32)
+    bench = np.array([1e-19, 0.0, 3e-19, 2e-19], np.float32)
+    true = float(np.dot(npu.astype(np.float64), bench) / (np.linalg.norm(npu.astype(np.float64))
+                                                             * np.linalg.norm(bench.astype(np.float64))))
+    assert 0.3 < true < 0.5
+    return npu, bench
+
+
+def test_both_norms_below_float64_epsilon_give_cosine_one():
+    npu, bench = _tiny_pair()
+    m = met.compare_arrays(npu, bench)
+    assert m.cosine == 1.0 and m.max_abs_err == pytest.approx(3e-19, rel=1e-6)
+    assert accuracy_reached(m) == "Yes"
+    # One side above epsilon: the true cosine, and the legacy rule's safety net (< 0.9) says No.
+    m = met.compare_arrays(npu * 1e4, bench * 1e4)
+    assert 0.3 < m.cosine < 0.5 and accuracy_reached(m) == "No"
+
+
+def test_tiny_vectors_pass_in_the_csv(legacy_dump, output_dir):
+    import csv
+
+    from ptdbg_ascend.comparison.api import compare
+
+    npu_values, bench_values = _tiny_pair()
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    npu.add_call("Torch_sqrt_0_forward", [("input.0", npu_values), ("output", npu_values)])
+    bench.add_call("Torch_sqrt_0_forward", [("input.0", bench_values), ("output", bench_values)])
+    outcome = compare(npu.param(bench), output_dir, auto_analyze=False, xlsx=False)
+    with open(outcome.csv_path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(float(row["Cosine"]), row["Accuracy Reached or Not"]) for row in rows] == [(1.0, "Yes"), (1.0, "Yes")]

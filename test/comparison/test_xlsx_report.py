@@ -76,14 +76,18 @@ def test_layout_header_filter_and_widths(tmp_path):
     table, results = golden_table()
     _, book = written(tmp_path, COLUMNS, table, results, first_failure=8)
     sheet = book["compare_result"]
-    assert [cell.value for cell in sheet[1]] == COLUMNS
+    # The verdict columns sit next to the names; the others follow in the given (CSV) order.
+    assert [cell.value for cell in sheet[1]] == [col.NPU_NAME, col.BENCH_NAME, col.ACCURACY, col.RESULT,
+                                                 col.ERR_MESSAGE, "NPU Tensor Dtype", col.COSINE, col.MAX_ABS,
+                                                 col.STACK]
+    assert [cell.value for cell in sheet[10]][2:5] == ["No", "error", CHECK]  # the values move with their names
     assert all(cell.font.b for cell in sheet[1])
     assert sheet.auto_filter.ref == "A1:I13"
     widths = {letter: sheet.column_dimensions[letter].width for letter in "ABCDEFGHI"}
-    assert widths == {"A": 48, "B": 48, "C": 18, "D": 14, "E": 14, "F": 12, "G": 50, "H": 90, "I": 12}
+    assert widths == {"A": 48, "B": 48, "C": 12, "D": 12, "E": 50, "F": 18, "G": 14, "H": 14, "I": 90}
     # the stack cell wraps, bottom-aligned, and its row is as tall as its 4 lines
-    assert sheet["H2"].alignment.wrap_text and sheet["H2"].alignment.vertical == "bottom"
-    assert sheet["H2"].value == STACK_TEXT
+    assert sheet["I2"].alignment.wrap_text and sheet["I2"].alignment.vertical == "bottom"
+    assert sheet["I2"].value == STACK_TEXT
     assert sheet.row_dimensions[2].height == 60
     assert sheet.row_dimensions[3].height is None
 
@@ -142,7 +146,9 @@ def test_summary_columns_without_rows(tmp_path):
     columns = col.summary_columns(stack_mode=False)
     _, book = written(tmp_path, columns, [], [], first_failure=None)
     assert book.sheetnames == ["compare_result"]
-    assert [cell.value for cell in book["compare_result"][1]] == columns
+    expected = columns[:2] + [col.RESULT, col.ERR_MESSAGE] + [c for c in columns[2:] if c not in (col.RESULT,
+                                                                                                 col.ERR_MESSAGE)]
+    assert [cell.value for cell in book["compare_result"][1]] == expected
 
 
 def test_replaces_a_same_named_file_with_mode_0640(tmp_path):

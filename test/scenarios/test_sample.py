@@ -18,6 +18,8 @@ def test_end_to_end_sample_names_the_planted_bf16_linear(tmp_path):
     assert result.returncode == 0, result.stdout
     advice = result.stdout[result.stdout.index("\nAdvisor:\n"):]
     # The planted layer (legacy_train.py: F.linear on bfloat16 copies) is the suspect, with its code line.
+    # The advisor file answers first: its first line names the planted layer.
+    assert advice.splitlines()[2].startswith("Suspect API: Functional_linear_1_forward ("), advice
     assert "Suspect API: Functional_linear_1_forward (Propagation:" in advice, advice
     assert "legacy_train.py:" in advice and "x = F.linear(x.bfloat16()" in advice, advice
     assert "First dtype mismatch before it: Functional_linear_1_forward (NPU torch.bfloat16, bench torch.float32)" \
