@@ -9,24 +9,21 @@ that a later run reads (``run_ut``'s compare link)."""
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
+from ptdbg_ascend.comparison.advice import Advice
 from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.comparison.precision import Reduced, carried_inputs, explained_by_inputs, reduced_precision_root
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, call_user_line, user_line
-from ptdbg_ascend.comparison.reports import open_new
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
-from ptdbg_ascend.formats import finding as finding_file
 from ptdbg_ascend.formats.finding import CAUSE, INPUT, PROPAGATION, WARNING, Finding
 from ptdbg_ascend.formats.naming import api_of, split_call_name
 from ptdbg_ascend.log import logger
 
 FP16_MAX = 65504.0
 ALL_REACHED = "All data in comparison result meets the accuracy requirements."
-ADVISOR_STEM = "advisor_"  # + tail: the prose report's stem (compare passes "advisor_" + its tail)
 # APIs whose CPU/GPU/NPU kernels may be non-deterministic (atomics, algorithm choice): only for these,
 # and only for a small error, is seed_all(mode=True) worth suggesting.
 UNCERTAIN_APIS = ("conv1d", "conv2d", "conv3d", "conv_transpose", "matmul", "bmm", "addmm", "linear", "nll_loss",
@@ -34,50 +31,12 @@ UNCERTAIN_APIS = ("conv1d", "conv2d", "conv3d", "conv_transpose", "matmul", "bmm
 # Calls that change a dtype: shown first among the one-sided calls.
 CASTS = ("_to_", "_type_", "_float_", "_half_", "_bfloat16_", "_double_", "_to_copy_", "_npu_format_cast_")
 ONE_SIDED_SHOWN = 8
-# The body lines that answer "which call, where, how wrong": the advisor file opens with them.
-ANSWER_LINES = ("Suspect API: ", "Code: ", "First failure: ")
 # An output error this many times its inputs' largest is made by the API itself, not carried in: linear
 # maps of well-conditioned data pass errors on at a similar size.
 AMPLIFICATION = 10.0
 REDUCED_HINT = "Check whether the NPU computes it in a reduced mode (HF32: torch.npu.matmul.allow_hf32 / " \
     "torch.npu.conv.allow_hf32; TF32 on CUDA: torch.backends.cuda.matmul.allow_tf32 / torch.backends.cudnn." \
     "allow_tf32): turn the mode off to confirm, or accept the difference."
-
-
-class Advice(NamedTuple):
-    """``line`` is the CSV line (header = line 1), "NA" when no row failed. ``body`` holds the lines
-    after the three legacy ones (Line / Suspect Nodes / Expert Advice). ``finding``: the same answer as
-    data (None, the default: no row failed), written beside the prose by :func:`write_advice`."""
-
-    line: str
-    suspect: str
-    advice: str
-    body: Tuple[str, ...] = ()
-    finding: Optional[Finding] = None
-
-    def text(self) -> str:
-        """The legacy order, as the log prints it: Line / Suspect Nodes / Expert Advice, then the body."""
-        return self._legacy_head() + "".join(line + "\n" for line in self.body)
-
-    def file_text(self) -> str:
-        """The advisor file, answer first: the ``Suspect API``, ``Code`` and ``First failure`` lines of the
-        body (the latter naming the failing tensor and its CSV line), then ``Next step:`` (the advice); without
-        a failing row the advice itself opens it. The rest
-        of the body follows, then the legacy Line / Suspect Nodes / Expert Advice lines (scripts read them)."""
-        answer = [self._named_failure(line) for line in self.body if line.startswith(ANSWER_LINES)]
-        rest = [line for line in self.body if not line.startswith(ANSWER_LINES)]
-        opening = answer + ["Next step: " + self.advice] if answer else [self.advice]
-        return "".join(line + "\n" for line in opening + rest) + self._legacy_head()
-
-    def _named_failure(self, line: str) -> str:
-        """``First failure:`` with the failing tensor and its CSV line, which the log gives in Suspect Nodes."""
-        head = "First failure: "
-        if not line.startswith(head) or self.line == "NA":
-            return line
-        return "{}{} (CSV line {}): {}".format(head, self.suspect, self.line, line[len(head):])
-
-    def _legacy_head(self) -> str:
-        return "Line: {}\nSuspect Nodes: {}\nExpert Advice: {}\n".format(self.line, self.suspect, self.advice)
 
 
 def _precision(records: Sequence[TensorRecord]) -> Optional[str]:
@@ -388,8 +347,8 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                               "called through a reference the dump cannot see (a functools.partial, a closure, a "
                               "list), an API outside the wrapped list (dump with extra_apis=True), or an in-place "
                               "write through .data or numpy. Look at the code between these two calls.".format(
-                                  previous.name, user_line(previous.stack) or "no stack",
-                                  call.name, user_line(call.stack) or "no stack"))
+                                  previous.name, _code_line(rows, previous) or "no stack",
+                                  call.name, _code_line(rows, call) or "no stack"))
             else:
                 advice.append("This input already differs and no dumped API produced it. Check what feeds the model: "
                               "the data (loading order, shuffle, augmentation), seed_all() on both sides, the loaded "
@@ -445,26 +404,3 @@ def _identical(row: CompareRow) -> bool:
     if row.metrics is not None:
         return row.metrics.max_abs_err == 0.0
     return row.npu.statistics == row.bench.statistics and row.npu.dtype == row.bench.dtype
-
-
-def write_advice(advice: Advice, output_path: str, stem: str) -> str:
-    """Log the advice (legacy order, :meth:`Advice.text`) and write it to ``{output_path}/{stem}.txt`` (0640,
-    answer first, :meth:`Advice.file_text`); returns the path. ``stem`` is ``advisor_{tail}``: the finding, when a
-    row failed (or, as a warning, a call computes below its dtype's precision), goes to
-    ``compare_finding_{tail}.json`` beside it
-    (0640); without a finding a same-named JSON left there is removed (it would name a stale suspect)."""
-    logger.info("The summary of the expert advice is as follows: ")
-    for line in advice.text().splitlines():
-        logger.info(line)
-    path = os.path.join(output_path, stem + ".txt")
-    with open_new(path) as handle:
-        handle.write(advice.file_text())
-    tail = stem[len(ADVISOR_STEM):] if stem.startswith(ADVISOR_STEM) else stem
-    finding_path = os.path.join(output_path, finding_file.file_name(tail))
-    if advice.finding is not None:
-        with open_new(finding_path) as handle:
-            handle.write(finding_file.encode(advice.finding))
-    elif os.path.lexists(finding_path):
-        os.remove(finding_path)
-    logger.info("The advisor summary is saved in: {}".format(path))
-    return path

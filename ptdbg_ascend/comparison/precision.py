@@ -37,6 +37,13 @@ REDUCED_HIGH = 2.0 ** -6
 # Above this relative error the size is that of an 8-bit mantissa rather than a 10-bit one.
 BF16_LIKE = 2.0 ** -9
 TF32_LABEL, BF16_LABEL = "TF32/HF32-like", "bfloat16-like"
+# The APIs a TF32/HF32 mode computes from rounded inputs (convolutions and matrix products). An error of
+# TF32 size elsewhere is no such mode (e.g. an optimizer step with another learning rate changes a weight
+# by ~1e-4 of itself): only a kernel computing in bfloat16 reaches other APIs, at bfloat16 size.
+MATMUL_CLASS = frozenset(("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+                          "convolution", "_convolution", "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm",
+                          "linear", "einsum", "tensordot", "scaled_dot_product_attention", "chain_matmul",
+                          "npu_fusion_attention", "npu_linear", "__matmul__", "__rmatmul__"))
 # Inputs "match" when equal or within this relative error (float32 round-off of a reordered sum).
 INPUT_ROUNDOFF = 2.0 ** -17
 # The root's output error is at least this many times its inputs', and this many times the absolute
@@ -139,6 +146,8 @@ def reduced_precision_root(rows: Sequence[CompareRow], end: int) -> Optional[Red
         if outputs:
             where, worst = max(outputs, key=lambda item: _relative(item[1]) or 0.0)
             relative = _relative(worst) or 0.0
+            if relative <= BF16_LIKE and api_of(call.name) not in MATMUL_CLASS:
+                continue
             return Reduced(where, call, relative, precision, BF16_LABEL if relative > BF16_LIKE else TF32_LABEL)
     return None
 

@@ -18,6 +18,7 @@ from ptdbg_ascend.comparison.metrics import EXTRA_FIELDS, LEGACY_FIELDS, NAN
 from ptdbg_ascend.comparison.records import TensorRecord, user_stack_text
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.errors import DumpWriteError
+from ptdbg_ascend.formats.layout import COMPARE_RESULT_STEM
 
 FILE_MODE = 0o640
 METRIC_FIELDS = dict(zip(col.METRICS + col.EXTRA_METRICS, LEGACY_FIELDS + EXTRA_FIELDS))
@@ -37,7 +38,7 @@ MAX_SAME_SECOND = 1000  # reports of one stem in one directory before giving up
 
 
 def claim_report(output_path: str, tail: str, others: Sequence[str] = (),
-                 stem: str = "compare_result_") -> Tuple[str, str, IO[str]]:
+                 stem: str = COMPARE_RESULT_STEM) -> Tuple[str, str, IO[str]]:
     """Claim a fresh report name: ``compare_result_{tail}.csv`` when free (the legacy name), else
     ``compare_result_{tail}_1.csv``, ``_2``... The csv is created with ``O_EXCL``, so two compares in one
     second (two processes included) never replace each other's reports; a name is taken only when the

@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import time
 
+from ptdbg_ascend.comparison import advice as advice_file
 from ptdbg_ascend.comparison import advisor, columns, engine, provenance, reports
 from ptdbg_ascend.comparison.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions
 from ptdbg_ascend.comparison.matching import pair_rows
 from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts
+from ptdbg_ascend.formats.layout import ADVISOR_STEM, COMPARE_RESULT_STEM
 from ptdbg_ascend.readers import read_dump
 from ptdbg_ascend.errors import CompareError
 from ptdbg_ascend.log import logger
@@ -59,10 +61,10 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
     tail = "{}_{}".format(options.suffix, stamp) if options.suffix else stamp
     table = reports.table_of(rows, column_names, stack_mode)
-    others = ([("compare_result_", ".xlsx")] if options.xlsx else []) + \
-        ([("advisor_", ".txt")] if options.auto_analyze else [])
+    others = ([(COMPARE_RESULT_STEM, ".xlsx")] if options.xlsx else []) + \
+        ([(ADVISOR_STEM, ".txt")] if options.auto_analyze else [])
     tail, csv_path, handle = reports.claim_report(output_path, tail, others)
-    stem = "compare_result_" + tail
+    stem = COMPARE_RESULT_STEM + tail
     reports.write_csv(csv_path, column_names, table, handle)
     logger.info("Compare result is {}".format(csv_path))
     xlsx_path = None
@@ -71,7 +73,7 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
         reports.write_xlsx(xlsx_path, column_names, table, rows, failing)
     advisor_path = None
     if options.auto_analyze:
-        advisor_path = advisor.write_advice(advice, output_path, "advisor_" + tail)
+        advisor_path = advice_file.write_advice(advice, output_path, ADVISOR_STEM + tail)
     first = None if failing is None else rows[failing].name
     outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts, torn)
     logger.info("Compare outcome: {}".format(outcome))

@@ -36,6 +36,11 @@ NPY_SUFFIX = ".npy"  # a tensor file: its record name + ".npy", in the pkl's npy
 OVERFLOW_PREFIX = "Overflow_info_"
 
 
+# -- compare's reports: {stem}{tail}{extension}, the tail shared by the files of one compare ---------------
+COMPARE_RESULT_STEM = "compare_result_"  # .csv and .xlsx
+ADVISOR_STEM = "advisor_"  # .txt: the advisor's prose (formats/finding.py names the finding file)
+
+
 def rank_dir_name(rank: Optional[int]) -> str:
     """``rank{rank}``; None (msprobe without torch.distributed) gives plain ``rank``."""
     return "rank" if rank is None else "rank{}".format(rank)

@@ -49,6 +49,7 @@ from ptdbg_ascend import csv_cells, jsonfile
 from ptdbg_ascend.comparison.columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.formats import finding as finding_file
+from ptdbg_ascend.formats.layout import ADVISOR_STEM, COMPARE_RESULT_STEM
 from ptdbg_ascend.formats.naming import ut_api_of_call, ut_api_of_record
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck import columns as col
@@ -58,7 +59,6 @@ IS_SUSPECT, PRECEDES, FOLLOWS = "is", "precedes", "follows"
 SUSPECT, FIRST_FAILURE = "the advisor's suspect", "the compare's first failing call"
 PASSING_TEXT = "inaccurate in isolation, but within tolerance in this run"
 
-COMPARE_STEM, ADVISOR_STEM = "compare_result_", "advisor_"
 _ALLOWED = ("a compare_result_{timestamp}.csv written by compare() / ptdbg compare of the same run (its NPU side "
             "is the dump run_ut checks), or the CompareOutcome compare() returned")
 
@@ -186,9 +186,9 @@ def _read_rows(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
 def _tail_of(csv_path: str) -> Optional[str]:
     """``{tail}`` of ``compare_result_{tail}.csv``; None for a file not named so."""
     name = os.path.basename(csv_path)
-    if not (name.startswith(COMPARE_STEM) and name.endswith(".csv")):
+    if not (name.startswith(COMPARE_RESULT_STEM) and name.endswith(".csv")):
         return None
-    return name[len(COMPARE_STEM):-len(".csv")]
+    return name[len(COMPARE_RESULT_STEM):-len(".csv")]
 
 
 def finding_path_of(csv_path: str) -> Optional[str]:
