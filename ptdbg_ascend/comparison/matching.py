@@ -14,7 +14,11 @@ backward calls each in their own order:
 2. **Backward calls** pair through their forward calls: ``X_7_backward`` pairs with ``Y_5_backward`` when
    ``X_7_forward`` paired with ``Y_5_forward``, so gradients that autograd computed in another order (or
    a re-computed forward under gradient checkpointing) still meet their true counterparts. Backward
-   calls whose forward is not in the dump are aligned as a sequence like the forward calls.
+   calls whose forward is not in the dump are aligned as a sequence like the forward calls. A forward
+   call re-computed during backward is linked to the first-pass call it re-runs (same side): reentrant
+   checkpointing runs the first pass under no_grad, so a checkpointed layer's backward is its
+   re-computation's, and pairs with the backward of the first-pass call's partner (which, in a run that
+   checkpoints otherwise or not at all, belongs to that run's first pass or to its re-computation).
 3. Rows come in NPU execution order; a bench-only call is placed after the NPU call that paired with the
    bench call before it.
 
@@ -68,7 +72,8 @@ class _Side(object):
         self.exact: Dict[int, Tuple] = {}  # (API, counter, direction, structure)
         self.api_keys: Dict[int, Tuple] = {}  # (API, direction)
         self.by_name: Dict[str, CallRecord] = {}
-        recomputed = _forward_between_backward(calls)
+        runs = _recomputed_runs(calls)
+        recomputed = {call_id for run in runs for call_id in run}
         for call in calls:
             parts = split_call_name(call.name)
             api = mapping.get(parts.api, parts.api)
@@ -81,6 +86,23 @@ class _Side(object):
             self.exact[id(call)] = (api, parts.index, parts.direction, structure, phase)
             self.api_keys[id(call)] = (api, parts.direction, phase)
             (self.backward if parts.direction == "backward" else self.forward).append(call)
+        # A re-computed forward call -> the first-pass call it re-runs (same side). Reentrant checkpointing
+        # runs the first pass under no_grad, so the backward of a checkpointed layer is that of its
+        # re-computation: it must pair with the backward of the first-pass call's partner.
+        self.origin: Dict[int, CallRecord] = _link_recomputations(self.forward, runs, self.keys)
+        self.group_backward: Dict[int, CallRecord] = {}  # id(first-pass call) -> the backward of its group
+        for call in self.forward:
+            own = self.by_name.get(call.name[: -len("forward")] + "backward")
+            if own is not None:
+                self.group_backward.setdefault(id(self.origin.get(id(call), call)), own)
+
+    def backward_of(self, forward: CallRecord) -> Optional[CallRecord]:
+        """The backward call of ``forward``'s group (the first-pass call and its re-computations): its own
+        when it has one, else the one of the call it re-runs or of a re-computation of it."""
+        own = self.by_name.get(forward.name[: -len("forward")] + "backward")
+        if own is not None:
+            return own
+        return self.group_backward.get(id(self.origin.get(id(forward), forward)))
 
     def api_key(self, call: CallRecord) -> Tuple:
         return self.api_keys[id(call)]
@@ -100,17 +122,17 @@ class _Side(object):
                 self.exact[call_id] = ("shifted", id(self), call_id)
 
 
-def _forward_between_backward(calls: Sequence[CallRecord]) -> Set[int]:
-    """ids of the forward calls re-computed by gradient checkpointing while backward runs: a forward run
-    between two backward calls whose following backward pass does not start where the run's first
-    backward pass started.
+def _recomputed_runs(calls: Sequence[CallRecord]) -> List[List[int]]:
+    """The runs (ids in order) of forward calls re-computed by gradient checkpointing while backward runs:
+    a forward run between two backward calls whose following backward pass does not start where the run's
+    first backward pass started.
 
     Every training step's backward starts at the loss (the root of the graph), so the forward run of the
     next step (an optimizer step, then the next forward) is followed by the loss's backward again; a
     re-computed segment is followed by the backward of the segment's own last call (another API, or the
     same API with other shapes). A run with no backward after it (the last step, a killed run) is never a
     re-computation: so a killed dump and a full one flag the same calls."""
-    found: Set[int] = set()
+    found: List[List[int]] = []
     run: List[int] = []
     root = None  # (API, structure) of the first backward call: where a step's backward starts
     after_backward = False
@@ -120,11 +142,51 @@ def _forward_between_backward(calls: Sequence[CallRecord]) -> Set[int]:
             if root is None:
                 root = key
             if run and after_backward and key != root:
-                found.update(run)
+                found.append(run)
             run, after_backward = [], True
         else:
             run.append(id(call))
     return found
+
+
+def _link_recomputations(forward: Sequence[CallRecord], runs: Sequence[Sequence[int]],
+                         keys: Dict[int, Tuple]) -> Dict[int, CallRecord]:
+    """id(re-computed call) -> the first-pass call it re-runs: for each re-computed run, the latest earlier
+    stretch of first-pass forward calls, none linked yet, with the same keys (API, structure) and, where
+    both carry statistics, the same inputs (a re-computation re-runs the segment on the inputs it saved).
+    Backward visits checkpointed segments last first, so "latest not yet linked" also tells identical
+    layers apart when the dump holds no statistics. A run with no such stretch stays unlinked."""
+    position = {id(call): index for index, call in enumerate(forward)}
+    recomputed = {call_id for run in runs for call_id in run}
+    plain_keys = [keys[id(call)][:3] for call in forward]
+    linked: Dict[int, CallRecord] = {}
+    taken: Set[int] = set()
+    for run in runs:
+        if not run or run[0] not in position:
+            continue
+        wanted = [keys[call_id][:3] for call_id in run]
+        first = forward[position[run[0]]]
+        for start in range(position[run[0]] - len(run), -1, -1):
+            if plain_keys[start] != wanted[0]:  # the cheap test first: dumps hold 10^5 calls
+                continue
+            stretch = forward[start:start + len(run)]
+            if plain_keys[start:start + len(run)] != wanted or not _same_inputs(first, stretch[0]) or \
+                    any(id(call) in recomputed or id(call) in taken for call in stretch):
+                continue
+            for call_id, original in zip(run, stretch):
+                linked[call_id] = original
+                taken.add(id(original))
+            break
+    return linked
+
+
+def _same_inputs(call: CallRecord, other: CallRecord) -> bool:
+    """False only when both calls carry statistics of their inputs and those differ."""
+    mine = [r.statistics for r in call.records if r.side == "input"]
+    theirs = [r.statistics for r in other.records if r.side == "input"]
+    if not any(any(value is not None for value in stats) for stats in mine + theirs):
+        return True
+    return mine == theirs
 
 
 def _backward_start_key(call: CallRecord) -> Tuple:
@@ -198,8 +260,14 @@ def align_calls(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecor
     npu_rest: List[CallRecord] = []
     bench_taken = set()
     for call in npu_side.backward:
-        bench_forward = partner.get(call.name[: -len("backward")] + "forward")
-        bench = bench_side.by_name.get(bench_forward[: -len("forward")] + "backward") if bench_forward else None
+        bench = None
+        forward_call = npu_side.by_name.get(call.name[: -len("backward")] + "forward")
+        if forward_call is not None:
+            # Its forward's partner, else (a re-computation left one-sided) the partner of the call it
+            # re-runs.
+            origin = npu_side.origin.get(id(forward_call))
+            bench_forward = partner.get(forward_call.name) or (partner.get(origin.name) if origin else None)
+            bench = bench_side.backward_of(bench_side.by_name[bench_forward]) if bench_forward else None
         if bench is not None and bench.name not in bench_taken and \
                 npu_side.api_key(call) == bench_side.api_key(bench):
             backward.append((call, bench))
