@@ -12,7 +12,12 @@ both ends:
   that output's verdict and tolerance;
 - an **output** that fails although every input passes, where the inputs that differ are zero up to
   round-off where they were made (their error within the absolute floor ``atol·√N``) and the output's error
-  is no larger than :data:`CARRY` times theirs (rms), carries their round-off: it passes, saying so.
+  is no larger than :data:`CARRY` times theirs (rms), carries their round-off: it passes, saying so;
+- the gradient of a **branch** (relu, a max pool, a clamp...) whose forward input differs only within
+  round-off flips at the elements sitting on the branch point: a few elements (at most :data:`BRANCH_SHARE`)
+  differ by a lot. Two devices summing in another order do this (cuDNN against the CPU, TF32 off). It passes
+  as "branch flips", and the calls that carry those flips on (their error explained by their inputs',
+  ``precision.explained_by_inputs``) pass with it.
 
 Torch-free; only rows are rewritten (the metrics stay the row's own numbers).
 """
@@ -23,14 +28,21 @@ import dataclasses
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ptdbg_ascend.comparison.precision import carried_inputs, explained_by_inputs
 from ptdbg_ascend.comparison.records import TensorRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.verdicts import ERROR, PASS, Judgement
+from ptdbg_ascend.formats.naming import api_of
 
 # An output's error rms may be this many times the sum of its inputs' error rms and still be only their
 # round-off carried on: add/sub/mul by a factor of at most ~1 (optimizer updates, momentum buffers) pass
 # errors on at most at that size.
 CARRY = 2.0
+# APIs with a branch point (a kink or a selection): round-off in the input moves a few elements across it.
+BRANCH_APIS = ("relu", "relu6", "leaky_relu", "hardtanh", "threshold", "clamp", "clip", "hardsigmoid", "hardswish",
+               "max_pool", "adaptive_max_pool")
+# A branch flip touches the elements that sit on the branch point: at most this share of the tensor.
+BRANCH_SHARE = 0.01
 
 
 def _key(record: Optional[TensorRecord]) -> Optional[Tuple]:
@@ -93,6 +105,39 @@ def _carried(row: CompareRow, inputs: Sequence[CompareRow]) -> Optional[CompareR
     return _with(row, Judgement(PASS, row.judgement.relative_error, None, message), tolerance)
 
 
+def _branch_flips(row: CompareRow, rows: Sequence[CompareRow]) -> Optional[CompareRow]:
+    """``row`` (a failing backward output of a branch API) as a pass when its forward input differs only within
+    round-off and few elements differ (see the module docstring); else None."""
+    call = row.pair.npu_call
+    api = api_of(call.name).rstrip("_")
+    metrics = row.metrics
+    if not call.name.endswith("_backward") or not api.startswith(BRANCH_APIS):
+        return None
+    if metrics is None or not metrics.mismatched or not metrics.size or \
+            metrics.mismatched > BRANCH_SHARE * metrics.size:
+        return None
+    inputs = carried_inputs(rows, call)
+    if not inputs or not all(r.passed for r in inputs) or not any(r.metrics.error_norm for r in inputs):
+        return None
+    message = "Branch flips: {} of {} elements ({:.2g}%) differ, where round-off in the forward input moved " \
+              "values across the branch point of {}; the others match.".format(
+                  metrics.mismatched, metrics.size, 100.0 * metrics.mismatched / metrics.size, api)
+    return _with(row, Judgement(PASS, row.judgement.relative_error, None, message))
+
+
+def _carries_flips(row: CompareRow, inputs: Sequence[CompareRow],
+                   flipped: Sequence[CompareRow]) -> Optional[CompareRow]:
+    """``row`` (a failing output) as a pass when its inputs all pass, one holds branch flips, and its error is
+    explained by theirs; else None."""
+    if not flipped or not all(r.passed for r in inputs):
+        return None
+    reason = explained_by_inputs(row, inputs)
+    if reason is None:
+        return None
+    message = "Carries the branch flips of {}: {}.".format(flipped[0].name, reason)
+    return _with(row, Judgement(PASS, row.judgement.relative_error, None, message))
+
+
 def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
     """The rows, with inputs that hold an earlier output's values judged as that output, and outputs that
     only carry their inputs' round-off passing (see the module docstring). Rows are taken in order, so a
@@ -100,6 +145,7 @@ def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
     out = list(rows)
     outputs: Dict[Tuple, int] = {}  # NPU output key -> index of the latest row holding it
     inputs_of: Dict[int, List[int]] = {}  # id(NPU call) -> indices of its input rows so far
+    flipped = set()  # indices of rows passed as branch flips, or holding them
     for index, row in enumerate(rows):
         if row.one_sided or not row.compared:
             continue
@@ -112,11 +158,19 @@ def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
                 if producer.pair.npu_call is not row.pair.npu_call and _key(producer.bench) == _key(row.bench) \
                         and producer.compared and producer.result != row.result and _same_errors(producer, row):
                     out[index] = _inherit(row, producer, found + 2)
+                if found in flipped and _key(producer.bench) == _key(row.bench):
+                    flipped.add(index)
         elif row.side == "output":
             if row.judgement.grade == ERROR:
-                carried = _carried(row, [out[i] for i in inputs_of.get(call_id, ())])
-                if carried is not None:
-                    out[index] = carried
+                own = inputs_of.get(call_id, ())
+                carried = _carried(row, [out[i] for i in own])
+                flips = None if carried is not None else (
+                    _branch_flips(row, out) or
+                    _carries_flips(row, [out[i] for i in own], [out[i] for i in own if i in flipped]))
+                if flips is not None:
+                    flipped.add(index)
+                if carried or flips:
+                    out[index] = carried or flips
             key = _key(row.npu)
             if key is not None:
                 outputs[key] = index
