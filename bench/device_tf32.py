@@ -16,6 +16,7 @@ transformers is installed (skipped otherwise).
 from __future__ import annotations
 
 import argparse
+import csv
 import glob
 import importlib.util
 import json
@@ -121,6 +122,12 @@ def main() -> int:
             if advisor:
                 with open(advisor[0], encoding="utf-8") as handle:
                     print("".join(handle.readlines()[:8]).rstrip())
+            with open(sorted(glob.glob(os.path.join(out, "compare_result_*.csv")))[0], encoding="utf-8") as handle:
+                table = list(csv.reader(handle))
+            result, message = table[0].index("Result"), table[0].index("Err_message")
+            failing = [row for row in table[1:] if row[result] == "error"]
+            for row in failing[:12]:
+                print("  failing: {}  {}".format(row[0], row[message][:150]))
             finding = sorted(glob.glob(os.path.join(out, "compare_finding_*.json")))
             if finding:
                 with open(finding[0], encoding="utf-8") as handle:

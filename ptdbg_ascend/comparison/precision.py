@@ -60,6 +60,15 @@ FLOAT32 = ("torch.float32", "torch.float", "float32")
 # ~|n - b| / sqrt(N)), where a wrong scale (x 1.003) changes it by all of |n - b|. Above this share of the
 # error norm, the error is no rounding mode.
 NOISE_SHARE = 0.5
+# APIs with a branch point (a kink or a selection): round-off in the input moves a few elements across it, so
+# their gradients differ by flips (``provenance``), never by a reduced mode.
+BRANCH_APIS = ("relu", "relu6", "leaky_relu", "hardtanh", "threshold", "clamp", "clip", "hardsigmoid", "hardswish",
+               "max_pool", "adaptive_max_pool")
+
+
+def is_branch_backward(call_name: str) -> bool:
+    """Whether ``call_name`` is the backward of an API with a branch point (:data:`BRANCH_APIS`)."""
+    return call_name.endswith("_backward") and api_of(call_name).rstrip("_").startswith(BRANCH_APIS)
 
 
 class Reduced(NamedTuple):
@@ -129,7 +138,8 @@ def reduced_precision_root(rows: Sequence[CompareRow], end: int) -> Optional[Red
     checked = set()
     for index, row in enumerate(rows[:end]):
         call = row.pair.npu_call
-        if row.side != "output" or row.one_sided or call is None or id(call) in checked:
+        if row.side != "output" or row.one_sided or call is None or id(call) in checked or \
+                is_branch_backward(call.name):
             continue
         checked.add(id(call))
         precision = call_precision(r.dtype for r in call.records)

@@ -28,7 +28,7 @@ import dataclasses
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.comparison.precision import carried_inputs, explained_by_inputs
+from ptdbg_ascend.comparison.precision import carried_inputs, explained_by_inputs, is_branch_backward
 from ptdbg_ascend.comparison.records import TensorRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.verdicts import ERROR, PASS, Judgement
@@ -38,9 +38,6 @@ from ptdbg_ascend.formats.naming import api_of
 # round-off carried on: add/sub/mul by a factor of at most ~1 (optimizer updates, momentum buffers) pass
 # errors on at most at that size.
 CARRY = 2.0
-# APIs with a branch point (a kink or a selection): round-off in the input moves a few elements across it.
-BRANCH_APIS = ("relu", "relu6", "leaky_relu", "hardtanh", "threshold", "clamp", "clip", "hardsigmoid", "hardswish",
-               "max_pool", "adaptive_max_pool")
 # A branch flip touches the elements that sit on the branch point: at most this share of the tensor.
 BRANCH_SHARE = 0.01
 
@@ -109,9 +106,8 @@ def _branch_flips(row: CompareRow, rows: Sequence[CompareRow]) -> Optional[Compa
     """``row`` (a failing backward output of a branch API) as a pass when its forward input differs only within
     round-off and few elements differ (see the module docstring); else None."""
     call = row.pair.npu_call
-    api = api_of(call.name).rstrip("_")
     metrics = row.metrics
-    if not call.name.endswith("_backward") or not api.startswith(BRANCH_APIS):
+    if not is_branch_backward(call.name):
         return None
     if metrics is None or not metrics.mismatched or not metrics.size or \
             metrics.mismatched > BRANCH_SHARE * metrics.size:
@@ -121,7 +117,8 @@ def _branch_flips(row: CompareRow, rows: Sequence[CompareRow]) -> Optional[Compa
         return None
     message = "Branch flips: {} of {} elements ({:.2g}%) differ, where round-off in the forward input moved " \
               "values across the branch point of {}; the others match.".format(
-                  metrics.mismatched, metrics.size, 100.0 * metrics.mismatched / metrics.size, api)
+                  metrics.mismatched, metrics.size, 100.0 * metrics.mismatched / metrics.size,
+                  api_of(call.name).rstrip("_"))
     return _with(row, Judgement(PASS, row.judgement.relative_error, None, message))
 
 
