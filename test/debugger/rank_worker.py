@@ -1,5 +1,7 @@
 """One rank of the distributed PrecisionDebugger test (run as a script: rank, world, init file, config)."""
 
+import atexit
+import os
 import sys
 
 import torch
@@ -29,3 +31,8 @@ def main(rank: int, world: int, init_file: str, config_path: str) -> None:
 
 if __name__ == "__main__":
     main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    # gloo's C++ teardown can still abort a rank (std::terminate, about 1 run in 50 even after the barrier):
+    # run Python's exit handlers (the dump's own flushing included), then leave without C++ destructors.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    os._exit(0)
