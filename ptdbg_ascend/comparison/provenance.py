@@ -17,7 +17,12 @@ both ends:
   round-off flips at the elements sitting on the branch point: a few elements (at most :data:`BRANCH_SHARE`)
   differ by a lot. Two devices summing in another order do this (cuDNN against the CPU, TF32 off). It passes
   as "branch flips", and the calls that carry those flips on (their error explained by their inputs',
-  ``precision.explained_by_inputs``) pass with it.
+  ``precision.explained_by_inputs``) pass with it;
+- the gradient of a tensor used twice is the **sum** autograd makes of the two gradients, and that sum is
+  no dumped call (resnet's residual: the gradient reaching a block's input is its conv's plus the skip's).
+  A failing backward input that no dumped output holds, but whose statistics are, on both sides, those of
+  the sum of two or three earlier outputs of its shape (the means add up, the extremes stay within the
+  sums'), is judged by them: it passes when they all pass and its error is no more than theirs added.
 
 Torch-free; only rows are rewritten (the metrics stay the row's own numbers).
 """
@@ -25,6 +30,7 @@ Torch-free; only rows are rewritten (the metrics stay the row's own numbers).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -40,6 +46,11 @@ from ptdbg_ascend.formats.naming import api_of
 CARRY = 2.0
 # A branch flip touches the elements that sit on the branch point: at most this share of the tensor.
 BRANCH_SHARE = 0.01
+# How closely the means of an autograd sum's terms must add up to its mean, relative to the sum's size
+# (rms or terms' means): float32 means of a sum agree with the sum of the means to ~1e-7 of that.
+SUM_RTOL = 1e-5
+# The earlier outputs of the same shape searched for an autograd sum's terms (the latest ones).
+SUM_CANDIDATES = 12
 
 
 def _key(record: Optional[TensorRecord]) -> Optional[Tuple]:
@@ -135,6 +146,48 @@ def _carries_flips(row: CompareRow, inputs: Sequence[CompareRow],
     return _with(row, Judgement(PASS, row.judgement.relative_error, None, message))
 
 
+def _sums_to(total: TensorRecord, terms: Sequence[TensorRecord]) -> bool:
+    """Whether ``total``'s statistics are those of the element-wise sum of ``terms``: the means add up
+    (within :data:`SUM_RTOL`), the maximum is no more than the maxima's sum and the minimum no less than the
+    minima's."""
+    high, low, mean = total.statistics[:3]
+    norm = total.statistics[3] if len(total.statistics) > 3 else None
+    parts = [term.statistics[:3] for term in terms]
+    if any(value is None for value in (high, low, mean)) or any(v is None for part in parts for v in part):
+        return False
+    scale = sum(abs(part[2]) for part in parts)
+    if norm is not None and total.shape:
+        scale = max(scale, norm / math.sqrt(max(math.prod(total.shape), 1)))
+    slack = SUM_RTOL * scale
+    return abs(mean - sum(part[2] for part in parts)) <= slack and \
+        high <= sum(part[0] for part in parts) + slack and low >= sum(part[1] for part in parts) - slack
+
+
+def _autograd_sum(row: CompareRow, rows: Sequence[CompareRow], candidates: Sequence[int]) -> Optional[List[int]]:
+    """Indices of the earlier outputs whose sum ``row`` (a backward input no dumped output holds) is, on both
+    sides; None when no two or three of ``candidates`` add up to it."""
+    # the latest first: the terms of a sum are usually the outputs just before it
+    usable = [i for i in reversed(candidates) if rows[i].bench is not None and rows[i].compared]
+    for size in (2, 3):
+        for combination in itertools.combinations(usable, size):
+            if _sums_to(row.npu, [rows[i].npu for i in combination]) and \
+                    _sums_to(row.bench, [rows[i].bench for i in combination]):
+                return sorted(combination)
+    return None
+
+
+def _judged_as_sum(row: CompareRow, terms: Sequence[CompareRow]) -> Optional[CompareRow]:
+    """``row`` (a failing sum) as a pass when its terms pass and its error is within theirs added; else None."""
+    own = _rms_error(row)
+    added = sum(_rms_error(term) or 0.0 for term in terms)
+    if own is None or not all(term.passed for term in terms) or own > CARRY * added:
+        return None
+    message = "Sum of {} (autograd adds the gradients of a tensor used twice; the sum is no dumped call): they " \
+              "pass, and its error rms {:.3g} is within theirs added, {:.3g}.".format(
+                  " and ".join(term.name for term in terms), own, added)
+    return _with(row, Judgement(PASS, row.judgement.relative_error, None, message))
+
+
 def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
     """The rows, with inputs that hold an earlier output's values judged as that output, and outputs that
     only carry their inputs' round-off passing (see the module docstring). Rows are taken in order, so a
@@ -143,6 +196,7 @@ def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
     outputs: Dict[Tuple, int] = {}  # NPU output key -> index of the latest row holding it
     inputs_of: Dict[int, List[int]] = {}  # id(NPU call) -> indices of its input rows so far
     flipped = set()  # indices of rows passed as branch flips, or holding them
+    by_shape: Dict[Tuple, List[int]] = {}  # (dtype, shape) -> indices of the latest backward outputs
     for index, row in enumerate(rows):
         if row.one_sided or not row.compared:
             continue
@@ -157,6 +211,14 @@ def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
                     out[index] = _inherit(row, producer, found + 2)
                 if found in flipped and _key(producer.bench) == _key(row.bench):
                     flipped.add(index)
+            elif row.judgement.grade == ERROR and row.pair.npu_call.name.endswith("_backward"):
+                shape = (row.npu.dtype, tuple(row.npu.shape))
+                terms = _autograd_sum(row, out, by_shape.get(shape, ())[-SUM_CANDIDATES:])
+                judged = _judged_as_sum(row, [out[i] for i in terms]) if terms else None
+                if judged is not None:
+                    out[index] = judged
+                    if any(i in flipped for i in terms):
+                        flipped.add(index)
         elif row.side == "output":
             if row.judgement.grade == ERROR:
                 own = inputs_of.get(call_id, ())
@@ -171,4 +233,6 @@ def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
             key = _key(row.npu)
             if key is not None:
                 outputs[key] = index
+                if row.pair.npu_call.name.endswith("_backward"):
+                    by_shape.setdefault((row.npu.dtype, tuple(row.npu.shape)), []).append(index)
     return out

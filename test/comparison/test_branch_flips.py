@@ -48,13 +48,13 @@ RUN = textwrap.dedent('''
 ''')
 
 
-def _compare(tmp_path, patch):
+def _compare(tmp_path, patch, script_text=RUN, **environment):
     script = tmp_path / "run.py"
-    script.write_text(RUN, encoding="utf-8")
+    script.write_text(script_text, encoding="utf-8")
     pkls = {}
     for side in ("npu", "bench"):
         subprocess.run([sys.executable, str(script), side, str(tmp_path / side), str(patch)], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, **environment))
         pkls[side] = glob.glob(str(tmp_path / side / "run_v*" / "rank*" / "*.pkl"))[0]
     out = tmp_path / "compare"
     out.mkdir()
@@ -84,3 +84,44 @@ def test_many_flipped_elements_still_fail_at_the_relu_backward(tmp_path, patch):
     assert outcome.finding.call == "Functional_relu_0_backward"
     assert not any(cell.startswith("Branch flips") for cell in rows["Functional_relu_0_backward_output.0"])
     assert os.path.basename(outcome.finding.user_line.split(":")[0]) == "run.py"
+
+
+# resnet's residual block, in small: the gradient reaching the block's input ``h`` is the sum autograd makes
+# of the skip's and the branch's gradients (no dumped call). With a zero patch the relu inside the block
+# flips too, so that sum differs (the max pool's backward input on an H200, CUDA against CPU, TF32 off).
+_BLOCK = """\
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1)
+    def forward(self, x):
+        x = F.relu(self.c1(x))  # the branch
+        return self.c2(x).mean()
+"""
+_RESIDUAL_BLOCK = """\
+        self.a = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.b = torch.nn.Conv2d(16, 16, 3, padding=1)
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.c1(x)), 2)
+        if side == "npu" and os.environ.get("PLANT_GRADIENT_HOOK"):
+            h.register_hook(lambda grad: torch.ops.aten.mul.Tensor(grad, 1.01))  # calls no dumped API
+        y = self.b(F.relu(self.a(h)))  # the branch inside the block
+        return F.relu(y + h).mean()
+"""
+assert _BLOCK in RUN
+RESIDUAL = RUN.replace(_BLOCK, _RESIDUAL_BLOCK).replace("torch.randn(2, 3, 32, 32", "torch.randn(2, 3, 128, 128")
+
+
+def test_a_residual_gradient_sum_of_flipped_terms_is_judged_by_its_terms(tmp_path):
+    outcome, rows = _compare(tmp_path, patch=12, script_text=RESIDUAL)
+    assert outcome and outcome.finding is None, outcome.finding
+    cells = [cell for cell in rows["Functional_max_pool2d_0_backward_input.0"] if cell.startswith("Sum of")]
+    assert len(cells) == 1 and cells[0].startswith(
+        "Sum of Tensor___add___0_backward_output.1 and Functional_conv2d_1_backward_output.0 (autograd adds the "
+        "gradients of a tensor used twice; the sum is no dumped call): they pass"), cells
+    flips = [cell for cell in rows["Functional_relu_1_backward_output.0"] if cell.startswith("Branch flips")]
+    assert flips  # the block's relu did flip: the sum really differs
+
+
+def test_a_gradient_changed_between_dumped_calls_still_fails_as_a_gap(tmp_path):
+    outcome, rows = _compare(tmp_path, patch=12, script_text=RESIDUAL, PLANT_GRADIENT_HOOK="1")
+    assert not outcome
+    assert outcome.finding.call == "Functional_max_pool2d_0_backward" and outcome.finding.kind == "input"
+    assert not any(cell.startswith("Sum of") for cell in rows["Functional_max_pool2d_0_backward_input.0"])
