@@ -8,6 +8,7 @@ The zygote script reads one output path per line on stdin, forks a child that pr
 
 from __future__ import annotations
 
+import collections
 import os
 import queue
 import signal
@@ -37,6 +38,7 @@ class Zygote(object):
                                         stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
         # A reader thread turns the pipe into a queue, so that each wait can have a deadline.
         self._lines: "queue.Queue[str]" = queue.Queue()
+        self._recent: "collections.deque[str]" = collections.deque(maxlen=5)  # for the timeout's message
         self._reader = threading.Thread(target=self._read_lines, daemon=True)
         self._reader.start()
 
@@ -47,10 +49,13 @@ class Zygote(object):
 
     def _next_line(self, waiting_for: str) -> str:
         try:
-            return self._lines.get(timeout=LINE_TIMEOUT)
+            line = self._lines.get(timeout=LINE_TIMEOUT)
         except queue.Empty:
-            raise AssertionError("the zygote printed nothing for {:.0f} s while waiting for {} (its stderr "
-                                 "is above)".format(LINE_TIMEOUT, waiting_for)) from None
+            raise AssertionError("the zygote printed nothing for {:.0f} s while waiting for {}; its last lines: "
+                                 "{!r} (its stderr is above)".format(LINE_TIMEOUT, waiting_for, list(self._recent))) \
+                from None
+        self._recent.append(line)
+        return line
 
     def __enter__(self) -> "Zygote":
         return self
@@ -90,6 +95,8 @@ class Zygote(object):
         """SIGKILL the run and wait until the zygote saw it end."""
         os.kill(pid, signal.SIGKILL)
         line = self._next_line("DONE after the kill")
-        while line.strip() != "DONE":
+        # The kill may cut the run's last line short (a log line half flushed): the zygote's DONE then ends
+        # that line instead of starting its own (a CI run waited for a DONE line that way).
+        while not line.rstrip("\n").endswith("DONE"):
             assert line, "the zygote ended"
             line = self._next_line("DONE after the kill")
