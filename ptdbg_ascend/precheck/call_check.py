@@ -74,7 +74,7 @@ def judge_call(call: ApiCall, runs: Any) -> Tuple[List[Any], List[Any], str, str
         return [row], [], col.SKIP, col.SKIP, runs.forward_skip
     count = max(len(runs.forward_bench), len(runs.forward_device))
     forward = [judge_output(forward_name + str(i), call.api_key, _at(runs.forward_bench, i),
-                            _at(runs.forward_device, i)) for i in range(count)]
+                            _at(runs.forward_device, i), runs.computed_in) for i in range(count)]
     backward: List[Any] = []
     message = ""
     if runs.backward_skip:
@@ -82,7 +82,7 @@ def judge_call(call: ApiCall, runs: Any) -> Tuple[List[Any], List[Any], str, str
         message = "backward: " + runs.backward_skip
     else:
         backward = [judge_output(backward_name + str(i), call.api_key, runs.backward_bench[i],
-                                 runs.backward_device.get(i)) for i in sorted(runs.backward_bench)]
+                                 runs.backward_device.get(i), runs.computed_in) for i in sorted(runs.backward_bench)]
     backward_status = api_status(backward)  # SPACE without rows: the call has no backward
     return forward, backward, api_status(forward), backward_status, message
 

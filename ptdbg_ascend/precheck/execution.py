@@ -147,6 +147,9 @@ class Runs:
     args: List[Any] = field(default_factory=list)
     kwargs: Dict[str, Any] = field(default_factory=dict)
     grads: List[Any] = field(default_factory=list)
+    # The dtype autocast computed the call in, when it lowered wider inputs to it (None otherwise): the
+    # benchmark starts from the inputs rounded to it, and outputs are judged by its standard.
+    computed_in: Any = None
 
 
 def _bench_dtype(dtype: Any) -> Any:
@@ -185,11 +188,14 @@ class _Side(object):
     """One run's inputs: leaf copies (where gradients land) and what is passed (a non-leaf clone of a
     leaf that requires grad, so in-place APIs may write to it)."""
 
-    def __init__(self, args: List[Any], kwargs: Dict[str, Any], bench: bool, device: str, need_grad: bool) -> None:
+    def __init__(self, args: List[Any], kwargs: Dict[str, Any], bench: bool, device: str, need_grad: bool,
+                 rounded_to: Any = None) -> None:
         self.leaves: List[Any] = []
         self.device = device
 
         def tensor(value: Any) -> Any:
+            if rounded_to is not None and value.is_floating_point() and value.dtype.itemsize > rounded_to.itemsize:
+                value = value.to(rounded_to)  # what autocast hands the call (the gradient flows through the cast)
             target = _bench_dtype(value.dtype) if bench else value.dtype
             leaf = value.detach().to(device=device, dtype=target, copy=True)
             wants_grad = need_grad and value.requires_grad
@@ -203,6 +209,20 @@ class _Side(object):
 
         self.args = _convert(args, tensor, dtype, device)
         self.kwargs = _convert(kwargs, tensor, dtype, device)
+
+
+def _lowered_to(autocast: Optional[Tuple[str, str]], inputs: List[Any], outputs: List[Any]) -> Any:
+    """The autocast dtype when the call ran lowered to it: it returned a tensor of that dtype from wider
+    float inputs (autocast casts every float input of such a call, a matmul, a linear, a conv); None for
+    a call outside autocast or one autocast runs in float32 (softmax, a norm) or leaves alone."""
+    import torch
+
+    if autocast is None:
+        return None
+    lowered = getattr(torch, autocast[1].split(".")[-1])
+    returned = any(isinstance(out, torch.Tensor) and out.dtype == lowered for out in outputs)
+    wider = any(t.is_floating_point() and t.dtype.itemsize > lowered.itemsize for t in inputs)
+    return lowered if returned and wider else None
 
 
 def _autocast(autocast: Optional[Tuple[str, str]], device: str) -> Any:
@@ -324,6 +344,16 @@ def _within_budget(call: ApiCall, function: Callable[..., Any], args: List[Any],
     call_budget.check(call, before + after, budget, what)
 
 
+def _benchmark(function: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any], seed: int, need_grad: bool,
+               rounded_to: Any = None) -> Tuple[Optional[_Side], List[Any], Optional[str]]:
+    """The float64 run on the CPU: (its side, its flat outputs, None), or (None, [], why it raised)."""
+    bench = _Side(args, kwargs, True, "cpu", need_grad, rounded_to=rounded_to)
+    try:
+        return bench, flatten(_call(function, bench, seed, need_grad)), None
+    except Exception as error:  # noqa: BLE001 -- any failure of the user's API is a SKIP reason, not a crash
+        return None, [], "The float64 benchmark run on the CPU raises {}".format(_error_text(error))
+
+
 def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAULT_DEVICE,
             dumped_outputs: bool = False) -> Runs:
     """Run ``call`` (see the module doc). ``dumped_outputs`` (default False): the device side is the
@@ -360,11 +390,8 @@ def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAU
     need_grad = runs.has_backward and runs.backward_skip is None
     runs.grads = grads
 
-    bench = _Side(args, kwargs, True, "cpu", need_grad)
-    try:
-        bench_out = flatten(_call(function, bench, seed, need_grad))
-    except Exception as error:  # noqa: BLE001 -- any failure of the user's API is a SKIP reason, not a crash
-        runs.forward_skip = "The float64 benchmark run on the CPU raises {}".format(_error_text(error))
+    bench, bench_out, runs.forward_skip = _benchmark(function, args, kwargs, seed, need_grad)
+    if runs.forward_skip:
         return runs
     if dumped_outputs:
         try:
@@ -379,6 +406,13 @@ def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAU
             device_out = flatten(_call(function, dside, seed, need_grad, call.autocast))
         except Exception as error:  # noqa: BLE001
             runs.forward_skip = "The run in the dumped dtypes on {} raises {}".format(device, _error_text(error))
+            return runs
+    # Only the device run tells whether autocast lowered the call: the benchmark then starts again from the
+    # inputs as autocast handed them to it.
+    runs.computed_in = _lowered_to(call.autocast, inputs, device_out)
+    if runs.computed_in is not None:
+        bench, bench_out, runs.forward_skip = _benchmark(function, args, kwargs, seed, need_grad, runs.computed_in)
+        if runs.forward_skip:
             return runs
     runs.forward_bench = _detached(bench_out)
     runs.forward_device = [value.detach().cpu() if hasattr(value, "detach") else value

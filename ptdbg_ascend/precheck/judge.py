@@ -48,7 +48,7 @@ Severity (``OutputJudgement.severity``, used to rank failures; 1.0 = at the erro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace as _replace_fields
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -127,10 +127,12 @@ def severity_order(judgements: Sequence[OutputJudgement]) -> List[OutputJudgemen
 
 # --- entry point --------------------------------------------------------------------------------------
 
-def judge_output(name: str, api: str, bench: Any, device: Any) -> OutputJudgement:
+def judge_output(name: str, api: str, bench: Any, device: Any, computed_in: Any = None) -> OutputJudgement:
     """Judge one output. ``bench``: the value computed on the CPU in float64 (tensor, number, bool, str
     or None); ``device``: the same output in the device dtype (a CPU tensor). Thresholds follow the
-    device dtype and ``api``'s standard. Never raises for ordinary data: type/shape/dtype mismatches,
+    device dtype and ``api``'s standard; ``computed_in`` (default None), a float dtype narrower than a float
+    output's: the dtype the call computed in (autocast's bfloat16 for the float32 gradient of a float32
+    weight), whose thresholds are used instead. Never raises for ordinary data: type/shape/dtype mismatches,
     NaN, empty tensors give an ERROR/SKIP/PASS judgement with a message."""
     import torch
 
@@ -150,7 +152,7 @@ def judge_output(name: str, api: str, bench: Any, device: Any) -> OutputJudgemen
             return OutputJudgement(bench_dtype=str(bench.dtype), device_dtype=str(device.dtype),
                                    shape=str(tuple(device.shape)), status=SKIP,
                                    message="The output's values cannot be read: {}".format(error), **base)
-        return _judge_tensors(bench, device, base)
+        return _judge_tensors(bench, device, base, computed_in)
     if isinstance(bench, _BUILTINS):
         return _judge_builtin(bench, device, base)
     return OutputJudgement(bench_dtype=str(type(bench)), device_dtype=str(type(device)), shape=SPACE, status=SKIP,
@@ -191,7 +193,7 @@ def _torch():
     return torch
 
 
-def _judge_tensors(bench: Any, device: Any, base: Dict[str, Any]) -> OutputJudgement:
+def _judge_tensors(bench: Any, device: Any, base: Dict[str, Any], computed_in: Any = None) -> OutputJudgement:
     torch = _torch()
     heads = dict(bench_dtype=str(bench.dtype), device_dtype=str(device.dtype), shape=str(tuple(device.shape)))
     if bench.shape != device.shape:
@@ -209,13 +211,21 @@ def _judge_tensors(bench: Any, device: Any, base: Dict[str, Any]) -> OutputJudge
                                **heads, **base)
     if families[1] in ("bool", "int"):
         return _judge_binary(bench.numpy(), device.numpy(), heads, base)
-    device_dtype = str(device.dtype)
-    # numpy has no bfloat16: judged in float32, as 1.0.4 does; the bench rounded to the device dtype
+    judged_as = device.dtype
+    if computed_in is not None and computed_in.itemsize < device.dtype.itemsize:
+        judged_as = computed_in  # its values carry the narrower dtype's precision
+    # numpy has no bfloat16: judged in float32, as 1.0.4 does; the bench rounded to the judged dtype
     # (for binary consistency and the non-finite agreement) is made by torch, which has bfloat16.
-    rounded = bench.to(device.dtype).to(torch.float32 if device.dtype == torch.bfloat16 else device.dtype).numpy()
-    device_np = (device.to(torch.float32) if device.dtype == torch.bfloat16 else device).numpy()
+    carrier = torch.float32 if judged_as == torch.bfloat16 else judged_as
+    rounded = bench.to(judged_as).to(carrier).numpy()
+    device_np = device.to(carrier).numpy() if judged_as != device.dtype else \
+        (device.to(torch.float32) if device.dtype == torch.bfloat16 else device).numpy()
     bench_np = bench.to(torch.float64).numpy()
-    return _judge_float(bench_np, device_np, rounded, device_dtype, heads, base)
+    judgement = _judge_float(bench_np, device_np, rounded, str(judged_as), heads, base)
+    if judged_as != device.dtype:
+        note = "Computed in {} (autocast): judged by its standard.".format(judged_as)
+        judgement = _replace_fields(judgement, message=" ".join(part for part in (note, judgement.message) if part))
+    return judgement
 
 
 def _judge_binary(bench: np.ndarray, device: np.ndarray, heads: Mapping[str, str],

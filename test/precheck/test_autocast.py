@@ -110,3 +110,31 @@ def test_a_malformed_autocast_value_is_skipped_with_its_reason(autocast_dump, tm
         "Functional.linear.1": "Functional.linear.1: its \"autocast\" value {'device_type': 'cpu', 'dtype': "
                                "'torch.int8'} is not {\"device_type\": \"cpu\", \"dtype\": one of torch.bfloat16, "
                                "torch.float16}; the autocast state it ran in is unknown, it is not run"}
+
+
+def test_an_equal_autocast_run_has_no_error_and_the_lowered_gradients_are_judged_as_bfloat16(autocast_dump, tmp_path):
+    """The benchmark starts from the inputs as autocast handed them to the call (rounded to bfloat16): the
+    float64 answer of the unrounded float32 inputs made every bf16 linear an error. The float32 gradient of a
+    float32 weight was computed in bfloat16 (through autocast's cast) and is judged by bfloat16's standard."""
+    outcome = run_ut(str(autocast_dump), str(tmp_path / "ut"), progress=False)
+    assert "error" not in outcome.counts, outcome.counts
+    with open(outcome.details_csv, encoding="utf-8-sig") as handle:
+        details = {row.split(",")[0]: row for row in handle}
+    weight_gradient = details["Functional.linear.0.backward.output.1"]
+    assert ",torch.float64,torch.float32,\"(32, 16)\"," in weight_gradient
+    assert "Computed in torch.bfloat16 (autocast): judged by its standard." in weight_gradient
+    # a call autocast leaves in float32 inputs is judged as before
+    assert "Computed in" not in details["Tensor.pow.0.forward.output.0"]
+
+
+def test_a_wrong_output_under_autocast_is_still_an_error(autocast_dump, tmp_path):
+    """Judged against the dump's own outputs, a linear whose bfloat16 output is 5% off fails."""
+    tensors = autocast_dump.parent / "dump_tensor_data"
+    name = tensors / "Functional.linear.0.forward.output.0.pt"
+    wrong = tmp_path / "wrong"
+    import shutil
+    shutil.copytree(str(autocast_dump.parent), str(wrong))
+    torch.save(torch.load(str(name), weights_only=True) * 1.05, str(wrong / "dump_tensor_data" / name.name))
+    outcome = run_ut(str(wrong / "dump.json"), str(tmp_path / "ut"), progress=False, dumped_outputs=True)
+    assert _verdicts(outcome)["Functional.linear.0"] == "error"
+    assert _verdicts(outcome)["Functional.linear.1"] != "error"
