@@ -6,7 +6,7 @@ Marker convention (an HTML comment, invisible on GitHub, on the line right befor
   Keys (values shell-quoted, keys may repeat):
   ``exit=N`` the expected exit status (default 0); ``prints=TEXT`` a text the output contains;
   ``creates=GLOB`` a file the block leaves in the working folder; ``fixture=model`` prepends to a python
-  block a small CPU model with ``model``, ``optimizer``, ``steps``, ``loader`` and ``train_one_step(batch=None)``
+  block a small CPU model with ``model``, ``optimizer``, ``steps``, ``loader``, ``x``, ``y``, ``loss_fn`` and ``train_one_step(batch=None)``
   (what the guides call "your" objects); ``needs=FEATURE`` a feature of the code side of issue 21 that is not
   merged yet: when the block fails, the test records an expected failure instead (drop the key once merged).
 * ``<!-- no-run: REASON -->``: never run; the reason is required (NPU only, output shown, a fragment...).
@@ -46,6 +46,8 @@ model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 steps = 2
 loader = [(torch.randn(4, 8), torch.randn(4, 4)) for _ in range(steps)]
+x, y = loader[0]
+loss_fn = F.mse_loss
 
 
 def train_one_step(batch=None):
