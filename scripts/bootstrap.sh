@@ -3,7 +3,7 @@
 # - The venv sees system site-packages, so a torch the user already has (CUDA, Ascend) is used as is:
 #   it is never reinstalled or upgraded.
 # - Only when no torch imports at all is the CPU build installed: torch==2.13.0+cpu (about 200 MB), from a
-#   wheel pip already finds locally (pip's find-links / a local index) or else from PyTorch's CPU index
+#   wheel pip finds with its own configuration (find-links / a local index) or else from PyTorch's CPU index
 #   https://download.pytorch.org/whl/cpu. A plain "torch==2.13.0" from PyPI would be the CUDA build on
 #   Linux (several GB). macOS has no "+cpu" build: there plain torch==2.13.0 is the CPU one.
 #   Override with PTDBG_TORCH_SPEC (e.g. PTDBG_TORCH_SPEC="torch==2.1.0+cpu") and
@@ -22,13 +22,15 @@ if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
     SPEC="${PTDBG_TORCH_SPEC:-$DEFAULT_SPEC}"
     INDEX="${PTDBG_TORCH_INDEX-https://download.pytorch.org/whl/cpu}"
     echo "[bootstrap] no torch found: installing $SPEC (the CPU build, about 200 MB)"
-    # A wheel pip finds without an index first (find-links, e.g. a machine's local wheel folder): no network.
-    if ! "$VPY" -m pip install -q --no-index "$SPEC" >/dev/null 2>&1; then
-        echo "[bootstrap]   downloading it${INDEX:+ from $INDEX} (this takes a few minutes)"
-        if [ -n "$INDEX" ]; then
-            "$VPY" -m pip install -q "$SPEC" --extra-index-url "$INDEX"
-        else
+    # First the indexes and wheel folders pip is configured with (a machine's local mirror): no torch+cpu
+    # there on plain PyPI, so this fails fast and the CPU index is asked next.
+    if ! "$VPY" -m pip install -q "$SPEC" >/dev/null 2>&1; then
+        if [ -z "$INDEX" ]; then
+            echo "[bootstrap] pip could not install $SPEC from its configured indexes (PTDBG_TORCH_INDEX is empty)" >&2
             "$VPY" -m pip install -q "$SPEC"
+        else
+            echo "[bootstrap]   downloading it from $INDEX (this takes a few minutes)"
+            "$VPY" -m pip install -q "$SPEC" --extra-index-url "$INDEX"
         fi
     fi
 fi
