@@ -25,7 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def run_training(out_dir: str, name: str, planted: bool) -> str:
     """Dump one run in a subprocess (the dump wraps torch globally, so each run gets its own process), in
-    ``out_dir/name``: legacy_train.py dumps to ``./dump.pkl``, i.e. ``{name}/ptdbg_dump_v1.0/rank0/api_stack_dump.pkl``."""
+    ``out_dir/name``: legacy_train.py dumps to ``./dump.pkl``, i.e.
+    ``{name}/ptdbg_dump_v1.0/rank0/api_stack_dump.pkl``."""
     run_dir = os.path.join(out_dir, name)
     os.makedirs(run_dir)
     command = [sys.executable, os.path.join(HERE, "legacy_train.py"), "--steps", "1"]
