@@ -7,8 +7,9 @@ Marker convention (an HTML comment, invisible on GitHub, on the line right befor
   ``exit=N`` the expected exit status (default 0); ``prints=TEXT`` a text the output contains;
   ``creates=GLOB`` a file the block leaves in the working folder; ``fixture=model`` prepends to a python
   block a small CPU model with ``model``, ``optimizer``, ``steps``, ``loader``, ``x``, ``y``, ``loss_fn`` and
-  ``train_one_step(batch=None)`` (what the guides call "your" objects); ``needs=FEATURE`` a feature of the code side of issue 21 that is not
-  merged yet: when the block fails, the test records an expected failure instead (drop the key once merged).
+  ``train_one_step(batch=None)`` (what the guides call "your" objects); ``needs=FEATURE`` a feature of the
+  code side of issue 21 that is not merged yet: when the block fails, the test records an expected failure
+  instead (drop the key once merged).
 * ``<!-- no-run: REASON -->``: never run; the reason is required (NPU only, output shown, a fragment...).
 
 An unmarked block fails the test. The blocks of one file run in order in one temporary folder (holding a
