@@ -2,9 +2,15 @@
 
     python sample/compare_example.py NPU_TAG_DIR BENCH_TAG_DIR OUTPUT_DIR [CALL_NAME]
 
-e.g. ``python sample/compare_example.py npu/ptdbg_dump_v1.0 gpu/ptdbg_dump_v1.0 ./output``. Compares rank 0
-with ``compare`` (stack column on), then every rank with ``compare_distributed``, then prints one call
-with ``parse``. Imports neither torch nor pandas.
+e.g., after ``bash sample/run_sample.sh``::
+
+    python sample/compare_example.py sample/out/end_to_end/npu/ptdbg_dump_v1.0 \
+        sample/out/end_to_end/gpu/ptdbg_dump_v1.0 sample/out/compare_example Functional_linear_1_forward
+
+or, after the README's two dump runs, ``python sample/compare_example.py npu/ptdbg_dump_v1.0
+gpu/ptdbg_dump_v1.0 ./output``. A tag directory is the ``{dump_tag}_v1.0`` folder holding ``rank0/``,
+``rank1/``... Compares rank 0 with ``compare`` (stack column on), then every rank with
+``compare_distributed``, then prints one call with ``parse``. Imports neither torch nor pandas.
 """
 
 from __future__ import annotations
@@ -17,8 +23,13 @@ from ptdbg_ascend import compare, compare_distributed, parse
 
 
 def rank0_files(tag_dir: str):
-    pkl = sorted(glob.glob(os.path.join(tag_dir, "rank0", "*.pkl")))[0]
-    return pkl, pkl[:-len(".pkl")]
+    """The rank 0 pkl of a tag directory and its npy directory; exits with a message naming the directory."""
+    pkls = sorted(glob.glob(os.path.join(tag_dir, "rank0", "*.pkl")))
+    if not pkls:
+        sys.exit("compare_example.py: no {} (is {!r} a dump's tag directory, the folder holding rank0/? "
+                 "See the README's dump runs, or run bash sample/run_sample.sh first)".format(
+                     os.path.join(tag_dir, "rank0", "*.pkl"), tag_dir))
+    return pkls[0], pkls[0][:-len(".pkl")]
 
 
 def main(argv) -> None:

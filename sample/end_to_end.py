@@ -6,7 +6,9 @@
 3. print the advisor's answer: the first failing tensor, the suspect API (here the planted bfloat16
    ``F.linear``, traced back from the float32 call after it) and the user's code line.
 
-Run: ``python sample/end_to_end.py --out sample/out`` (or ``bash sample/run_sample.sh``).
+Run: ``python sample/end_to_end.py`` (or ``bash sample/run_sample.sh``); everything goes to
+``sample/out/end_to_end/`` (``npu/``, ``gpu/``, ``compare/``), recreated on each run; the other samples
+write to their own folders beside it.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_training(out_dir: str, name: str, planted: bool) -> str:
-    """Dump one run in a subprocess (the dump wraps torch globally, so each run gets its own process)."""
-    command = [sys.executable, os.path.join(HERE, "legacy_train.py"), "--dump-path",
-               os.path.join(out_dir, name, name + "_dump.pkl"), "--steps", "1"]
+    """Dump one run in a subprocess (the dump wraps torch globally, so each run gets its own process), in
+    ``out_dir/name``: legacy_train.py dumps to ``./dump.pkl``, i.e.
+    ``{name}/ptdbg_dump_v1.0/rank0/api_stack_dump.pkl``."""
+    run_dir = os.path.join(out_dir, name)
+    os.makedirs(run_dir)
+    command = [sys.executable, os.path.join(HERE, "legacy_train.py"), "--steps", "1"]
     if planted:
         command.append("--bf16-layer")
-    subprocess.run(command, check=True)
-    pkls = glob.glob(os.path.join(out_dir, name, "ptdbg_dump_v*", "rank0", "api_stack_" + name + "_dump.pkl"))
+    subprocess.run(command, check=True, cwd=run_dir)
+    pkls = glob.glob(os.path.join(run_dir, "ptdbg_dump_v*", "rank0", "api_stack_dump.pkl"))
     if len(pkls) != 1:
         raise SystemExit("expected one api_stack pkl for {}, found {}".format(name, pkls))
     return pkls[0]
@@ -36,7 +41,8 @@ def run_training(out_dir: str, name: str, planted: bool) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(HERE, "out"), help="output directory (default sample/out)")
+    parser.add_argument("--out", default=os.path.join(HERE, "out", "end_to_end"),
+                        help="output directory, recreated (default sample/out/end_to_end)")
     args = parser.parse_args()
     out_dir = os.path.abspath(args.out)
     if os.path.isdir(out_dir):
@@ -46,7 +52,7 @@ def main() -> int:
     npu_pkl = run_training(out_dir, "npu", planted=True)
     bench_pkl = run_training(out_dir, "gpu", planted=False)
 
-    from ptdbg_ascend import compare  # torch-free: the comparison only needs numpy
+    from ptdbg_ascend import compare  # torch-free: numpy (and openpyxl for the .xlsx)
 
     report_dir = os.path.join(out_dir, "compare")
     os.makedirs(report_dir)

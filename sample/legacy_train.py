@@ -1,9 +1,12 @@
-"""A small CPU training script instrumented with the legacy API, exactly as the user guide shows.
+"""A small CPU training script instrumented with the legacy API, exactly as the README shows.
 
-    python sample/legacy_train.py --dump-path ./dump_path/npu_dump.pkl [--bf16-layer] [--steps 1]
+    mkdir -p npu gpu
+    (cd npu && python ../sample/legacy_train.py --bf16-layer)   # run A -> npu/ptdbg_dump_v1.0/rank0/api_stack_dump.pkl
+    (cd gpu && python ../sample/legacy_train.py)                # run B -> gpu/ptdbg_dump_v1.0/rank0/api_stack_dump.pkl
 
-With ``--bf16-layer`` the second linear layer computes in bfloat16: the planted difference that
-``end_to_end.py`` expects the comparison to find.
+The dump goes under the directory it is run from (``set_dump_path("./dump.pkl")``, a literal, so that
+``ptdbg migrate sample/legacy_train.py`` can compute the config from it). With ``--bf16-layer`` the second
+linear layer computes in bfloat16: the planted difference that ``end_to_end.py`` expects the comparison to find.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ class SmallNet(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dump-path", required=True, help="the .pkl path given to set_dump_path")
     parser.add_argument("--steps", type=int, default=1, help="training steps to dump (default 1)")
     parser.add_argument("--bf16-layer", action="store_true", help="plant a bfloat16 layer")
     args = parser.parse_args()
@@ -54,7 +56,7 @@ def main() -> None:
     images = torch.randn(4, 3, 8, 8)
     labels = torch.randint(0, 10, (4,))
 
-    set_dump_path(args.dump_path)
+    set_dump_path("./dump.pkl")   # -> ./ptdbg_dump_v1.0/rank0/api_stack_dump.pkl
     register_hook(model, acc_cmp_dump)
     set_dump_switch("ON", mode="api_stack")
     for _ in range(args.steps):

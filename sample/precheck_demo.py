@@ -12,9 +12,15 @@ the same seed and weights:
 
 Then:
 
-1. ``run_ut`` on step 1's dump.json: every dumped API is re-run on the CPU in float64 (the benchmark)
-   and in its dumped dtype (here: with the planted gelu, as the device would), and judged. It names
-   ``Functional.gelu.0`` -- from this one dump, no second run needed.
+1. ``run_ut`` on step 1's dump.json with ``dumped_outputs=True``: every dumped API is re-run on the CPU in
+   float64 (the benchmark) and its dumped outputs -- what the "device" computed, planted gelu included --
+   are judged against it. It names ``Functional.gelu.0`` -- from this one dump, no second run needed. The
+   same from the command line (as a user does with a dump from an NPU, on a machine without one)::
+
+       ptdbg run-ut -api_info sample/out/precheck_demo/dump/step1/rank/dump.json -o ut_out --dumped-outputs
+
+   Without ``--dumped-outputs`` the APIs are re-run in their dtypes on this machine's kernels, where the
+   planted gelu does not exist in a new process: "No failing API" (on an NPU, that re-run is the device's).
 2. ``compare`` of step 1 against step 0, and ``run_ut(..., compare_csv=...)``: the summary also says
    whether gelu's inaccuracy shows in this run (failing in the compare too, and the advisor's suspect).
 
@@ -88,7 +94,7 @@ def main() -> int:
     bench_json, npu_json = (os.path.join(out, "dump", "step{}".format(step), "rank", "dump.json") for step in (0, 1))
 
     print("== 1. run_ut on the NPU run's dump alone ==")
-    outcome = run_ut(npu_json, os.path.join(out, "run_ut"), progress=False)
+    outcome = run_ut(npu_json, os.path.join(out, "run_ut"), progress=False, dumped_outputs=True)
     print(outcome.summary())
 
     print("\n== 2. the same, linked to the compare of the two runs ==")
@@ -96,7 +102,8 @@ def main() -> int:
     os.makedirs(compare_dir)
     compared = compare({"npu_json_path": npu_json, "bench_json_path": bench_json, "is_print_compare_log": False},
                        compare_dir, xlsx=False)
-    linked = run_ut(npu_json, os.path.join(out, "run_ut_linked"), progress=False, compare_csv=compared)
+    linked = run_ut(npu_json, os.path.join(out, "run_ut_linked"), progress=False, compare_csv=compared,
+                    dumped_outputs=True)
     print(linked.summary())
     return 0
 
