@@ -114,7 +114,8 @@ def user_line(frames: Tuple[Frame, ...]) -> Optional[str]:
     if not kept:
         return None
     file, line, _func, code = kept[0]
-    return "{}:{}  {}".format(file, line, code or "").rstrip()
+    # normpath: a script run as ``python ../sample/train.py`` records ``…/npu/../sample/train.py``
+    return "{}:{}  {}".format(os.path.normpath(file) if file else file, line, code or "").rstrip()
 
 
 def call_user_line(call: CallRecord, calls: Mapping[str, CallRecord]) -> Optional[str]:

@@ -92,8 +92,8 @@ def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
             msprobe dump.json, holds no API call, or names tensor files whose directory is missing.
     """
     if not isinstance(api_info, str) or not api_info:
-        raise ParameterError("api_info", api_info, "must be the path of a dump.json written by "
-                                                   "PrecisionDebugger (dump_path/step0/rank0/dump.json)")
+        raise ParameterError("api_info", api_info, "must be the path of a dump.json written by PrecisionDebugger "
+                                                   "(dump_path/step0/rank/dump.json; rank{R} under torch.distributed)")
     _check_regular(api_info)
     if api_info.endswith(PKL_SUFFIX) or _looks_like_pkl(api_info):
         raise FileFormatError("{} is a legacy pkl dump; the pre-check needs a dump.json. {}".format(api_info,

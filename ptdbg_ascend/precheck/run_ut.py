@@ -37,8 +37,8 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
     """Pre-check every API call of the dump ``api_info`` (see the module doc).
 
     Args:
-        api_info: the ``dump.json`` (``dump_path/step0/rank0/dump.json``); its ``dump_tensor_data/`` and
-            ``stack.json`` are read from beside it.
+        api_info: the ``dump.json`` (``dump_path/step0/rank/dump.json``, ``rank{R}`` under
+            torch.distributed); its ``dump_tensor_data/`` and ``stack.json`` are read from beside it.
         out_path: directory for the CSVs (created if absent). Default ".".
         save_error_data: write the inputs, outputs and gradients of APIs judged error or warning as
             ``.pt`` under ``{error_data_path}/ut_error_data{ts}/``. Default False.

@@ -239,3 +239,11 @@ def test_library_frames_by_location_not_by_folder_name():
     assert not is_library_file("/home/me/torch/project/model.py")
     assert not is_library_file("/home/me/pytorch-env/src/msprobe_notes/train.py")
     assert not is_library_file("train.py")
+
+
+def test_the_user_line_names_the_script_without_dot_dot():
+    """``python ../sample/train.py`` run from ``npu/`` records ``…/npu/../sample/train.py``."""
+    from ptdbg_ascend.comparison.records import user_line
+
+    frames = (("/work/npu/../sample/legacy_train.py", 41, "forward", "x = self.fc2(x)"),)
+    assert user_line(frames) == "/work/sample/legacy_train.py:41  x = self.fc2(x)"
