@@ -218,6 +218,8 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
         return {"type": "torch.dtype", "value": str(value)}
     if isinstance(value, (torch.dtype, torch.device)):
         return {}
+    if isinstance(value, torch.memory_format):  # msprobe 1.0.4 writes null and warns; a plain value says more
+        return {"type": "torch.memory_format", "value": str(value)}
     if isinstance(value, bool):
         return {"type": "bool", "value": value}
     if isinstance(value, int):
@@ -246,5 +248,6 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
     type_name = str(type(value))
     if type_name not in _WARNED_TYPES:
         _WARNED_TYPES.add(type_name)
-        logger.warning("Data type {} is not supported.".format(type_name))
+        logger.warning("Data type {} is not supported (first seen at {}); such values are recorded as null."
+                       .format(type_name, path))
     return None
