@@ -7,8 +7,7 @@ is rebuilt only from its recorded type, and only when it has that type:
   number types, never ``numpy.dtype(T)`` of a free string) must hold a number of that kind;
 - ``slice`` three ints or nulls, ``torch.Size`` a list of ints >= 0, ``ellipsis``;
 - ``torch.dtype`` one of torch's dtypes, looked up in a fixed table (never ``getattr(torch, name)``,
-  which reaches every function of torch and imports its lazy submodules); ``torch.memory_format`` one of
-  torch's four memory formats (``"torch.channels_last"``), from a fixed table too;
+  which reaches every function of torch and imports its lazy submodules);
 - a string only where APIs take one of a fixed set of words (:data:`WORDS`: ``reduction``, ``approximate``,
   ``padding_mode``, ``rounding_mode``, interpolation modes, dtype/layout/memory-format names...), a device
   name (``"cuda:0"``), which stands for the device the call runs on, or einsum's equation, checked against
@@ -181,17 +180,6 @@ def dtype_named(name: Any) -> Optional[Any]:
     return _dtypes().get(name) if isinstance(name, str) else None
 
 
-def memory_format_named(name: Any, where: str) -> Any:
-    """The torch memory format recorded as ``"torch.channels_last"``; ArgumentRefused for any other text."""
-    import torch
-
-    formats = {str(value): value for value in (torch.contiguous_format, torch.channels_last,
-                                               torch.channels_last_3d, torch.preserve_format)}  # a fixed table
-    if not isinstance(name, str) or name not in formats:
-        raise ArgumentRefused("{}: unknown memory format {}".format(where, shown(name)))
-    return formats[name]
-
-
 def value_of(kind: Any, recorded: Any, where: str, api: str) -> Any:
     """The value of a recorded non-tensor leaf ``{"type": kind, "value": recorded}`` (see the module doc);
     ArgumentRefused for anything that is not data of its recorded type."""
@@ -210,8 +198,6 @@ def value_of(kind: Any, recorded: Any, where: str, api: str) -> Any:
         if dtype is None:
             raise ArgumentRefused("{}: unknown dtype {}".format(where, shown(recorded)))
         return dtype
-    if kind == "torch.memory_format":
-        return memory_format_named(recorded, where)
     if kind == "torch.device":
         if not isinstance(recorded, str):
             raise ArgumentRefused("{}: recorded as torch.device but holds {}".format(where, shown(recorded)))

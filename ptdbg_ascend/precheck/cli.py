@@ -98,7 +98,8 @@ def _api_precision_compare(args: argparse.Namespace) -> int:
 def _add_run_ut_arguments(parser: argparse.ArgumentParser, device_nargs: Optional[str] = None) -> None:
     """The flags of run-ut, shared by multi-run-ut (whose -d takes a list: msprobe's ``-d 0 1``)."""
     parser.add_argument("-api_info", "--api_info_file", dest="api_info_file", required=True,
-                        help="the dump.json (dump_path/step0/rank0/dump.json)")
+                        help="the dump.json (dump_path/step0/rank/dump.json; rank0, rank1... under "
+                             "torch.distributed)")
     parser.add_argument("-o", "--out_path", dest="out_path", default="",
                         help="directory for the CSVs, created if absent (default: the current directory)")
     parser.add_argument("-save_error_data", "--save_error_data", dest="save_error_data", action="store_true",

@@ -1,7 +1,7 @@
 """What an msprobe user types for the pre-check (``run_ut``, ``multi_run_ut``, ``api_precision_compare`` with
 underscores, ``-f pytorch`` before the command), on the reference model's real dumps; a multi_run_ut script
 without ``if __name__ == "__main__":`` is told so before any worker starts; a dumped ``memory_format``
-argument (autograd's ``ones_like``) is a recorded value that run_ut rebuilds."""
+argument (autograd's ``ones_like``) is null as msprobe writes it, said once at INFO, never "not supported"."""
 
 from __future__ import annotations
 
@@ -107,16 +107,15 @@ def test_guard_detection_reads_the_source(tmp_path):
     assert _guarded(str(source), 1) is None  # unreadable source: nothing is claimed
 
 
-def test_memory_format_is_a_recorded_value_that_run_ut_rebuilds(model_dumps, tmp_path, child_env):
-    """loss.backward() calls ones_like(..., memory_format=torch.preserve_format): recorded as
-    {"type": "torch.memory_format", "value": "torch.preserve_format"} (msprobe 1.0.4 writes null and warns
-    "Data type <class 'torch.memory_format'> is not supported." on every run), and run_ut re-runs that call."""
+def test_memory_format_is_null_as_msprobe_writes_it_and_run_ut_reruns_the_call(model_dumps, tmp_path, child_env):
+    """loss.backward() calls ones_like(..., memory_format=torch.preserve_format): recorded as null, as
+    msprobe 1.0.4 does (its run_ut passes a recorded value to the API as is, so a string would make the call
+    fail there), and our run_ut re-runs the call (None is torch's default)."""
     with open(model_dumps["clean"], encoding="utf-8") as handle:
         data = json.load(handle)["data"]
     formats = [entry["input_kwargs"]["memory_format"] for name, entry in data.items()
                if name.startswith("Torch.ones_like.") and "memory_format" in entry.get("input_kwargs", {})]
-    assert formats and all(value == {"type": "torch.memory_format", "value": "torch.preserve_format"}
-                           for value in formats)
+    assert formats and all(value is None for value in formats)
     result = run(["run_ut", "-api_info", model_dumps["clean"], "-o", str(tmp_path), "--no-progress",
                   "-white_list", "ones_like"], tmp_path, child_env)
     assert result.returncode == 0, result.stderr
@@ -126,19 +125,24 @@ def test_memory_format_is_a_recorded_value_that_run_ut_rebuilds(model_dumps, tmp
 
 
 def test_memory_format_dump_has_no_unsupported_type_warning(tmp_path, child_env):
+    """Two backward passes: two ones_like calls with a memory_format, one INFO line naming the first."""
     script = tmp_path / "dump.py"
     script.write_text("import sys, torch\nfrom ptdbg_ascend import PrecisionDebugger\n"
                       "model = torch.nn.Linear(3, 2)\n"
                       "debugger = PrecisionDebugger(dump_path=sys.argv[1], task='statistics', level='L1')\n"
                       "debugger.start()\nx = torch.randn(2, 3)\n"
-                      "model(x).sum().backward()\n"
+                      "for _ in range(2):\n    model(x).sum().backward()\n"
                       "debugger.stop()\ndebugger.step()\n")
     result = subprocess.run([sys.executable, str(script), str(tmp_path / "d")], capture_output=True, text=True,
                             env=child_env, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert "is not supported" not in result.stderr
+    output = result.stdout + result.stderr
+    assert "is not supported" not in output  # msprobe 1.0.4's warning on every run
+    assert output.count("memory_format arguments are recorded as null, as msprobe 1.0.4 does (first at "
+                        "Torch.ones_like.0.forward.input.memory_format).") == 1
     with open(os.path.join(str(tmp_path / "d"), "step0", "rank", "dump.json"), encoding="utf-8") as handle:
         document = json.load(handle)
     assert document["framework"] == "pytorch"
     kwargs = document["data"]["Torch.ones_like.0.forward"]["input_kwargs"]
-    assert kwargs["memory_format"] == {"type": "torch.memory_format", "value": "torch.preserve_format"}
+    assert "memory_format" in kwargs and kwargs["memory_format"] is None
+    assert document["data"]["Torch.ones_like.1.forward"]["input_kwargs"]["memory_format"] is None
