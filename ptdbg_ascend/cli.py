@@ -28,12 +28,24 @@ def build_parser() -> argparse.ArgumentParser:
         description="ptdbg_ascend: compare two PyTorch dumps API by API, parse a dump, migrate legacy scripts.",
     )
     parser.add_argument("--version", action="version", version="ptdbg_ascend " + __version__)
+    parser.add_argument("-f", "--framework", type=_framework, default="pytorch",
+                        help="msprobe's framework option, accepted before the command (ptdbg -f pytorch compare "
+                             "...): only pytorch (the default) is allowed")
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error (default: one line on stderr)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (comparison_cli, compat_cli, acl_cli, precheck_cli):
         module.add_commands(subparsers)
     return parser
+
+
+def _framework(value: str) -> str:
+    """msprobe's ``-f/--framework``: this tool debugs PyTorch only, so ``pytorch`` is the one value."""
+    if value != "pytorch":
+        raise argparse.ArgumentTypeError("{!r} is not supported: ptdbg_ascend debugs PyTorch only; the one value "
+                                         "allowed is 'pytorch' (msprobe's -f mindspore has no counterpart "
+                                         "here)".format(value))
+    return value
 
 
 def _one_line(text: object) -> str:

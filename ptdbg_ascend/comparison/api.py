@@ -25,13 +25,16 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     or ``npu_json_path``/``bench_json_path`` dump.json files are accepted too, and may be mixed with a pkl),
     ``npu_dump_data_dir``, ``bench_dump_data_dir`` (default: absent = statistics-only comparison; for a
     dump.json, its ``dump_tensor_data`` directory when present), ``stack_path``/``stack_json_path``
-    (dump.json only), ``is_print_compare_log`` (default True).
-    ``output_path``: an existing directory; writes ``compare_result_{suffix}_{timestamp}.csv`` (``suffix``
-    default "" drops the part) and the same-named ``.xlsx`` (``xlsx=True``), and with ``auto_analyze``
-    (default True) ``advisor[_{suffix}]_{timestamp}.txt``; when such a report exists already (two compares
-    in one second), ``_1``, ``_2``... is added to the stem of all three (never replacing a report).
-    ``stack_mode`` (default False) adds the ``NPU_Stack_Info`` column. Calls are aligned across counter shifts by default; ``fuzzy_match``
-    (default False) keeps its legacy meaning: rows whose call names differ say so in Err_message.
+    (dump.json only; default: the ``stack.json`` beside the NPU dump.json when there is one),
+    ``is_print_compare_log`` (default True).
+    ``output_path``: a directory, created with its parents when absent; writes
+    ``compare_result_{suffix}_{timestamp}.csv`` (``suffix`` default "" drops the part) and the same-named
+    ``.xlsx`` (``xlsx=True``; needs openpyxl), and with ``auto_analyze`` (default True)
+    ``advisor[_{suffix}]_{timestamp}.txt``; when such a report exists already (two compares in one second),
+    ``_1``, ``_2``... is added to the stem of all three (never replacing a report).
+    ``stack_mode`` (default False) adds the ``NPU_Stack_Info`` column. Calls are always aligned across
+    counter shifts (by API name and call structure); ``fuzzy_match`` (default False) changes no pairing: it
+    warns once and marks rows whose two call names differ in Err_message.
     ``api_mapping`` (default None): NPU API -> bench API names without counter and direction
     (``{"NPU_npu_rms_norm": "Functional_rms_norm"}``), as a dict or the path of a JSON/YAML file.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ptdbg_ascend.terminal import printable
 
@@ -13,11 +13,64 @@ from ptdbg_ascend.terminal import printable
 def _compare(args: argparse.Namespace) -> int:
     from ptdbg_ascend.comparison.api import compare
 
+    if args.input_path is not None:
+        return _compare_json(args)
+    if args.npu_pkl_path is None or args.bench_pkl_path is None:  # argparse's usage error, exit status 2
+        args.usage_error("the following arguments are required: NPU_DUMP BENCH_DUMP OUTPUT_PATH (or msprobe's -i "
+                         "COMPARE_JSON -o OUTPUT_PATH)")
+    output_path = _output_path(args, args.output_path)
     param = {"npu_pkl_path": args.npu_pkl_path, "bench_pkl_path": args.bench_pkl_path,
              "npu_dump_data_dir": args.npu_dump_data_dir, "bench_dump_data_dir": args.bench_dump_data_dir,
              "stack_path": args.stack_path, "is_print_compare_log": args.is_print_compare_log}
-    outcome = compare(param, args.output_path, stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
-                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, api_mapping=args.api_mapping)
+    outcome = compare(param, output_path, stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
+                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, api_mapping=args.api_mapping)
+    return exit_status([outcome])
+
+
+def _output_path(args: argparse.Namespace, positional: Optional[str]) -> str:
+    """The output directory: the positional OUTPUT_PATH or msprobe's -o, exactly one of them."""
+    from ptdbg_ascend.errors import ParameterError
+
+    if positional is not None and args.output_option is not None:
+        raise ParameterError("-o/--output_path", args.output_option, "give the output directory once: either as "
+                             "the last positional argument ({}) or with -o".format(positional))
+    chosen = positional if positional is not None else args.output_option
+    if chosen is None:
+        raise ParameterError("OUTPUT_PATH", None, "required: the directory for the results (created if absent)")
+    return chosen
+
+
+def _compare_json(args: argparse.Namespace) -> int:
+    """msprobe's ``compare -i compare.json -o OUT``: two dump files, or two step directories (every rank)."""
+    from ptdbg_ascend.comparison.api import compare, compare_distributed
+    from ptdbg_ascend.comparison.compare_json import read_compare_json
+    from ptdbg_ascend.errors import ParameterError
+
+    # -i holds every input: the positional dumps and the per-file options would compete with it.
+    positional = [value for value in (args.npu_pkl_path, args.bench_pkl_path, args.output_path) if value is not None]
+    if positional:
+        raise ParameterError("-i/--input_path", args.input_path, "names the dumps in its file: give no positional "
+                             "argument (got {}) and the output directory with -o".format(", ".join(positional)))
+    given = [flag for flag, value in (("--npu-dump-data-dir", args.npu_dump_data_dir),
+                                      ("--bench-dump-data-dir", args.bench_dump_data_dir),
+                                      ("--stack-path", args.stack_path)) if value is not None]
+    if given:
+        raise ParameterError("-i/--input_path", args.input_path, "names the inputs in its file; leave out {} (a "
+                             "stack.json goes in its stack_path)".format(", ".join(given)))
+    output_path = _output_path(args, None)
+    spec = read_compare_json(args.input_path)
+    print_log = spec.print_log and args.is_print_compare_log  # --quiet wins over the file
+    if spec.distributed:
+        if args.suffix:
+            raise ParameterError("--suffix", args.suffix, "not used with step directories (the rank pair is the "
+                                 "suffix)")
+        outcomes = compare_distributed(spec.npu_path, spec.bench_path, output_path, stack_mode=args.stack_mode,
+                                       auto_analyze=args.auto_analyze, fuzzy_match=args.fuzzy_match,
+                                       is_print_compare_log=print_log, xlsx=args.xlsx, api_mapping=args.api_mapping)
+        return _distributed_status(outcomes)
+    param = dict(spec.input_param(), is_print_compare_log=print_log)
+    outcome = compare(param, output_path, stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
+                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, api_mapping=args.api_mapping)
     return exit_status([outcome])
 
 
@@ -37,7 +90,12 @@ def _compare_distributed(args: argparse.Namespace) -> int:
 
     outcomes = compare_distributed(args.npu_dump_dir, args.bench_dump_dir, args.output_path,
                                    stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
-                                   fuzzy_match=args.fuzzy_match, is_print_compare_log=args.is_print_compare_log)
+                                   fuzzy_match=args.fuzzy_match, is_print_compare_log=args.is_print_compare_log,
+                                   xlsx=args.xlsx)
+    return _distributed_status(outcomes)
+
+
+def _distributed_status(outcomes) -> int:
     status = exit_status(outcomes)
     missing = outcomes.not_compared()
     if missing:  # a rank that was not compared cannot be said to agree: 2 unless a compared rank failed
@@ -54,14 +112,21 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stack-mode", dest="stack_mode", action="store_true",
-                        help="add the NPU_Stack_Info column (stack_mode=True; default False)")
-    parser.add_argument("--no-auto-analyze", dest="auto_analyze", action="store_false",
+    # Each flag also has msprobe 1.0.4's spelling (-s/--stack_mode, -c/--compare_only, -f/--fuzzy_match).
+    parser.add_argument("--stack-mode", "-s", "--stack_mode", dest="stack_mode", action="store_true",
+                        help="add the NPU_Stack_Info column (stack_mode=True; default False); a dump.json's stack.json "
+                             "is the one beside it unless --stack-path names another")
+    parser.add_argument("--no-auto-analyze", "-c", "--compare_only", dest="auto_analyze", action="store_false",
                         help="skip the advisor (auto_analyze=False; default: run it)")
-    parser.add_argument("--fuzzy-match", dest="fuzzy_match", action="store_true",
-                        help="pair calls ignoring the call counter (fuzzy_match=True; default False)")
+    parser.add_argument("--fuzzy-match", "-f", "--fuzzy_match", dest="fuzzy_match", action="store_true",
+                        help="changes no pairing (calls are always paired across counter shifts, by API name and "
+                             "call structure); only warns once and marks each row whose two call names differ "
+                             "with 'Fuzzy matching data, the comparison accuracy may be affected.' in Err_message "
+                             "(fuzzy_match=True; default False)")
     parser.add_argument("--quiet", dest="is_print_compare_log", action="store_false",
                         help="no per-row log lines (is_print_compare_log=False; default True)")
+    parser.add_argument("--no-xlsx", dest="xlsx", action="store_false",
+                        help="write the CSV only, no .xlsx (xlsx=False; default: both; the .xlsx needs openpyxl)")
 
 
 def add_commands(subparsers) -> None:
@@ -70,22 +135,33 @@ def add_commands(subparsers) -> None:
     compare = subparsers.add_parser(
         "compare", help="compare two dumps API by API (compare())",
         description="compare(input_param, output_path, stack_mode=False, auto_analyze=True, suffix='', "
-                    "fuzzy_match=False). Writes compare_result_{suffix}_{timestamp}.csv/.xlsx and advisor_*.txt "
+                    "fuzzy_match=False). Also msprobe's form: ptdbg [-f pytorch] compare -i compare.json -o OUT "
+                    "[-s] [-c] [-f]. Writes compare_result_{suffix}_{timestamp}.csv/.xlsx and advisor_*.txt "
                     "into OUTPUT_PATH. A dump is a legacy .pkl or an msprobe dump.json. Leave out both data "
                     "dirs for a statistics-only comparison. Exit status 1 when an API's accuracy is not reached, 2 "
                     "on an error or when too little could be compared to tell.")
-    compare.add_argument("npu_pkl_path", help="NPU dump: api_stack_npu_dump.pkl or dump.json")
-    compare.add_argument("bench_pkl_path", help="bench (GPU/CPU) dump: .pkl or dump.json")
-    compare.add_argument("output_path", help="existing directory for the results")
+    compare.add_argument("npu_pkl_path", nargs="?", metavar="NPU_DUMP",
+                         help="NPU dump: api_stack_npu_dump.pkl or dump.json")
+    compare.add_argument("bench_pkl_path", nargs="?", metavar="BENCH_DUMP",
+                         help="bench (GPU/CPU) dump: .pkl or dump.json")
+    compare.add_argument("output_path", nargs="?", metavar="OUTPUT_PATH",
+                         help="directory for the results (created if absent)")
+    compare.add_argument("-i", "--input_path", dest="input_path", default=None, metavar="COMPARE_JSON",
+                         help="msprobe's compare.json instead of the two dumps: {\"npu_path\": ..., \"bench_path\": "
+                              "..., \"stack_path\": ... (optional), \"is_print_compare_log\": true}; two dump.json "
+                              "files, or two step directories (every rank pair is compared)")
+    compare.add_argument("-o", "--output_path", dest="output_option", default=None, metavar="OUTPUT_PATH",
+                         help="msprobe's spelling of OUTPUT_PATH")
     compare.add_argument("--npu-dump-data-dir", dest="npu_dump_data_dir", help="NPU npy directory")
     compare.add_argument("--bench-dump-data-dir", dest="bench_dump_data_dir", help="bench npy directory")
-    compare.add_argument("--stack-path", dest="stack_path", help="NPU stack.json (dump.json input only)")
+    compare.add_argument("--stack-path", dest="stack_path",
+                         help="NPU stack.json (dump.json input only; default: the stack.json beside the NPU dump.json)")
     compare.add_argument("--suffix", default="", help="inserted in the result file name (default '')")
     compare.add_argument("--api-mapping", dest="api_mapping", default=None,
                          help="JSON/YAML file of NPU API -> bench API names, e.g. "
                               "{\"NPU_npu_rms_norm\": \"Functional_rms_norm\"} (default: none)")
     _options(compare)
-    compare.set_defaults(handler=_compare)
+    compare.set_defaults(handler=_compare, usage_error=compare.error)
 
     distributed = subparsers.add_parser(
         "compare-distributed", help="compare every rank of two dumps (compare_distributed())",
@@ -95,7 +171,7 @@ def add_commands(subparsers) -> None:
                     "and no compared rank failed.")
     distributed.add_argument("npu_dump_dir", help="NPU tag directory, e.g. npu/ptdbg_dump_v1.0")
     distributed.add_argument("bench_dump_dir", help="bench tag directory, e.g. gpu/ptdbg_dump_v1.0")
-    distributed.add_argument("output_path", help="existing directory for the results")
+    distributed.add_argument("output_path", help="directory for the results (created if absent)")
     _options(distributed)
     distributed.set_defaults(handler=_compare_distributed)
 

@@ -3,12 +3,13 @@ pkl keys and msprobe's ``npu_path``/``npu_json_path`` keys alike), and :class:`C
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Union
 
-from ptdbg_ascend.errors import FileFormatError, ParameterError
-from ptdbg_ascend.formats.layout import is_dump_json, tensor_dir_beside
+from ptdbg_ascend.errors import DumpWriteError, FileFormatError, ParameterError
+from ptdbg_ascend.formats.layout import is_dump_json, stack_file, tensor_dir_beside
 from ptdbg_ascend.formats.naming import is_api_name
 
 # key -> (side, role); first listed key of a role wins when several aliases are given.
@@ -39,7 +40,7 @@ class CompareInputs(NamedTuple):
 class CompareOptions(NamedTuple):
     """The checked options of one comparison (see :func:`check_options`)."""
 
-    output_path: str  # an existing, writable directory: the reports go there
+    output_path: str  # a writable directory, or one that can be created: the reports go there
     stack_mode: bool  # the NPU_Stack_Info column
     auto_analyze: bool  # the advisor's advisor_*.txt
     suffix: str  # in the report names ("" leaves the part out)
@@ -55,28 +56,60 @@ def check_bool(name: str, value: Any) -> bool:
 
 
 def check_output_path(output_path: Any) -> str:
+    """``output_path`` as given, once it is a writable directory or can be made one: an absent directory
+    is created (parents too) by :func:`make_output_dir` when the reports are written, not here, so a
+    compare refused for its inputs leaves nothing behind. A file there, or a symlink to anything but a
+    directory, is refused; so is an absent path below a file or a read-only directory."""
     if not isinstance(output_path, (str, os.PathLike)):
-        raise ParameterError("output_path", output_path, "must be a path (str) of an existing directory")
+        raise ParameterError("output_path", output_path, "must be a path (str) of a directory (created if absent)")
     path = os.fspath(output_path)
-    if not os.path.isdir(path):
-        raise ParameterError("output_path", path, "must be an existing directory",
-                             "It is a file." if os.path.exists(path) else "It does not exist; create it first.")
-    if not os.access(path, os.W_OK):
-        raise ParameterError("output_path", path, "must be a writable directory")
+    if os.path.isdir(path):
+        if not os.access(path, os.W_OK):
+            raise ParameterError("output_path", path, "must be a writable directory")
+        return path
+    if os.path.lexists(path):
+        raise ParameterError("output_path", path, "must be a directory (created if absent)",
+                             "It is a symlink to {}.".format("nothing" if not os.path.exists(path) else "a file")
+                             if os.path.islink(path) else "It is a file.")
+    ancestor = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ParameterError("output_path", path, "cannot be created", "{} is not a directory.".format(ancestor))
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ParameterError("output_path", path, "cannot be created", "{} is not writable.".format(ancestor))
     return path
+
+
+def make_output_dir(path: str) -> None:
+    """Create the checked output directory ``path`` and its parents (mode 0750 before the umask) when
+    absent, as ``run-ut`` does with its ``-o``."""
+    if os.path.isdir(path):
+        return
+    try:
+        os.makedirs(path, mode=0o750, exist_ok=True)
+    except OSError as error:
+        raise DumpWriteError("Cannot create the output directory {}: {}".format(path, error)) from None
+    from ptdbg_ascend.log import logger
+
+    logger.info("Created the output directory {}".format(path))
 
 
 def check_options(output_path: Any, *, stack_mode: Any = False, auto_analyze: Any = True, suffix: Any = "",
                   fuzzy_match: Any = False, xlsx: Any = True,
                   api_mapping: Optional[Union[Mapping[str, str], str]] = None) -> CompareOptions:
     """``compare``'s options checked, in this order: the four flags, ``suffix`` (letters, digits, ``_``,
-    ``.``, ``-``), ``output_path`` (:func:`check_output_path`), ``api_mapping`` (:func:`check_api_mapping`,
-    default None: no mapping). Defaults are ``compare``'s."""
+    ``.``, ``-``), openpyxl when ``xlsx``, ``output_path`` (:func:`check_output_path`), ``api_mapping``
+    (:func:`check_api_mapping`, default None: no mapping). Defaults are ``compare``'s."""
     for name, value in (("stack_mode", stack_mode), ("auto_analyze", auto_analyze), ("fuzzy_match", fuzzy_match),
                         ("xlsx", xlsx)):
         check_bool(name, value)
     if not isinstance(suffix, str) or not SUFFIX.match(suffix):
         raise ParameterError("suffix", suffix, "must be a str of letters, digits, '_', '.' or '-'")
+    if xlsx and importlib.util.find_spec("openpyxl") is None:  # said now, not after the CSV is written
+        raise ParameterError("xlsx", xlsx, "writing the .xlsx needs openpyxl, which is not installed",
+                             "Install it (pip install openpyxl), or pass xlsx=False (ptdbg compare --no-xlsx) for "
+                             "the CSV alone.")
     output_path = check_output_path(output_path)
     return CompareOptions(output_path, stack_mode, auto_analyze, suffix, fuzzy_match, xlsx,
                           check_api_mapping(api_mapping))
@@ -117,7 +150,8 @@ def parse_input_param(input_param: Any) -> CompareInputs:
     for side in ("npu", "bench"):
         dump = found.get((side, "dump"))
         if dump is None:
-            raise ParameterError("input_param", input_param, "needs {0}_pkl_path (or {0}_json_path / {0}_path)".format(side))
+            raise ParameterError("input_param", input_param,
+                                 "needs {0}_pkl_path (or {0}_json_path / {0}_path)".format(side))
         dumps[side] = check_dump_file(side, dump)
     data_dirs = {}
     for side in ("npu", "bench"):
@@ -130,7 +164,10 @@ def parse_input_param(input_param: Any) -> CompareInputs:
                                   "comparison.".format(side, data_dir))
         data_dirs[side] = data_dir
     stack = found.get(("npu", "stack"))
-    if stack is not None and not os.path.isfile(stack):
+    if stack is None and is_dump_json(dumps["npu"]):  # msprobe writes stack.json beside dump.json
+        beside = stack_file(os.path.dirname(os.path.abspath(dumps["npu"])))
+        stack = beside if os.path.isfile(beside) else None
+    elif stack is not None and not os.path.isfile(stack):
         raise FileFormatError("Stack file {} does not exist.".format(stack))
     return CompareInputs(dumps["npu"], dumps["bench"], data_dirs["npu"], data_dirs["bench"], stack, print_log)
 

@@ -50,11 +50,35 @@ def parse_lines(pkl_file: str, module_name_prefix: str) -> List[str]:
             lines.append("  [{}][dtype: {}][shape: {}][max: {}][min: {}][mean: {}][l2norm: {}]".format(
                 printable(record.name), printable(record.dtype), list(record.shape), *stats))
     if not lines:
-        lines.append(printable("No call named {} in {}.".format(module_name_prefix, pkl_file)))
+        raise ParameterError("module_name_prefix", module_name_prefix, "no call of that name in {}".format(
+            os.fspath(pkl_file)), _nearby(module_name_prefix, [call.name for call in calls]))
     return lines
 
 
+def _nearby(wanted: str, names: List[str], limit: int = 5) -> str:
+    """The hint of a name not found: the calls of the same API under any prefix and counter (the guide's
+    ``Torch_batch_norm_0_forward`` is ``Functional_batch_norm_0_forward`` when F.batch_norm was called),
+    else the closest spellings; or what the dump holds when nothing is close."""
+    import difflib
+
+    from ptdbg_ascend.formats.naming import api_of, to_legacy
+
+    legacy = to_legacy(wanted) if "." in wanted else None  # msprobe's dotted name of a call
+    if legacy is not None and legacy in names:
+        return "The dump names calls the legacy way: {}.".format(printable(legacy))
+    unique = list(dict.fromkeys(names))
+    api = api_of(legacy or wanted)
+    same_api = [name for name in unique if api_of(name) == api]
+    close = same_api or difflib.get_close_matches(legacy or wanted, unique, n=limit, cutoff=0.6)
+    if close:
+        return "Nearby names in the dump: {}.".format(printable(", ".join(close[:limit])))
+    if not unique:
+        return "The dump holds no call."
+    return "The dump holds {} calls, e.g. {}.".format(len(unique), printable(", ".join(unique[:limit])))
+
+
 def parse(pkl_file: str, module_name_prefix: str) -> None:
-    """Print the stack and statistics of the call(s) named ``module_name_prefix`` in ``pkl_file``."""
+    """Print the stack and statistics of the call(s) named ``module_name_prefix`` in ``pkl_file``.
+    ParameterError when no call has that name: the message names the nearby names of the dump."""
     for line in parse_lines(pkl_file, module_name_prefix):
         print(line)

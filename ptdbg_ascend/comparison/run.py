@@ -12,10 +12,10 @@ import time
 from ptdbg_ascend.comparison import advice as advice_file
 from ptdbg_ascend.comparison import advisor, columns, engine, provenance, reports
 from ptdbg_ascend.comparison.dump_state import check_dump
-from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions
+from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, make_output_dir
 from ptdbg_ascend.comparison.matching import pair_rows
 from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts
-from ptdbg_ascend.formats.layout import ADVISOR_STEM, COMPARE_RESULT_STEM
+from ptdbg_ascend.formats.layout import ADVISOR_STEM, COMPARE_RESULT_STEM, is_dump_json
 from ptdbg_ascend.readers import read_dump
 from ptdbg_ascend.errors import CompareError
 from ptdbg_ascend.log import logger
@@ -38,7 +38,7 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     has_stack = any(call.stack for call in npu_calls)
     if stack_mode and not has_stack:
         raise CompareError("The current file does not contain stack information, please turn off the stack_mode "
-                           "({}).".format(inputs.npu_dump))
+                           "({}){}.".format(inputs.npu_dump, _stack_hint(inputs)))
     if has_stack and not stack_mode:
         logger.warning("The current file contains stack information; turn on the stack_mode to see it in the "
                        "report.")
@@ -63,6 +63,7 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     table = reports.table_of(rows, column_names, stack_mode)
     others = ([(COMPARE_RESULT_STEM, ".xlsx")] if options.xlsx else []) + \
         ([(ADVISOR_STEM, ".txt")] if options.auto_analyze else [])
+    make_output_dir(output_path)
     tail, csv_path, handle = reports.claim_report(output_path, tail, others)
     stem = COMPARE_RESULT_STEM + tail
     reports.write_csv(csv_path, column_names, table, handle)
@@ -78,3 +79,15 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts, torn)
     logger.info("Compare outcome: {}".format(outcome))
     return outcome
+
+
+def _stack_hint(inputs: CompareInputs) -> str:
+    """What else the user can do when stack_mode finds no stack: a legacy pkl carries its stacks inside,
+    a dump.json's are in a stack.json (beside it, else named with --stack-path)."""
+    if not is_dump_json(inputs.npu_dump):
+        return ""
+    if inputs.stack_path is None:
+        return ", or give the NPU stack.json with --stack-path (input_param['stack_path']): there is no " \
+               "stack.json beside the dump.json"
+    return ", or give another stack.json with --stack-path (input_param['stack_path']): {} holds no stack of " \
+           "these calls".format(inputs.stack_path)

@@ -1,7 +1,9 @@
 """The msprobe 1.0.4 ``dump.json`` / ``stack.json`` codec (``reference/msprobe_1_0_4.md`` §6), torch-free.
 
-- a dump.json document is ``{"task", "level", "dump_data_dir", "data": {call name: entry}}``; :func:`entries`
-  gives its ``data`` object;
+- a dump.json document is ``{"task", "level", "framework", "dump_data_dir", "data": {call name: entry}}``;
+  :func:`entries` gives its ``data`` object. ``framework`` (always ``"pytorch"`` here) is msprobe 8.x/26.x's
+  key, which 26.x's ``acc_check`` reads; 1.0.4 neither writes nor reads it, and the readers accept dumps
+  with and without it;
 - an entry holds ``input_args`` + ``input_kwargs`` (forward) or ``input`` (backward), and ``output``: lists of
   leaves (``{"type": "torch.Tensor", ...}``, scalars, nested lists); :func:`call_values` names each argument
   and output with the legacy record grammar, so a dump.json dump pairs with a legacy pkl dump:
@@ -21,6 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+FRAMEWORK = "framework"  # top-level key, after "level" as msprobe 8.x writes it
+FRAMEWORK_PYTORCH = "pytorch"
 INPUT_ARGS = "input_args"
 INPUT_KWARGS = "input_kwargs"
 BACKWARD_INPUT = "input"

@@ -22,6 +22,7 @@ from ptdbg_ascend.log import logger
 SaveTensor = Callable[[str, Any], Optional[str]]
 
 _WARNED_TYPES = set()  # type: Set[str]  # "not supported" is logged once per type, not once per call
+_MEMORY_FORMAT = "<class 'torch.memory_format'>"  # recorded as null on purpose: said once, at INFO
 
 
 def tensor_statistics_msprobe(tensor: Any) -> List[Optional[float]]:
@@ -218,6 +219,15 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
         return {"type": "torch.dtype", "value": str(value)}
     if isinstance(value, (torch.dtype, torch.device)):
         return {}
+    if isinstance(value, torch.memory_format):
+        # null, as msprobe 1.0.4 writes it: its run_ut passes a recorded kwarg's "value" to the API as is (a
+        # string there is a TypeError) and None is torch's default. Autograd's ones_like passes one on every
+        # backward, so this is said once, at INFO, naming where.
+        if _MEMORY_FORMAT not in _WARNED_TYPES:
+            _WARNED_TYPES.add(_MEMORY_FORMAT)
+            logger.info("memory_format arguments are recorded as null, as msprobe 1.0.4 does (first at {}).".format(
+                path))
+        return None
     if isinstance(value, bool):
         return {"type": "bool", "value": value}
     if isinstance(value, int):
@@ -246,5 +256,6 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
     type_name = str(type(value))
     if type_name not in _WARNED_TYPES:
         _WARNED_TYPES.add(type_name)
-        logger.warning("Data type {} is not supported.".format(type_name))
+        logger.warning("Data type {} is not supported (first seen at {}); such values are recorded as null."
+                       .format(type_name, path))
     return None

@@ -98,7 +98,8 @@ def _api_precision_compare(args: argparse.Namespace) -> int:
 def _add_run_ut_arguments(parser: argparse.ArgumentParser, device_nargs: Optional[str] = None) -> None:
     """The flags of run-ut, shared by multi-run-ut (whose -d takes a list: msprobe's ``-d 0 1``)."""
     parser.add_argument("-api_info", "--api_info_file", dest="api_info_file", required=True,
-                        help="the dump.json (dump_path/step0/rank0/dump.json)")
+                        help="the dump.json (dump_path/step0/rank/dump.json; rank0, rank1... under "
+                             "torch.distributed)")
     parser.add_argument("-o", "--out_path", dest="out_path", default="",
                         help="directory for the CSVs, created if absent (default: the current directory)")
     parser.add_argument("-save_error_data", "--save_error_data", dest="save_error_data", action="store_true",
@@ -146,7 +147,8 @@ def _add_run_ut_arguments(parser: argparse.ArgumentParser, device_nargs: Optiona
 def add_commands(subparsers) -> None:
     """Register ``run-ut``, ``multi-run-ut`` and ``api-precision-compare``."""
     run = subparsers.add_parser(
-        "run-ut", help="API pre-check: re-run every dumped API in float64 and in its dtype, judge it (run_ut())",
+        "run-ut", aliases=["run_ut"],
+        help="API pre-check: re-run every dumped API in float64 and in its dtype, judge it (run_ut())",
         description="run_ut(api_info, out_path, ...): rebuilds every API call of a PrecisionDebugger dump.json "
                     "(task tensor, level L1), runs it on the CPU in float64 (benchmark) and in the dumped dtypes, "
                     "forward and backward, and writes accuracy_checking_result_{ts}.csv and "
@@ -156,7 +158,8 @@ def add_commands(subparsers) -> None:
     run.set_defaults(handler=_run_ut)
 
     multi = subparsers.add_parser(
-        "multi-run-ut", help="run-ut on N worker processes (and across machines under torchrun); resumable",
+        "multi-run-ut", aliases=["multi_run_ut"],
+        help="run-ut on N worker processes (and across machines under torchrun); resumable",
         description="multi_run_ut(api_info, n, out_path, ...): run-ut with N worker processes, each loading only "
                     "the tensors of the API it runs; the CSVs are those run-ut writes (same rows, dump order). A "
                     "worker that dies loses only its API in flight (retried once, then an error row). Under "
@@ -178,7 +181,8 @@ def add_commands(subparsers) -> None:
     multi.set_defaults(handler=_multi_run_ut)
 
     compare = subparsers.add_parser(
-        "api-precision-compare", help="NPU pre-check details against GPU details (api_precision_compare())",
+        "api-precision-compare", aliases=["api_precision_compare"],
+        help="NPU pre-check details against GPU details (api_precision_compare())",
         description="api_precision_compare(npu_csv, gpu_csv, out_path): judges each NPU output against the GPU's "
                     "error w.r.t. the same CPU benchmark; writes api_precision_compare_result_{ts}.csv and "
                     "api_precision_compare_details_{ts}.csv. Exit status 1 when an API is an error.")

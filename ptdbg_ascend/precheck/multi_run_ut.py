@@ -29,6 +29,7 @@ from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck import ut_cluster, ut_workers
 from ptdbg_ascend.precheck.api_inputs import Dump
 from ptdbg_ascend.precheck.plan import UtPlan, plan_run, run_device, select_calls
+from ptdbg_ascend.precheck.main_guard import check_main_guard
 from ptdbg_ascend.precheck.results import RunResults, RunUtOutcome, open_results
 from ptdbg_ascend.terminal import printable
 
@@ -172,10 +173,13 @@ def multi_run_ut(api_info: str, n: int = 8, out_path: str = ".", save_error_data
     saying so. Under torchrun the CSVs are written by rank 0 only.
 
     Raises (before anything is written): what run_ut raises; ParameterError for n, devices, preload,
-    start_method, cluster_timeout; ClusterJoinError when the ranks do not all join; WorkerProcessError when a worker cannot start or an API raises an unexpected error
-    inside a worker (what was written before stays, ``result_csv_path`` resumes).
+    start_method, cluster_timeout; ClusterJoinError when the ranks do not all join; WorkerProcessError when the main
+    script calls multi_run_ut at its top level without ``if __name__ == "__main__":`` (said before any worker
+    starts), when a worker cannot start or an API raises an unexpected error inside a worker (what was written
+    before stays, ``result_csv_path`` resumes).
     """
     workers, device_list, modules = _check_options(n, devices, preload, start_method)
+    check_main_guard(start_method)  # workers import the main script again: an unguarded call is named now
     threads = _check_threads(threads_per_worker)
     cluster_timeout = ut_cluster.check_timeout(cluster_timeout)
     options = dict(out_path=out_path, save_error_data=save_error_data, filter_same=filter_same,

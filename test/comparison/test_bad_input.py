@@ -42,12 +42,25 @@ def test_missing_pkl_and_data_dir(two_dumps, output_dir, tmp_path):
         compare({"npu_pkl_path": npu.pkl}, output_dir)
 
 
-def test_output_path_missing_or_a_file(two_dumps, tmp_path):
+def test_output_path_missing_is_created_a_file_is_refused(two_dumps, tmp_path):
+    """A missing output directory is created with its parents (as run-ut's -o); a file there, a path below a
+    file and a symlink to nothing are refused, and a compare refused for its inputs creates nothing."""
     npu, bench = two_dumps()
-    with pytest.raises(ParameterError, match="Invalid output_path=.*does not exist"):
-        compare(npu.param(bench), str(tmp_path / "out"))
+    with pytest.raises(FileFormatError):
+        compare(dict(npu.param(bench), npu_pkl_path=str(tmp_path / "nope.pkl")), str(tmp_path / "refused" / "out"))
+    assert not os.path.exists(tmp_path / "refused")
+    outcome = compare(npu.param(bench), str(tmp_path / "new" / "out"))
+    assert os.path.dirname(outcome.csv_path) == str(tmp_path / "new" / "out")
+    assert os.path.isfile(outcome.csv_path) and os.path.isfile(outcome.advisor_path)
     with pytest.raises(ParameterError, match="Invalid output_path=.*It is a file"):
         compare(npu.param(bench), npu.pkl)
+    with pytest.raises(ParameterError, match="Invalid output_path=.*cannot be created. .*api_stack_dump.pkl is not a "
+                                             "directory"):
+        compare(npu.param(bench), os.path.join(npu.pkl, "out"))
+    os.symlink(str(tmp_path / "gone"), str(tmp_path / "link"))
+    with pytest.raises(ParameterError, match="Invalid output_path=.*It is a symlink to nothing"):
+        compare(npu.param(bench), str(tmp_path / "link"))
+    assert not os.path.exists(tmp_path / "gone")
 
 
 def test_stack_mode_that_does_not_fit(two_dumps, output_dir):

@@ -136,9 +136,11 @@ def test_cli_compare_and_parse(two_dumps, output_dir):
                             capture_output=True, text=True)
     assert result.returncode == 1, result.stderr  # an API's accuracy not reached
     assert "Suspect Nodes: Functional_linear_0_forward_output" in result.stdout
-    result = subprocess.run(run + ["compare", npu.pkl, bench.pkl, "/nonexistent/out"], capture_output=True, text=True)
+    below_a_file = os.path.join(npu.pkl, "out")  # a missing directory is created; one below a file cannot be
+    result = subprocess.run(run + ["compare", npu.pkl, bench.pkl, below_a_file], capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr.startswith("ptdbg compare: error: Invalid output_path='/nonexistent/out'")
+    assert result.stderr.startswith("ptdbg compare: error: Invalid output_path={!r}: cannot be created".format(
+        below_a_file))
     result = subprocess.run(run + ["parse", npu.pkl, "Torch_relu_0_forward"], capture_output=True, text=True)
     assert result.returncode == 0 and "Trace back(Torch_relu_0_forward):" in result.stdout
 

@@ -42,8 +42,8 @@ def _dump_once(tmp_path, net, one_step, **kwargs):
 def test_tensor_task_l1_layout_names_and_statistics(session, tmp_path, tiny, one_step, read_dump):
     rank_dir = _dump_once(tmp_path, tiny, one_step, task="tensor", level="L1")
     dump, stack, construct = read_dump(rank_dir)
-    assert list(dump) == ["task", "level", "dump_data_dir", "data"]
-    assert dump["task"] == "tensor" and dump["level"] == "L1"
+    assert list(dump) == ["task", "level", "framework", "dump_data_dir", "data"]
+    assert dump["task"] == "tensor" and dump["level"] == "L1" and dump["framework"] == "pytorch"
     assert dump["dump_data_dir"] == os.path.join(str(tmp_path / "dump"), "step0", "rank", "dump_tensor_data")
     names = list(dump["data"])
     # backward's own torch.ones_like (the seed gradient) is an API call too, as in msprobe

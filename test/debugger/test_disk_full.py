@@ -172,7 +172,7 @@ def test_a_full_disk_keeps_every_finished_entry_of_a_tensor_dump(small_disk, tmp
     names = list(reference)
     cut = next(index for index, name in enumerate(names) if failed in set(data_names(reference[name])))
     dump = _load(rank_dir / "dump.json")
-    assert list(dump) == ["task", "level", "dump_data_dir", "data"] and dump["task"] == "tensor"
+    assert list(dump) == ["task", "level", "framework", "dump_data_dir", "data"] and dump["task"] == "tensor"
     data = dump["data"]
     assert list(data) == names[:cut] and int(match.group("held")) == cut > 20
     assert data == {name: reference[name] for name in names[:cut]}

@@ -101,7 +101,7 @@ def check_killed_dump(rank_dir, load=True):
                 torch.load(os.path.join(tensor_dir, name), weights_only=True)  # a final name is never partial
     if dump is None:
         return {}
-    assert list(dump) == ["task", "level", "dump_data_dir", "data"] and dump["task"] == "tensor"
+    assert list(dump) == ["task", "level", "framework", "dump_data_dir", "data"] and dump["task"] == "tensor"
     for entry_name, entry in dump["data"].items():
         for data_name in data_names(entry):
             assert data_name in files, "{} names {}, which is not on disk".format(entry_name, data_name)

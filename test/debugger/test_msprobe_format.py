@@ -91,9 +91,10 @@ def test_non_tensor_values():
 def test_dump_json_text_order_indent_and_tokens():
     text = dump_json_text("tensor", "L1", "d/step0/rank/dump_tensor_data",
                           {"Torch.exp.0.forward": {"output": [{"Max": float("inf"), "Min": float("nan")}]}})
-    assert text.startswith('{\n "task": "tensor",\n "level": "L1",\n "dump_data_dir": "d/step0/rank/dump_tensor_data",\n "data": {')
+    assert text.startswith('{\n "task": "tensor",\n "level": "L1",\n "framework": "pytorch",\n '
+                           '"dump_data_dir": "d/step0/rank/dump_tensor_data",\n "data": {')
     assert '"Max": Infinity' in text and '"Min": NaN' in text
-    assert list(json.loads(text)) == ["task", "level", "dump_data_dir", "data"]
+    assert list(json.loads(text)) == ["task", "level", "framework", "dump_data_dir", "data"]
 
 
 def test_step_rank_dir():
@@ -143,7 +144,7 @@ def test_writer_flushes_dump_json_every_n_entries(tmp_path):
      "A.a.0.backward": {"input": [], "output": [None]}},
 ])
 def test_dump_json_text_is_exactly_json_dumps_indent_1(data):
-    document = {"task": "statistics", "level": "mix", "dump_data_dir": None, "data": data}
+    document = {"task": "statistics", "level": "mix", "framework": "pytorch", "dump_data_dir": None, "data": data}
     cache = {}
     assert dump_json_text("statistics", "mix", None, data, cache) == json.dumps(document, indent=1)
     assert dump_json_text("statistics", "mix", None, data, cache) == json.dumps(document, indent=1)  # cached

@@ -9,6 +9,8 @@ import json
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from ptdbg_ascend.formats.dump_json import FRAMEWORK, FRAMEWORK_PYTORCH
+
 
 def dump_json_text(task: str, level: str, dump_data_dir: Optional[str], data: Dict[str, Any],
                    encoded: Optional[Dict[str, str]] = None) -> str:
@@ -19,7 +21,8 @@ def dump_json_text(task: str, level: str, dump_data_dir: Optional[str], data: Di
 
 
 def document_text(task: str, level: str, dump_data_dir: Optional[str], data_text: str) -> str:
-    head = json.dumps({"task": task, "level": level, "dump_data_dir": dump_data_dir}, indent=1)[:-2]
+    head = json.dumps({"task": task, "level": level, FRAMEWORK: FRAMEWORK_PYTORCH, "dump_data_dir": dump_data_dir},
+                      indent=1)[:-2]
     return head + ',\n "data": ' + data_text + "\n}"
 
 
