@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from json.encoder import encode_basestring_ascii
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 def dump_json_text(task: str, level: str, dump_data_dir: Optional[str], data: Dict[str, Any],
@@ -25,8 +26,84 @@ def document_text(task: str, level: str, dump_data_dir: Optional[str], data_text
 
 def member_text(name: str, value: Any, depth: int) -> str:
     """One ``"name": value`` member of an object nested at ``depth``, as ``json.dumps(indent=1)`` writes it."""
-    text = json.dumps(value, indent=1, allow_nan=True).replace("\n", "\n" + " " * (depth + 1))
-    return "{}{}: {}".format(" " * (depth + 1), json.dumps(name), text)
+    return "{}{}: {}".format(" " * (depth + 1), json.dumps(name), indented_text(value, depth + 1))
+
+
+_STRING = encode_basestring_ascii
+_FLOAT_REPR = float.__repr__
+_INT_REPR = int.__repr__
+_INFINITY = float("inf")
+
+
+def indented_text(value: Any, level: int = 0) -> str:
+    """``json.dumps(value, indent=1)`` with every line after the first indented by ``level`` more spaces
+    (ensure_ascii, NaN/Infinity tokens). The same text, about 4x faster: json encodes an indented document
+    in pure Python through generators, and dump.json is nearly all small dicts of numbers (the cost of
+    each recorded call at stop()). A value of a type JSON has no form for (or a dict key that is not a
+    str) goes through ``json.dumps`` itself, which gives its usual text or TypeError."""
+    out = []  # type: List[str]
+    try:
+        _encode(value, level, out.append)
+    except (_Unusual, RecursionError):  # RecursionError: a circular value, which json names
+        text = json.dumps(value, indent=1, allow_nan=True)
+        return text.replace("\n", "\n" + " " * level) if level else text
+    return "".join(out)
+
+
+class _Unusual(Exception):
+    """A value :func:`_encode` leaves to ``json.dumps``."""
+
+
+def _encode(value: Any, level: int, out: Callable[[str], None]) -> None:
+    """Append the text of ``value`` nested at ``level`` through ``out`` (a list's append)."""
+    kind = type(value)
+    if kind is float:  # the most frequent: four statistics per tensor
+        if value != value:
+            out("NaN")
+        elif value == _INFINITY:
+            out("Infinity")
+        elif value == -_INFINITY:
+            out("-Infinity")
+        else:
+            out(_FLOAT_REPR(value))
+    elif kind is str:
+        out(_STRING(value))
+    elif kind is dict:
+        if not value:
+            out("{}")
+            return
+        inner = "\n" + " " * (level + 1)
+        separator = "{" + inner
+        deeper = level + 1
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Unusual()
+            out(separator + _STRING(key) + ": ")
+            _encode(item, deeper, out)
+            separator = "," + inner
+        out("\n" + " " * level + "}")
+    elif kind is int:
+        out(_INT_REPR(value))
+    elif value is None:
+        out("null")
+    elif value is True:
+        out("true")
+    elif value is False:
+        out("false")
+    elif kind is list or kind is tuple:
+        if not value:
+            out("[]")
+            return
+        inner = "\n" + " " * (level + 1)
+        separator = "[" + inner
+        deeper = level + 1
+        for item in value:
+            out(separator)
+            _encode(item, deeper, out)
+            separator = "," + inner
+        out("\n" + " " * level + "]")
+    else:  # subclasses of str/int/float/dict/list, numpy scalars...: json.dumps decides
+        raise _Unusual()
 
 
 def members_object(members: List[str], depth: int) -> str:
