@@ -12,6 +12,8 @@ no autograd) is timed plain (wrappers removed) and dumped by each front-end:
 
 Tool time = (time with the tool, the flush of its files included) - (plain time), divided by the number
 of recorded calls counted from the dump itself (distinct call names in the pkl; entries of dump.json).
+Both wall time and the process's CPU time (all its threads: background writers included) are reported;
+on a shared machine the CPU time is the steadier of the two.
 Rows alternate within each round so load from other processes hits all alike; each row reports its
 median round. Output goes to a temporary directory, deleted afterwards.
 """
@@ -111,38 +113,45 @@ def main() -> int:
     session = get_session()
     made = work(x, w, args.calls)  # warm-up, plain
 
-    def plain() -> float:
+    def clocks() -> "tuple[float, float]":
+        return time.perf_counter(), time.process_time()
+
+    def since(start: "tuple[float, float]") -> "tuple[float, float]":
+        now = clocks()
+        return now[0] - start[0], now[1] - start[1]
+
+    def plain() -> "tuple[float, float]":
         session.unwrap()
-        start = time.perf_counter()
+        start = clocks()
         work(x, w, args.calls)
-        return time.perf_counter() - start
+        return since(start)
 
     def legacy(mode: str):
-        def run() -> "tuple[float, int]":
+        def run() -> "tuple[tuple[float, float], int]":
             folder = tempfile.mkdtemp(dir=out)
             set_dump_path(os.path.join(folder, "bench.pkl"), dump_tag="bench")
             register_hook(torch.nn.Linear(1, 1), acc_cmp_dump)
             session.ensure_wrapped()
             set_dump_switch("ON", mode=mode, summary_only=True)
-            start = time.perf_counter()
+            start = clocks()
             work(x, w, args.calls)
             session.legacy.recorder.flush()
-            seconds = time.perf_counter() - start
+            seconds = since(start)
             set_dump_switch("OFF")
             recorded = sum(pkl_calls(path) for path in find_pkls(folder))
             session.opened_files.clear()
             return seconds, recorded
         return run
 
-    def debugger() -> "tuple[float, int]":
+    def debugger() -> "tuple[tuple[float, float], int]":
         folder = tempfile.mkdtemp(dir=out)
         dbg = PrecisionDebugger(task="statistics", level="L1", dump_path=folder)
         session.ensure_wrapped()
-        start = time.perf_counter()
+        start = clocks()
         dbg.start()
         work(x, w, args.calls)
         dbg.stop()
-        seconds = time.perf_counter() - start
+        seconds = since(start)
         return seconds, dump_json_calls(folder)
 
     rows = (("legacy", legacy("api_stack")), ("legacy_all", legacy("all")), ("debugger", debugger))
@@ -150,6 +159,7 @@ def main() -> int:
         run()
     plains = []
     per_call = {name: [] for name, _ in rows}
+    per_call_cpu = {name: [] for name, _ in rows}
     recorded = {}
     try:
         for _ in range(args.rounds):
@@ -160,21 +170,27 @@ def main() -> int:
                 if count == 0:
                     raise RuntimeError("row {}: the dump holds no recorded call".format(name))
                 recorded[name] = count
-                per_call[name].append((seconds - base) / count)
+                per_call[name].append((seconds[0] - base[0]) / count)
+                per_call_cpu[name].append((seconds[1] - base[1]) / count)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    base = statistics.median(plains)
+    base = statistics.median(wall for wall, _ in plains)
+    base_cpu = statistics.median(cpu for _, cpu in plains)
     print("ptdbg_ascend from {}".format(os.path.abspath(args.tree)))
     print("torch {}, 1 thread, {} API calls per loop on {}x{} float32, median of {} rounds".format(
         torch.__version__, made, args.size, args.size, args.rounds))
-    print("plain loop {:.2f} ms ({:.1f} us per API call)".format(base * 1e3, base / made * 1e6))
-    results = {}
-    for name, values in per_call.items():
-        results[name] = statistics.median(values)
-        print("{:<11} {:7.1f} us/call tool time  ({} recorded calls; rounds: {})".format(
-            name, results[name] * 1e6, recorded[name], " ".join("{:.1f}".format(v * 1e6) for v in values)))
-    print("ratio debugger/legacy (api_stack): {:.2f}x   debugger/legacy_all: {:.2f}x".format(
-        results["debugger"] / results["legacy"], results["debugger"] / results["legacy_all"]))
+    print("plain loop {:.2f} ms wall, {:.2f} ms CPU ({:.1f} us wall per API call)".format(
+        base * 1e3, base_cpu * 1e3, base / made * 1e6))
+    results, results_cpu = {}, {}
+    for name in per_call:
+        results[name] = statistics.median(per_call[name])
+        results_cpu[name] = statistics.median(per_call_cpu[name])
+        print("{:<11} {:7.1f} us/call wall  {:7.1f} us/call CPU  ({} recorded calls; wall rounds: {})".format(
+            name, results[name] * 1e6, results_cpu[name] * 1e6, recorded[name],
+            " ".join("{:.1f}".format(v * 1e6) for v in per_call[name])))
+    for label, numbers in (("wall", results), ("CPU", results_cpu)):
+        print("ratio debugger/legacy ({}): {:.2f}x (api_stack), {:.2f}x (all)".format(
+            label, numbers["debugger"] / numbers["legacy"], numbers["debugger"] / numbers["legacy_all"]))
     return 0
 
 
