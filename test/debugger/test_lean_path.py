@@ -85,14 +85,15 @@ def test_a_tensor_recorded_twice_in_a_row_is_reduced_once(session, tmp_path, mon
     assert math.isclose(exp_in["Mean"], float((z + 1).mean()), rel_tol=1e-6)
 
 
-def _open_deleted_reserves():
+def _open_reserves(rank_dir):
+    """The files this process holds open under ``rank_dir`` named .ptdbg.reserve (removed or not)."""
     found = []
     for name in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(os.path.join("/proc/self/fd", name))
         except OSError:
             continue
-        if ".ptdbg.reserve" in target:
+        if target.startswith(str(rank_dir)) and ".ptdbg.reserve" in target:
             found.append(target)
     return found
 
@@ -107,6 +108,6 @@ def test_stop_removes_the_reserve_at_once_and_gives_its_space_back(session, tmp_
     debugger.stop()
     assert sorted(os.listdir(str(rank_dir))) == ["construct.json", "dump.json", "stack.json"]
     deadline = time.monotonic() + 10
-    while _open_deleted_reserves() and time.monotonic() < deadline:
+    while _open_reserves(rank_dir) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert _open_deleted_reserves() == []  # closed by the helper thread: its blocks are free
+    assert _open_reserves(rank_dir) == []  # closed by the helper thread: its blocks are free
