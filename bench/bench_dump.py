@@ -4,7 +4,9 @@
 
 Rows: ``hooks_off`` (wrappers installed, switch OFF), ``summary_only`` (statistics in the pkl, no npy,
 the default mode "all"), ``summary+stack`` (the same plus every call's stack line, mode api_stack),
-``api_stack`` (every tensor to npy + stack lines); then, on a model ~20x heavier, the MB/s of npy data the
+``api_stack`` (every tensor to npy + stack lines), ``debugger_stats`` (``PrecisionDebugger(task="statistics",
+level="L1")``, start/stop/step around each step: dump.json + stack.json, as ``summary+stack`` records);
+then, on a model ~20x heavier, the MB/s of npy data the
 dumped run sustains against ``np.save`` writing the same arrays in a tight loop. Output goes under
 ``bench/out/dump/`` and is deleted afterwards.
 """
@@ -104,7 +106,7 @@ def main() -> int:
         if getattr(args, option) < 1:
             parser.error("--{} must be at least 1, got {}".format(option, getattr(args, option)))
     torch.set_num_threads(args.threads)
-    from ptdbg_ascend import acc_cmp_dump, register_hook, seed_all, set_dump_path, set_dump_switch
+    from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, seed_all, set_dump_path, set_dump_switch
     from ptdbg_ascend.dump.session import get_session
 
     seed_all()
@@ -121,7 +123,7 @@ def main() -> int:
     recorder = lambda: session.legacy.recorder  # noqa: E731
     # Rounds over every row, plain and hooks_off alternating (unwrap / wrap again) in each, so that load
     # from other processes on a shared machine hits all rows alike; each row reports its median round.
-    times = {name: [] for name in ["plain", "hooks_off"] + [row for row, _ in DUMPED_ROWS]}
+    times = {name: [] for name in ["plain", "hooks_off"] + [row for row, _ in DUMPED_ROWS] + ["debugger_stats"]}
     records_per_step = 0.0
     npy_floor = []  # seconds np.save takes for one step's npy files, measured after each api_stack row
     for _ in range(args.rounds):
@@ -139,6 +141,16 @@ def main() -> int:
             set_dump_switch("OFF")
             shutil.rmtree(OUT, ignore_errors=True)
             session.opened_files.clear()
+        debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=os.path.join(OUT, "debugger"))
+
+        def debugger_step() -> None:
+            debugger.start()
+            step()
+            debugger.stop()
+            debugger.step()
+
+        times["debugger_stats"].append(timed(debugger_step, args.steps))
+        shutil.rmtree(OUT, ignore_errors=True)
     plain = statistics.median(times["plain"])
 
     print("torch {}, {} thread(s), reference model batch 16, median of {} rounds of {} steps (each the median step)".format(
@@ -148,6 +160,8 @@ def main() -> int:
         print("{:<14} {:8.2f} ms/step  {:5.2f}x   rounds: {}".format(
             name, seconds * 1e3, seconds / plain, " ".join("{:.2f}x".format(value / plain) for value in values)))
     print("pkl lines per step (summary+stack): {:.0f}".format(records_per_step))
+    print("debugger_stats / summary+stack: {:.2f}x".format(
+        statistics.median(times["debugger_stats"]) / statistics.median(times["summary+stack"])))
     # api_stack writes ~350 new npy files per step: where creating a file is slow, that, not the tool,
     # sets the step time (on the development VM `openat` of a new file took 0.9 ms median under strace
     # in phases after heavy writing, 25-45 us in quiet ones, whatever the number of files in the

@@ -3,8 +3,9 @@
     python bench/bench_dump_ab.py --baseline /path/to/old/checkout [--pairs 3] [--steps 20] [--rounds 5]
 
 Each measurement is a fresh process that times, on bench_dump.py's reference model, a plain step, the
-step with hooks registered and the switch OFF, and the two statistics-only rows (``summary_only`` in
-modes ``all`` and ``api_stack``), rounds alternating within the process. Processes alternate new, old,
+step with hooks registered and the switch OFF, the two statistics-only rows (``summary_only`` in
+modes ``all`` and ``api_stack``) and ``debugger_stats`` (``PrecisionDebugger(task="statistics",
+level="L1")``, start/stop/step around each step), rounds alternating within the process. Processes alternate new, old,
 new, old... so load from other processes hits both alike. Ratios are to the plain step of the same
 process; the last lines compare the medians (new / old). The npy row is left out: it measures the disk.
 """
@@ -19,7 +20,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROWS = ("hooks_off", "summary_only", "summary+stack")
+ROWS = ("hooks_off", "summary_only", "summary+stack", "debugger_stats")
 
 CHILD = r'''
 import json, os, shutil, statistics, sys, tempfile
@@ -28,8 +29,11 @@ sys.path[:0] = [os.path.join(tree, "bench"), tree]
 import torch
 torch.set_num_threads(1)
 import bench_dump as b
-from ptdbg_ascend import acc_cmp_dump, register_hook, seed_all, set_dump_path, set_dump_switch
+from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, seed_all, set_dump_path, set_dump_switch
 from ptdbg_ascend.dump.session import get_session
+import logging
+from ptdbg_ascend.log import logger
+logger.setLevel(logging.WARNING)  # one INFO line per debugger step
 seed_all()
 out = tempfile.mkdtemp()
 model = b.Reference()
@@ -37,7 +41,7 @@ step = b.make_step(model, batch=16, image=32)
 set_dump_path(os.path.join(out, "bench.pkl"), dump_tag="bench")
 register_hook(model, acc_cmp_dump)
 session = get_session()
-times = {"plain": [], "hooks_off": [], "summary_only": [], "summary+stack": []}
+times = {"plain": [], "hooks_off": [], "summary_only": [], "summary+stack": [], "debugger_stats": []}
 for _ in range(rounds):
     session.unwrap()
     times["plain"].append(b.timed(step, steps))
@@ -49,6 +53,11 @@ for _ in range(rounds):
         set_dump_switch("OFF")
         shutil.rmtree(out, ignore_errors=True)
         session.opened_files.clear()
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=os.path.join(out, "debugger"))
+    def debugger_step():
+        debugger.start(); step(); debugger.stop(); debugger.step()
+    times["debugger_stats"].append(b.timed(debugger_step, steps))
+    shutil.rmtree(out, ignore_errors=True)
 plain = statistics.median(times["plain"])
 print("RESULT " + json.dumps({name: statistics.median(values) / plain for name, values in times.items()}))
 '''
@@ -81,10 +90,15 @@ def main() -> int:
             results[side].append(ratios)
             print("{}: {}".format(side, "  ".join("{} {:.3f}x".format(row, ratios[row]) for row in ROWS)), flush=True)
     print("median ratio to a plain step over {} processes each (new / old):".format(args.pairs))
+    medians = {}
     for row in ROWS:
         new = statistics.median(item[row] for item in results["new"])
         old = statistics.median(item[row] for item in results["old"])
+        medians[row] = (new, old)
         print("  {:<14} new {:.3f}x  old {:.3f}x  new/old {:.3f}".format(row, new, old, new / old))
+    print("  debugger_stats / summary+stack: new {:.3f}  old {:.3f}".format(
+        medians["debugger_stats"][0] / medians["summary+stack"][0],
+        medians["debugger_stats"][1] / medians["summary+stack"][1]))
     return 0
 
 

@@ -99,6 +99,20 @@ def tensor_statistics(tensor: Any) -> Statistics:
         return special_statistics(tensor)
 
 
+def small_float32_statistics(tensor: Any) -> Optional[Statistics]:
+    """``[max, min, mean, l2norm]`` of a small float32 CPU tensor with at least one dimension and one
+    element, as :func:`tensor_statistics` computes them (through numpy); None for any other tensor (the
+    caller then takes its general path). The per-leaf fast path of the msprobe format, which reduces
+    float64 in float32 and so cannot use :func:`tensor_statistics`'s float64 branch."""
+    types = _torch_types()
+    if tensor.dtype is not types.float32 or not types.is_cpu(tensor):
+        return None
+    count = tensor.numel()
+    if not (0 < count <= _SMALL and tensor.dim() > 0):
+        return None
+    return _small_cpu_statistics(tensor.detach() if tensor.requires_grad else tensor)
+
+
 def special_statistics(tensor: Any) -> Statistics:
     """The statistics of the values a record of a tensor of any kind holds (``tensor_kinds.py``): of the
     underlying batch for a vmap wrapper, the dense values of a sparse tensor...; EMPTY when it has none.
@@ -334,6 +348,7 @@ class _TorchTypes(object):
 
         self.torch = torch
         self.numpy_reals = frozenset((torch.float32, torch.float64))
+        self.float32 = torch.float32
         # Whether a tensor lives on the CPU: Tensor.is_cpu (torch >= 1.13) is cheaper than .device.
         if hasattr(torch.Tensor, "is_cpu"):
             self.is_cpu = lambda tensor: tensor.is_cpu  # type: Callable[[Any], bool]

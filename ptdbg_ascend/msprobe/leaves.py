@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 from ptdbg_ascend import numpy_view
 from ptdbg_ascend.dump import tensor_kinds
-from ptdbg_ascend.dump.statistics import tensor_statistics
+from ptdbg_ascend.dump.statistics import small_float32_statistics, tensor_statistics
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.log import logger
 
@@ -23,12 +23,18 @@ SaveTensor = Callable[[str, Any], Optional[str]]
 
 _WARNED_TYPES = set()  # type: Set[str]  # "not supported" is logged once per type, not once per call
 _MEMORY_FORMAT = "<class 'torch.memory_format'>"  # recorded as null on purpose: said once, at INFO
+_INF = float("inf")
+_DTYPE_TEXT = {}  # type: Dict[Any, str]  # str(dtype), made once per dtype (a leaf per recorded tensor)
 
 
 def tensor_statistics_msprobe(tensor: Any) -> List[Optional[float]]:
     """``[Max, Min, Mean, Norm]`` with msprobe's rules: meta/empty -> nulls; bool -> any, all, null,
     null; 0-d -> the value four times; complex -> max/min/mean of |x|, Norm null; int and float64 are
     reduced in float32; other floats as they are (fp16/bf16 accumulated in float32)."""
+    # The common case first (small float32 CPU tensors: the same numbers the path below computes).
+    small = small_float32_statistics(tensor)
+    if small is not None:
+        return small
     import torch
 
     data = tensor.detach()
@@ -76,16 +82,25 @@ DeferLeaf = Callable[[Dict[str, Any], Any], bool]
 
 
 def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
-                defer: Optional[DeferLeaf] = None, defer_cpu: bool = False) -> Dict[str, Any]:
+                defer: Optional[DeferLeaf] = None, defer_cpu: bool = False,
+                statistics_of: Optional[Callable[[Any], List[Optional[float]]]] = None) -> Dict[str, Any]:
     """The dump.json leaf of one tensor (statistics computed here; ``data_name`` when it was saved).
     ``defer`` (default None) may take over the statistics of a tensor that is not on the CPU (or of a
     CPU one too with ``defer_cpu``, default False): it then fills Max/Min/Mean/Norm (and the
-    ``*_except_inf_nan`` keys) when its batch is read back."""
+    ``*_except_inf_nan`` keys) when its batch is read back. ``statistics_of`` (default None:
+    :func:`tensor_statistics_msprobe`) gives the statistics of a tensor not deferred (the sink's cache)."""
     deferred = defer is not None and defer_candidate(tensor, defer_cpu)
-    statistics = [None, None, None, None] if deferred else tensor_statistics_msprobe(tensor)
+    if deferred:
+        statistics = [None, None, None, None]  # type: List[Optional[float]]
+    else:
+        statistics = (statistics_of or tensor_statistics_msprobe)(tensor)
+    dtype = tensor.dtype
+    dtype_text = _DTYPE_TEXT.get(dtype)
+    if dtype_text is None:
+        dtype_text = _DTYPE_TEXT[dtype] = str(dtype)
     leaf = {
         "type": "torch.Tensor",
-        "dtype": str(tensor.dtype),
+        "dtype": dtype_text,
         "shape": list(tensor.shape),
         "Max": statistics[0],
         "Min": statistics[1],
@@ -96,8 +111,11 @@ def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
     if deferred and not defer(leaf, tensor):
         deferred = False
         fill_statistics(leaf, tensor_statistics_msprobe(tensor))
-    if not deferred and (_not_finite(statistics[0]) or _not_finite(statistics[1])):
-        leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = _finite_extremes(tensor)
+    if not deferred:
+        high, low = statistics[0], statistics[1]
+        # _not_finite inlined (two calls per leaf): a float outside (-inf, inf) is inf or NaN.
+        if (isinstance(high, float) and not -_INF < high < _INF) or (isinstance(low, float) and not -_INF < low < _INF):
+            leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = _finite_extremes(tensor)
     if md5 and tensor.device.type != "meta":
         leaf["md5"] = crc32_hex(tensor)
     if data_name is not None:
@@ -197,11 +215,13 @@ def _not_finite(value: Any) -> bool:
 
 
 def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = False, key: Optional[str] = None,
-               defer: Optional[DeferLeaf] = None, defer_cpu: bool = False) -> Any:
+               defer: Optional[DeferLeaf] = None, defer_cpu: bool = False,
+               statistics_of: Optional[Callable[[Any], List[Optional[float]]]] = None) -> Any:
     """The dump.json form of ``value``; ``path`` is its file stem (``{call}.input.0``), extended with
     ``.{i}``/``.{key}`` for nested items. ``save`` writes a tensor and returns its data_name (None:
     statistics only). ``key`` is the enclosing dict key (``device``/``dtype`` values are typed by it).
-    ``defer``, ``defer_cpu``: see :func:`tensor_leaf` (default None: statistics read at once)."""
+    ``defer``, ``defer_cpu``, ``statistics_of``: see :func:`tensor_leaf` (default None: statistics read at
+    once, by :func:`tensor_statistics_msprobe`)."""
     import numpy
     import torch
 
@@ -210,7 +230,7 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
             return special_tensor_leaf(value, path, save, md5)
         try:
             data_name = save(path, value) if save is not None else None
-            return tensor_leaf(value, data_name, md5, defer, defer_cpu)
+            return tensor_leaf(value, data_name, md5, defer, defer_cpu, statistics_of)
         except (RuntimeError, TypeError, ValueError, NotImplementedError):  # a dtype without arithmetic...
             return special_tensor_leaf(value, path, save, md5)
     if key == "device" and isinstance(value, (torch.device, str)):
@@ -247,11 +267,12 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
     if value is None:
         return None
     if isinstance(value, (list, tuple)):
-        return [value_leaf(item, "{}.{}".format(path, index), save, md5, defer=defer, defer_cpu=defer_cpu)
+        return [value_leaf(item, "{}.{}".format(path, index), save, md5, defer=defer, defer_cpu=defer_cpu,
+                           statistics_of=statistics_of)
                 for index, item in enumerate(value)]
     if isinstance(value, dict):
         return {str(name): value_leaf(item, "{}.{}".format(path, name), save, md5, key=str(name), defer=defer,
-                                      defer_cpu=defer_cpu)
+                                      defer_cpu=defer_cpu, statistics_of=statistics_of)
                 for name, item in value.items()}
     type_name = str(type(value))
     if type_name not in _WARNED_TYPES:

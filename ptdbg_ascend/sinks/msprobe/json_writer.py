@@ -435,8 +435,9 @@ class MsprobeJsonWriter(object):
             self._resume()
 
     def release(self) -> None:
-        """Remove the reserve and give the lock back (stop(), exit). Idempotent."""
-        self._space.release()
+        """Remove the reserve and give the lock back (stop(), exit). Idempotent. The reserve's blocks are
+        given back by a helper thread (``JsonReserve.release``): the training thread does not wait."""
+        self._space.release(wait=False)
         self._rank_dir.release()
 
 

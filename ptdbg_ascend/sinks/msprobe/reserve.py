@@ -123,15 +123,34 @@ class JsonReserve(object):
         return "{}annot keep {} bytes free for the dump's JSON files (held in {}): {}".format(
             "C" if capital else "c", self.needed(), self.path, error)
 
-    def release(self) -> None:
-        """Remove the file: its space is free for the rewrite that needs it. Idempotent; a later
-        :meth:`ensure` creates it again."""
+    def release(self, wait: bool = True) -> None:
+        """Remove the file. Idempotent; a later :meth:`ensure` creates it again.
+
+        Args:
+            wait: True (default): its space is free when this returns (the rewrite after a write error
+                needs it). False (the end of a window): the name is removed now, while the file is still
+                open, which frees nothing; a helper thread then closes it, and the file system gives
+                the blocks back there (several ms for a few MB on a busy disk, paid by every step's
+                stop() before). A kill meanwhile leaves nothing: the kernel closes the file.
+        """
         with self._lock:
             descriptor, self._descriptor = self._descriptor, None
             self.size = 0
-            if descriptor is not None:
+            if descriptor is None:
+                return
+            if wait or os.name == "nt":  # Windows cannot remove an open file's name
                 os.close(descriptor)
                 remove_quietly(self.path)
+                return
+            remove_quietly(self.path)
+        threading.Thread(target=_close_quietly, args=(descriptor,), name="ptdbg-reserve-close", daemon=True).start()
+
+
+def _close_quietly(descriptor: int) -> None:
+    try:
+        os.close(descriptor)
+    except OSError:  # nothing to report: the name is gone, the kernel frees the blocks at exit anyway
+        pass
 
 
 def _allocate(descriptor: int, offset: int, length: int) -> None:

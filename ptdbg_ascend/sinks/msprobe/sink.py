@@ -17,12 +17,12 @@ from ptdbg_ascend.config import DebuggerConfig
 from ptdbg_ascend.dump.observers import ApiCall
 from ptdbg_ascend.dump.recorder import RecordSink
 from ptdbg_ascend.dump.stack import user_stack_lines
-from ptdbg_ascend.dump.statistics import DEFERRAL
+from ptdbg_ascend.dump.statistics import DEFERRAL, StatisticsCache
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.formats.dump_json import AUTOCAST
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.msprobe.autocast import autocast_state
-from ptdbg_ascend.msprobe.leaves import value_leaf
+from ptdbg_ascend.msprobe.leaves import tensor_statistics_msprobe, value_leaf
 from ptdbg_ascend.msprobe.selection import block_wanted, dotted
 from ptdbg_ascend.overflow import detection
 from ptdbg_ascend.overflow.policy import OverflowPolicy
@@ -31,7 +31,9 @@ from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
 class MsprobeSink(RecordSink):
     """Writes dump.json entries, stack.json lines and construct.json links through the current step's
-    :class:`MsprobeJsonWriter`. Statistics are computed per leaf (``leaves.py``), without the cache.
+    :class:`MsprobeJsonWriter`. Statistics are computed per leaf (``leaves.py``) through the recorder's
+    cache: a tensor recorded as one call's output and the next call's input, unchanged (same object,
+    same version counter), is reduced once, as in the legacy format.
 
     Args:
         config: the validated configuration.
@@ -39,7 +41,7 @@ class MsprobeSink(RecordSink):
         stopped: called when the overflow check stops training (the recorder turns itself off).
     """
 
-    uses_statistics = False
+    uses_statistics = True  # the recorder ages the cache once per call (dump/recorder.py)
 
     def __init__(self, config: DebuggerConfig, record_construct: bool, stopped: Callable[[], None]) -> None:
         self.config = config
@@ -56,6 +58,16 @@ class MsprobeSink(RecordSink):
         # construct.json needs the module enclosing each call: the module hooks push and pop here.
         self.module_stack = []  # type: List[str]
         self._forward_parent = {}  # type: Dict[str, Optional[str]]
+        self._statistics_of = None  # type: Optional[Callable[[Any], List[Optional[float]]]]
+
+    def bind(self, statistics: StatisticsCache, lock: Any) -> None:
+        super().bind(statistics, lock)
+
+        def statistics_of(tensor: Any) -> List[Optional[float]]:
+            with lock:  # backward hooks may run on autograd's threads
+                return statistics.lookup(tensor, "", tensor_statistics_msprobe)[0]
+
+        self._statistics_of = statistics_of
 
     @property
     def overflows(self) -> int:
@@ -206,7 +218,8 @@ class MsprobeSink(RecordSink):
         writer = self.writer
         saving = writer is not None and writer.saves_tensors
         return value_leaf(value, path, writer.save_tensor if saving else None, self.md5, key,
-                          defer=writer.defer_leaf if writer is not None else None, defer_cpu=self.defer_cpu)
+                          defer=writer.defer_leaf if writer is not None else None, defer_cpu=self.defer_cpu,
+                          statistics_of=self._statistics_of)
 
 
 def _is_tensor(value: Any) -> bool:

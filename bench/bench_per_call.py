@@ -1,0 +1,198 @@
+"""Tool time per recorded call in statistics mode on CPU, for both front-ends, in one run.
+
+    python bench/bench_per_call.py [--calls 2000] [--rounds 5] [--size 16] [--tree CHECKOUT]
+
+A loop of tiny API calls on small tensors (matmul, relu, add, mul, sum, ... on ``size`` x ``size`` float32,
+no autograd) is timed plain (wrappers removed) and dumped by each front-end:
+
+* ``legacy``: ``register_hook(model, acc_cmp_dump)`` + ``set_dump_switch("ON", mode="api_stack",
+  summary_only=True)`` (statistics in the pkl plus each call's stack line, bench_dump.py's ``summary+stack``);
+* ``legacy_all``: the same with the default mode ``all`` (no stack lines, bench_dump.py's ``summary_only``);
+* ``debugger``: ``PrecisionDebugger(task="statistics", level="L1")`` with start()/stop() around the loop.
+
+Tool time = (time with the tool, the flush of its files included) - (plain time), divided by the number
+of recorded calls counted from the dump itself (distinct call names in the pkl; entries of dump.json).
+Both wall time and the process's CPU time (all its threads: background writers included) are reported;
+on a shared machine the CPU time is the steadier of the two.
+Rows alternate within each round so load from other processes hits all alike; each row reports its
+median round. Output goes to a temporary directory, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def work(x: "torch.Tensor", w: "torch.Tensor", calls: int) -> int:
+    """``calls`` (rounded down to a multiple of 8) tiny API calls; returns how many were made."""
+    made = 0
+    for _ in range(calls // 8):
+        y = torch.matmul(x, w)
+        y = torch.relu(y)
+        y = torch.add(y, x)
+        y = y.mul(0.5)
+        y = torch.nn.functional.gelu(y)
+        y = y.transpose(0, 1)
+        z = torch.sum(y, 0)  # not 0-d: the legacy pkl leaves 0-d tensors out in some modes
+        z = z.abs()
+        made += 8
+    return made
+
+
+CALL_NAME = re.compile(r"^(.*_(?:forward|backward))_(?:input|output|stack_info)")
+
+
+def pkl_calls(path: str) -> int:
+    """Distinct recorded calls of a legacy pkl (a line per tensor, ``Torch_add_3_forward_input.0``, and
+    per stack, ``Torch_add_3_forward_stack_info``)."""
+    names = set()
+    with open(path) as handle:
+        for line in handle:
+            name = json.loads(line)[0]
+            match = CALL_NAME.match(name)
+            if match is None:
+                raise ValueError("{}: unexpected record name {!r}".format(path, name))
+            names.add(match.group(1))
+    return len(names)
+
+
+def dump_json_calls(root: str) -> int:
+    """Entries of every dump.json under ``root``."""
+    total = 0
+    for folder, _, files in os.walk(root):
+        if "dump.json" in files:
+            with open(os.path.join(folder, "dump.json")) as handle:
+                total += len(json.load(handle)["data"])
+    return total
+
+
+def find_pkls(root: str) -> list:
+    return [os.path.join(folder, name) for folder, _, files in os.walk(root) for name in files
+            if name.endswith(".pkl")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000, help="API calls per timed loop (default 2000)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds over all rows; median reported (default 5)")
+    parser.add_argument("--size", type=int, default=16, help="side of the square float32 tensors (default 16)")
+    parser.add_argument("--tree", default=os.path.dirname(HERE),
+                        help="the checkout whose ptdbg_ascend is measured (default: this one)")
+    args = parser.parse_args()
+    if not os.path.isdir(os.path.join(args.tree, "ptdbg_ascend")):
+        parser.error("--tree {!r} has no ptdbg_ascend package".format(args.tree))
+    sys.path.insert(0, os.path.abspath(args.tree))
+    for option in ("calls", "rounds", "size"):
+        if getattr(args, option) < 1:
+            parser.error("--{} must be at least 1, got {}".format(option, getattr(args, option)))
+    torch.set_num_threads(1)
+    from ptdbg_ascend import (PrecisionDebugger, acc_cmp_dump, register_hook, seed_all, set_dump_path,
+                              set_dump_switch)
+    from ptdbg_ascend.dump.session import get_session
+
+    from ptdbg_ascend.log import logger
+
+    logger.setLevel(logging.WARNING)  # one INFO line per window would flood the output
+    seed_all()
+    out = tempfile.mkdtemp(prefix="bench_per_call_")
+    x = torch.randn(args.size, args.size)
+    w = torch.randn(args.size, args.size)
+    session = get_session()
+    made = work(x, w, args.calls)  # warm-up, plain
+
+    def clocks() -> "tuple[float, float]":
+        return time.perf_counter(), time.process_time()
+
+    def since(start: "tuple[float, float]") -> "tuple[float, float]":
+        now = clocks()
+        return now[0] - start[0], now[1] - start[1]
+
+    def plain() -> "tuple[float, float]":
+        session.unwrap()
+        start = clocks()
+        work(x, w, args.calls)
+        return since(start)
+
+    def legacy(mode: str):
+        def run() -> "tuple[tuple[float, float], int]":
+            folder = tempfile.mkdtemp(dir=out)
+            set_dump_path(os.path.join(folder, "bench.pkl"), dump_tag="bench")
+            register_hook(torch.nn.Linear(1, 1), acc_cmp_dump)
+            session.ensure_wrapped()
+            set_dump_switch("ON", mode=mode, summary_only=True)
+            start = clocks()
+            work(x, w, args.calls)
+            session.legacy.recorder.flush()
+            seconds = since(start)
+            set_dump_switch("OFF")
+            recorded = sum(pkl_calls(path) for path in find_pkls(folder))
+            session.opened_files.clear()
+            return seconds, recorded
+        return run
+
+    def debugger() -> "tuple[tuple[float, float], int]":
+        folder = tempfile.mkdtemp(dir=out)
+        dbg = PrecisionDebugger(task="statistics", level="L1", dump_path=folder)
+        session.ensure_wrapped()
+        start = clocks()
+        dbg.start()
+        work(x, w, args.calls)
+        dbg.stop()
+        seconds = since(start)
+        return seconds, dump_json_calls(folder)
+
+    rows = (("legacy", legacy("api_stack")), ("legacy_all", legacy("all")), ("debugger", debugger))
+    for _, run in rows:  # warm-up of every path (imports, first files)
+        run()
+    plains = []
+    per_call = {name: [] for name, _ in rows}
+    per_call_cpu = {name: [] for name, _ in rows}
+    recorded = {}
+    try:
+        for _ in range(args.rounds):
+            base = plain()
+            plains.append(base)
+            for name, run in rows:
+                seconds, count = run()
+                if count == 0:
+                    raise RuntimeError("row {}: the dump holds no recorded call".format(name))
+                recorded[name] = count
+                per_call[name].append((seconds[0] - base[0]) / count)
+                per_call_cpu[name].append((seconds[1] - base[1]) / count)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    base = statistics.median(wall for wall, _ in plains)
+    base_cpu = statistics.median(cpu for _, cpu in plains)
+    print("ptdbg_ascend from {}".format(os.path.abspath(args.tree)))
+    print("torch {}, 1 thread, {} API calls per loop on {}x{} float32, median of {} rounds".format(
+        torch.__version__, made, args.size, args.size, args.rounds))
+    print("plain loop {:.2f} ms wall, {:.2f} ms CPU ({:.1f} us wall per API call)".format(
+        base * 1e3, base_cpu * 1e3, base / made * 1e6))
+    results, results_cpu = {}, {}
+    for name in per_call:
+        results[name] = statistics.median(per_call[name])
+        results_cpu[name] = statistics.median(per_call_cpu[name])
+        print("{:<11} {:7.1f} us/call wall  {:7.1f} us/call CPU  ({} recorded calls; wall rounds: {})".format(
+            name, results[name] * 1e6, results_cpu[name] * 1e6, recorded[name],
+            " ".join("{:.1f}".format(v * 1e6) for v in per_call[name])))
+    for label, numbers in (("wall", results), ("CPU", results_cpu)):
+        print("ratio debugger/legacy ({}): {:.2f}x (api_stack), {:.2f}x (all)".format(
+            label, numbers["debugger"] / numbers["legacy"], numbers["debugger"] / numbers["legacy_all"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

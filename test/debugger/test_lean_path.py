@@ -1,0 +1,113 @@
+"""The lean PrecisionDebugger statistics path (issue 20): the same text and numbers, less work per call."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import torch
+
+from ptdbg_ascend import PrecisionDebugger
+from ptdbg_ascend.sinks.msprobe import json_text, sink as sink_module
+
+LEAF = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [16, 16], "Max": 3.4994678497314453,
+        "Min": -2.5411460399627686, "Mean": -0.0632057785987854, "Norm": 16.747965674912486, "requires_grad": False}
+
+
+def _values():
+    """Entries as the sink builds them, and the odd values JSON must still write as json.dumps does."""
+    nan, inf = float("nan"), float("inf")
+    bool_leaf = dict(LEAF, dtype="torch.bool", Max=True, Min=False, Mean=None, Norm=None)
+    odd_leaf = dict(LEAF, Max=inf, Min=-inf, Mean=nan, Norm=nan, requires_grad=True)
+    extended = dict(odd_leaf, Max_except_inf_nan=1.5, Min_except_inf_nan=-1.5, data_name="x.pt")
+    return [
+        {"input_args": [LEAF, dict(LEAF, shape=[])], "input_kwargs": {}, "output": [LEAF]},
+        {"input_args": [bool_leaf, odd_leaf, extended, None], "input_kwargs": {"dim": {"type": "int", "value": 1}},
+         "output": [[LEAF, {"type": "slice", "value": [None, 3, None]}]]},
+        {"input_args": [{"type": "str", "value": "ü\n\"quoted\"\\"}, {"type": "float", "value": 1e-320},
+                        {"type": "int", "value": 2 ** 70}, {"type": "torch.Size", "value": (2, 3)}],
+         "output": [dict(LEAF, Norm=[[1.0, {"deep": [nan]}]])]},  # a leaf whose value nests (general path)
+        ["File a.py, line 3, in f, \n y = torch.relu(x)", "File b.py, line 9, in <module>, \n f()"],
+        {}, [], "text", 0.1, None, True,
+    ]
+
+
+def test_indented_text_is_json_dumps_indent_1():
+    for value in _values():
+        for level in (0, 1, 3):
+            expected = json.dumps(value, indent=1).replace("\n", "\n" + " " * level)
+            assert json_text.indented_text(value, level) == expected, value
+    assert json_text.member_text("Torch.relu.0.forward", _values()[0], 1) == \
+        '  "Torch.relu.0.forward": ' + json.dumps(_values()[0], indent=1).replace("\n", "\n  ")
+
+
+def test_indented_text_leaves_unusual_values_to_json():
+    class Text(str):
+        pass
+
+    for value in ({1: "int key"}, {"a": Text("sub")}, [{None: 1, 2.5: [True]}]):
+        assert json_text.indented_text(value, 2) == json.dumps(value, indent=1).replace("\n", "\n  ")
+    try:
+        json_text.indented_text({"a": object()})
+    except TypeError as error:
+        assert "not JSON serializable" in str(error)
+    else:
+        raise AssertionError("an object JSON cannot write must raise TypeError, as json.dumps does")
+
+
+def test_a_tensor_recorded_twice_in_a_row_is_reduced_once(session, tmp_path, monkeypatch, read_dump):
+    reduced = []
+    original = sink_module.tensor_statistics_msprobe
+
+    def counting(tensor):
+        reduced.append(tuple(tensor.shape))
+        return original(tensor)
+
+    monkeypatch.setattr(sink_module, "tensor_statistics_msprobe", counting)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4) - 5
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "dump"))
+    debugger.start()
+    y = torch.relu(x)  # x in, y out
+    z = torch.abs(y)   # y in again: its statistics come from the cache
+    y.add_(1)          # in place: y's version changes, so it is reduced again (in and out)
+    torch.exp(y)
+    debugger.stop()
+    # relu: x, y; abs: z (y cached); add_: y before, 1 (not a tensor), y after; exp: y cached, out
+    assert reduced == [(3, 4)] * 6
+    dump, _, _ = read_dump(str(tmp_path / "dump" / "step0" / "rank"))
+    relu_out = dump["data"]["Torch.relu.0.forward"]["output"][0]
+    abs_in = dump["data"]["Torch.abs.0.forward"]["input_args"][0]
+    assert relu_out == abs_in and relu_out["Max"] == 6.0 and relu_out["Min"] == 0.0
+    exp_in = dump["data"]["Torch.exp.0.forward"]["input_args"][0]
+    assert exp_in["Max"] == 7.0 and exp_in["Min"] == 1.0  # after add_, not the cached relu numbers
+    assert math.isclose(exp_in["Mean"], float((z + 1).mean()), rel_tol=1e-6)
+
+
+def _open_reserves(rank_dir):
+    """The files this process holds open under ``rank_dir`` named .ptdbg.reserve (removed or not)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(os.path.join("/proc/self/fd", name))
+        except OSError:
+            continue
+        if target.startswith(str(rank_dir)) and ".ptdbg.reserve" in target:
+            found.append(target)
+    return found
+
+
+def test_stop_removes_the_reserve_at_once_and_gives_its_space_back(session, tmp_path):
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "dump"))
+    debugger.start()
+    for _ in range(50):
+        torch.relu(torch.ones(4, 4))
+    rank_dir = tmp_path / "dump" / "step0" / "rank"
+    assert ".ptdbg.reserve" in os.listdir(str(rank_dir))
+    debugger.stop()
+    assert sorted(os.listdir(str(rank_dir))) == ["construct.json", "dump.json", "stack.json"]
+    deadline = time.monotonic() + 10
+    while _open_reserves(rank_dir) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _open_reserves(rank_dir) == []  # closed by the helper thread: its blocks are free
