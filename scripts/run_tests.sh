@@ -20,6 +20,11 @@ fi
 if [ "$PTDBG_INTEROP" = 1 ] && ! bash scripts/interop_msprobe.sh --setup; then
     echo "[interop] the msprobe 1.0.4 environment could not be built: the interop tests will skip (reason above)"
 fi
+# msprobe 26.x acc_check interop (test/interop/test_acc_check_interop.py): .venv-msprobe26/, ~170 MB, ~20-40 s
+# the first time (torch shared with .venv, not copied).
+if [ "$PTDBG_INTEROP" = 1 ] && ! bash scripts/interop_msprobe26.sh --setup; then
+    echo "[interop] the msprobe 26 environment could not be built: its acc_check test will skip (reason above)"
+fi
 echo "[tests] running the suite: .venv/bin/python -m pytest -q test $*"
 .venv/bin/python -m pytest -q test "$@"
 echo "[py38] the torch-free tests under Python 3.8 (builds .venv38/ on first use)"
