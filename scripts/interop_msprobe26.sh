@@ -37,7 +37,14 @@ if [ -f "$VENV/.ready" ] && [ "$(cat "$VENV/.ready")" = "$TAG" ]; then
     exit 0
 fi
 echo "Building $VENV ($SPEC, torch $TORCH_VERSION)..."
-rm -rf "$VENV"
+if [ -e "$VENV" ]; then
+    # A half-built or outdated venv is rebuilt; anything else at that path is not ours to delete.
+    if [ ! -f "$VENV/pyvenv.cfg" ]; then
+        echo "$VENV exists and is not a venv: refusing to replace it (set MSPROBE26_VENV to another path)."
+        exit 3
+    fi
+    rm -rf "$VENV"
+fi
 LOG="$ROOT/bench/out/interop_msprobe26/venv_build.log"
 mkdir -p "$(dirname "$LOG")"
 if ! "$PYTHON" -m venv --system-site-packages "$VENV" > "$LOG" 2>&1; then
