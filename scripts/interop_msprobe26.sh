@@ -70,7 +70,8 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
         exit 3
     fi
 fi
-if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)"; then
+VENV_TORCH="$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)"
+if [ "$VENV_TORCH" != "$TORCH_VERSION" ]; then
     echo "The msprobe 26 environment $VENV does not use torch $TORCH_VERSION; refusing to use it."
     exit 3
 fi
