@@ -7,7 +7,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 echo "[tests] the whole suite: about 10-15 min on 2 cores; on first use it also builds .venv-msprobe/"
-echo "[tests]   (msprobe 1.0.4 interop) and .venv38/ (Python 3.8, when one is installed) from the package index:"
+echo "[tests]   (msprobe 1.0.4 interop), .venv-msprobe26/ (msprobe 26 acc_check) and .venv38/ (Python 3.8, when"
+echo "[tests]   one is installed) from the package index:"
 echo "[tests]   about 2 GB of disk and network access. Without the interop and 3.8 parts (5-10 min, no network):"
 echo "[tests]   PTDBG_INTEROP=0 .venv/bin/python -m pytest -q test"
 bash scripts/bootstrap.sh
@@ -22,6 +23,9 @@ if [ "$PTDBG_INTEROP" = 1 ] && ! bash scripts/interop_msprobe.sh --setup; then
 fi
 # msprobe 26.x acc_check interop (test/interop/test_acc_check_interop.py): .venv-msprobe26/, ~170 MB, ~20-40 s
 # the first time (torch shared with .venv, not copied).
+if [ "$PTDBG_INTEROP" = 1 ]; then
+    echo "[interop] preparing .venv-msprobe26/ (msprobe 26 from the package index; under a minute the first time)"
+fi
 if [ "$PTDBG_INTEROP" = 1 ] && ! bash scripts/interop_msprobe26.sh --setup; then
     echo "[interop] the msprobe 26 environment could not be built: its acc_check test will skip (reason above)"
 fi
