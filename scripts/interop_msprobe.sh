@@ -35,9 +35,8 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 LOG="$OUT/venv_build.log"
 # The torch the test suite runs with (.venv when bootstrap.sh made one), so both tools see the same torch.
-MAIN_PYTHON="$PYTHON"
-if [ -x "$ROOT/.venv/bin/python" ]; then MAIN_PYTHON="$ROOT/.venv/bin/python"; fi
-TORCH_VERSION="$("$MAIN_PYTHON" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || echo 2.13.0)"
+. "$ROOT/scripts/venv_torch.sh"
+suite_torch "$ROOT" "$PYTHON"
 if [ ! -f "$VENV/.ready" ] || [ "$(cat "$VENV/.ready")" != "$SPEC torch==$TORCH_VERSION" ]; then
     echo "Building $VENV ($SPEC, torch $TORCH_VERSION)..."
     if ! { "$PYTHON" -m venv --system-site-packages "$VENV" \
@@ -47,14 +46,7 @@ if [ ! -f "$VENV/.ready" ] || [ "$(cat "$VENV/.ready")" != "$SPEC torch==$TORCH_
         tail -5 "$LOG" || true
         exit 3
     fi
-    # A fresh machine has torch only in .venv (bootstrap.sh), which a new venv cannot see: install the
-    # same version here (torch==2.13.0 comes from the local CPU wheel; never an unpinned torch).
-    if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
-        if ! "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" >> "$LOG" 2>&1; then
-            echo "Cannot install torch==$TORCH_VERSION into $VENV: see $LOG."
-            exit 3
-        fi
-    fi
+    ensure_pinned_torch "$VENV" "$LOG" || exit 3
     if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)"; then
         echo "The msprobe environment $VENV does not use torch $TORCH_VERSION; refusing to run."
         exit 3

@@ -25,9 +25,8 @@ SPEC="mindstudio-probe==26.2.0"
 NO_DEPS=(protobuf psutil einops pytz tensorboard absl-py)
 # With their dependencies (none of them asks for torch); already-present ones are left as they are.
 WITH_DEPS=(numpy "pandas>=1.3.5" "openpyxl>=3.0.6" pyyaml tqdm matplotlib)
-MAIN_PYTHON="$PYTHON"
-if [ -x "$ROOT/.venv/bin/python" ]; then MAIN_PYTHON="$ROOT/.venv/bin/python"; fi
-TORCH_VERSION="$("$MAIN_PYTHON" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || echo 2.13.0)"
+. "$ROOT/scripts/venv_torch.sh"
+suite_torch "$ROOT" "$PYTHON"
 # The directory holding the suite's torch (empty when MAIN_PYTHON has none: torch is installed then).
 TORCH_SITE="$("$MAIN_PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' \
     2>/dev/null || true)"
@@ -63,13 +62,7 @@ if ! { "$VENV/bin/pip" install -q --no-deps "$SPEC" \
     tail -5 "$LOG" || true
     exit 3
 fi
-if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
-    # torch only where no MAIN_PYTHON has one; pinned to the suite's version, never an unpinned torch.
-    if ! "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" >> "$LOG" 2>&1; then
-        echo "Cannot install torch==$TORCH_VERSION into $VENV: see $LOG."
-        exit 3
-    fi
-fi
+ensure_pinned_torch "$VENV" "$LOG" || exit 3  # only where MAIN_PYTHON has no torch to share
 VENV_TORCH="$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)"
 if [ "$VENV_TORCH" != "$TORCH_VERSION" ]; then
     echo "The msprobe 26 environment $VENV does not use torch $TORCH_VERSION; refusing to use it."
