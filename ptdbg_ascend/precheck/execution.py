@@ -190,12 +190,17 @@ class _Side(object):
 
     def __init__(self, args: List[Any], kwargs: Dict[str, Any], bench: bool, device: str, need_grad: bool,
                  rounded_to: Any = None) -> None:
+        import torch
+
         self.leaves: List[Any] = []
         self.device = device
+        # What autocast hands the call (the gradient flows back through the cast): every float input cast
+        # to its dtype, but float64, which autocast never casts.
+        kept = (rounded_to, torch.float64)
 
         def tensor(value: Any) -> Any:
-            if rounded_to is not None and value.is_floating_point() and value.dtype.itemsize > rounded_to.itemsize:
-                value = value.to(rounded_to)  # what autocast hands the call (the gradient flows through the cast)
+            if rounded_to is not None and value.is_floating_point() and value.dtype not in kept:
+                value = value.to(rounded_to)
             target = _bench_dtype(value.dtype) if bench else value.dtype
             leaf = value.detach().to(device=device, dtype=target, copy=True)
             wants_grad = need_grad and value.requires_grad

@@ -138,3 +138,13 @@ def test_a_wrong_output_under_autocast_is_still_an_error(autocast_dump, tmp_path
     outcome = run_ut(str(wrong / "dump.json"), str(tmp_path / "ut"), progress=False, dumped_outputs=True)
     assert _verdicts(outcome)["Functional.linear.0"] == "error"
     assert _verdicts(outcome)["Functional.linear.1"] != "error"
+
+
+def test_the_benchmark_rounds_what_autocast_casts_and_keeps_float64():
+    from ptdbg_ascend.precheck.execution import _Side
+
+    x32 = torch.tensor([1.0 + 2 ** -12, 3.0])  # not a bfloat16 value
+    x64 = torch.tensor([1.0 + 2 ** -12], dtype=torch.float64)
+    side = _Side([x32, x64], {}, True, "cpu", False, rounded_to=torch.bfloat16)
+    assert side.leaves[0].dtype == torch.float64 and side.leaves[0].tolist() == [1.0, 3.0]  # rounded to bf16
+    assert side.leaves[1].tolist() == [1.0 + 2 ** -12]  # autocast never casts float64
