@@ -37,8 +37,8 @@ from ptdbg_ascend.compat.convert_fs import (TensorDir, check_plain_name, check_t
                                            write_bytes)
 from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.formats.dump_json import (FRAMEWORK, FRAMEWORK_PYTORCH, STATISTICS_KEYS, TENSOR_TYPE, call_values,
-                                            entry_key, new_entry, stack_line)
+from ptdbg_ascend.formats.dump_json import (STATISTICS_KEYS, TENSOR_TYPE, call_values, document_head, entry_key,
+                                            new_entry, stack_line)
 from ptdbg_ascend.formats import layout
 from ptdbg_ascend.formats.naming import STACK_SUFFIX, parse_record_name, to_dotted, to_legacy
 from ptdbg_ascend.formats import pkl as pkl_format
@@ -219,8 +219,8 @@ def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir:
     if steps - {0}:
         logger.warning("{} holds dump_step {}; msprobe dump.json has no such field.".format(
             files.metadata, sorted(steps - {0})))
-    dump = {"task": "tensor" if files.data_dir else "statistics", "level": "L1", FRAMEWORK: FRAMEWORK_PYTORCH,
-            "dump_data_dir": final_tensor_dir if saved else None, "data": data}
+    dump = dict(document_head("tensor" if files.data_dir else "statistics", "L1", final_tensor_dir if saved else None),
+                data=data)
     metadata = output_path(work, layout.DUMP_FILE)
     _write_json(metadata, dump)
     _write_json(output_path(work, layout.STACK_FILE), stacks)

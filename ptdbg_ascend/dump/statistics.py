@@ -80,16 +80,9 @@ def tensor_statistics(tensor: Any) -> Statistics:
     (one device->host copy off the CPU).
     """
     types = _torch_types()
-    if tensor.dtype in types.numpy_reals and types.is_cpu(tensor):
-        # The common case first, with as few checks as possible: most recorded tensors of a training
-        # step are small float CPU tensors (the optimizer's per-parameter ops), and for them the checks
-        # below cost as much as the reductions.
-        count = tensor.numel()
-        if 0 < count <= _SMALL and tensor.dim() > 0:
-            # numpy() refuses a tensor that requires grad; detach() only then (it costs a new tensor).
-            small = _small_cpu_statistics(tensor.detach() if tensor.requires_grad else tensor)
-            if small is not None:
-                return small
+    small = _small_cpu_first(tensor, types, types.numpy_reals)
+    if small is not None:
+        return small
     # detach(): a tensor without autograd history, so no graph is recorded and no no_grad() is needed.
     try:
         return _general_statistics(tensor.detach(), types)
@@ -105,11 +98,20 @@ def small_float32_statistics(tensor: Any) -> Optional[Statistics]:
     caller then takes its general path). The per-leaf fast path of the msprobe format, which reduces
     float64 in float32 and so cannot use :func:`tensor_statistics`'s float64 branch."""
     types = _torch_types()
-    if tensor.dtype is not types.float32 or not types.is_cpu(tensor):
+    return _small_cpu_first(tensor, types, types.float32_only)
+
+
+def _small_cpu_first(tensor: Any, types: "_TorchTypes", dtypes: Any) -> Optional[Statistics]:
+    """The common case first, with as few checks as possible: most recorded tensors of a training step
+    are small float CPU tensors (the optimizer's per-parameter ops), and for them the general path's
+    checks cost as much as the reductions. The numpy statistics of ``tensor`` when its dtype is in
+    ``dtypes``, it lives on the CPU, has a dimension and at most _SMALL elements; else None."""
+    if tensor.dtype not in dtypes or not types.is_cpu(tensor):
         return None
     count = tensor.numel()
     if not (0 < count <= _SMALL and tensor.dim() > 0):
         return None
+    # numpy() refuses a tensor that requires grad; detach() only then (it costs a new tensor).
     return _small_cpu_statistics(tensor.detach() if tensor.requires_grad else tensor)
 
 
@@ -348,7 +350,7 @@ class _TorchTypes(object):
 
         self.torch = torch
         self.numpy_reals = frozenset((torch.float32, torch.float64))
-        self.float32 = torch.float32
+        self.float32_only = frozenset((torch.float32,))
         # Whether a tensor lives on the CPU: Tensor.is_cpu (torch >= 1.13) is cheaper than .device.
         if hasattr(torch.Tensor, "is_cpu"):
             self.is_cpu = lambda tensor: tensor.is_cpu  # type: Callable[[Any], bool]

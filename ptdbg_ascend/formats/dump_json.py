@@ -48,6 +48,11 @@ _FLOAT_DTYPES = frozenset(("torch.float64", "torch.float32", "torch.bfloat16", "
 STACK_LINE = re.compile(r"^File (?P<file>.*), line (?P<line>\d+), in (?P<func>[^,]*),\s*\n?\s*(?P<code>.*)$", re.S)
 
 
+def document_head(task: str, level: str, dump_data_dir: Optional[str]) -> Dict[str, Any]:
+    """The members of a dump.json document before ``data``, in the order msprobe writes them."""
+    return {"task": task, "level": level, FRAMEWORK: FRAMEWORK_PYTORCH, "dump_data_dir": dump_data_dir}
+
+
 def entries(document: Any) -> Optional[Dict[str, Any]]:
     """The ``data`` object (call name -> entry) of a parsed dump.json document; None when it has none
     (the document is not a dump.json)."""

@@ -23,7 +23,6 @@ SaveTensor = Callable[[str, Any], Optional[str]]
 
 _WARNED_TYPES = set()  # type: Set[str]  # "not supported" is logged once per type, not once per call
 _MEMORY_FORMAT = "<class 'torch.memory_format'>"  # recorded as null on purpose: said once, at INFO
-_INF = float("inf")
 _DTYPE_TEXT = {}  # type: Dict[Any, str]  # str(dtype), made once per dtype (a leaf per recorded tensor)
 
 
@@ -111,11 +110,8 @@ def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
     if deferred and not defer(leaf, tensor):
         deferred = False
         fill_statistics(leaf, tensor_statistics_msprobe(tensor))
-    if not deferred:
-        high, low = statistics[0], statistics[1]
-        # _not_finite inlined (two calls per leaf): a float outside (-inf, inf) is inf or NaN.
-        if (isinstance(high, float) and not -_INF < high < _INF) or (isinstance(low, float) and not -_INF < low < _INF):
-            leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = _finite_extremes(tensor)
+    if not deferred and (_not_finite(statistics[0]) or _not_finite(statistics[1])):
+        leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = _finite_extremes(tensor)
     if md5 and tensor.device.type != "meta":
         leaf["md5"] = crc32_hex(tensor)
     if data_name is not None:

@@ -10,7 +10,7 @@ import time
 from json.encoder import encode_basestring_ascii
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ptdbg_ascend.formats.dump_json import FRAMEWORK, FRAMEWORK_PYTORCH
+from ptdbg_ascend.formats.dump_json import document_head
 
 
 def dump_json_text(task: str, level: str, dump_data_dir: Optional[str], data: Dict[str, Any],
@@ -22,8 +22,7 @@ def dump_json_text(task: str, level: str, dump_data_dir: Optional[str], data: Di
 
 
 def document_text(task: str, level: str, dump_data_dir: Optional[str], data_text: str) -> str:
-    head = json.dumps({"task": task, "level": level, FRAMEWORK: FRAMEWORK_PYTORCH, "dump_data_dir": dump_data_dir},
-                      indent=1)[:-2]
+    head = json.dumps(document_head(task, level, dump_data_dir), indent=1)[:-2]
     return head + ',\n "data": ' + data_text + "\n}"
 
 
