@@ -218,8 +218,7 @@ def _judge_tensors(bench: Any, device: Any, base: Dict[str, Any], computed_in: A
     # (for binary consistency and the non-finite agreement) is made by torch, which has bfloat16.
     carrier = torch.float32 if judged_as == torch.bfloat16 else judged_as
     rounded = bench.to(judged_as).to(carrier).numpy()
-    device_np = device.to(carrier).numpy() if judged_as != device.dtype else \
-        (device.to(torch.float32) if device.dtype == torch.bfloat16 else device).numpy()
+    device_np = device.to(carrier).numpy()
     bench_np = bench.to(torch.float64).numpy()
     judgement = _judge_float(bench_np, device_np, rounded, str(judged_as), heads, base)
     if judged_as != device.dtype:

@@ -145,6 +145,15 @@ def _acc_check(dumps: dict, name: str, api_info: str, out: str) -> subprocess.Co
                           timeout=300)
 
 
+def _acc_check_ok(dumps: dict, name: str) -> str:
+    """Run msprobe 26's acc_check on our dump ``name``, assert it completed; its output directory."""
+    out = os.path.join(dumps["root"], "theirs_" + name)
+    done = _acc_check(dumps, name, dumps[name], out)
+    output = done.stdout.decode(errors="replace")
+    assert done.returncode == 0 and "Successfully completed acc_check" in output, output[-3000:]
+    return out
+
+
 def _forward_calls(dump_json: str) -> set:
     with open(dump_json, encoding="utf-8") as handle:
         document = json.load(handle)
@@ -153,10 +162,7 @@ def _forward_calls(dump_json: str) -> set:
 
 
 def test_acc_check_accepts_our_dump(dumps):
-    out = os.path.join(dumps["root"], "theirs_clean")
-    done = _acc_check(dumps, "clean", dumps["clean"], out)
-    output = done.stdout.decode(errors="replace")
-    assert done.returncode == 0 and "Successfully completed acc_check" in output, output[-3000:]
+    out = _acc_check_ok(dumps, "clean")
     results = _results(out)
     # one row per forward call of our dump: every call was read, none refused
     assert set(results) == _forward_calls(dumps["clean"])
@@ -175,11 +181,7 @@ def test_acc_check_accepts_our_dump(dumps):
 
 
 def test_acc_check_finds_planted_gelu_in_our_dump(dumps):
-    out = os.path.join(dumps["root"], "theirs_planted")
-    done = _acc_check(dumps, "planted", dumps["planted"], out)
-    output = done.stdout.decode(errors="replace")
-    assert done.returncode == 0 and "Successfully completed acc_check" in output, output[-3000:]
-    results = _results(out)
+    results = _results(_acc_check_ok(dumps, "planted"))
     # forward: the planted gelu and nothing else (each API runs on its own dumped inputs). Its backward
     # is not pinned: the bfloat16 round trip barely moves this small model's gelu gradient.
     assert {api: verdict[0] for api, verdict in results.items() if verdict[0] != "pass"} == \
