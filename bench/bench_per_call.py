@@ -191,7 +191,41 @@ def main() -> int:
     for label, numbers in (("wall", results), ("CPU", results_cpu)):
         print("ratio debugger/legacy ({}): {:.2f}x (api_stack), {:.2f}x (all)".format(
             label, numbers["debugger"] / numbers["legacy"], numbers["debugger"] / numbers["legacy_all"]))
+    print(device_launches(args.size))
     return 0
+
+
+def device_launches(size: int) -> str:
+    """On an accelerator the host pays per kernel launch (microseconds each), not per element: the
+    operators a deferred statistics read (the accelerator path, run here on a CPU tensor) launches per
+    tensor, counted with a TorchDispatchMode, for both front-ends, and per batch read back."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch
+    from ptdbg_ascend.msprobe.leaves import deferred_reductions
+
+    class Counting(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is not torch.ops.aten.detach.default:  # a view: no kernel
+                self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    tensor = torch.randn(size, size)
+    counts = []
+    for extra in (None, deferred_reductions):  # a batch each: a writer reads back one kind of leaf
+        batch = DeviceStatisticsBatch()
+        with Counting() as adding:
+            for _ in range(10):
+                batch.add(tensor, extra=extra)
+        with Counting() as reading:
+            batch.resolve()
+        counts.extend([adding.ops / 10, reading.ops])
+    return ("device path, operators launched per deferred float tensor (counted on CPU): legacy {:.0f}, debugger "
+            "{:.0f}; per batch of 10 read back: {} and {}".format(counts[0], counts[2], counts[1], counts[3]))
 
 
 if __name__ == "__main__":

@@ -169,6 +169,7 @@ def install(session: Any, extra_apis: bool = False) -> int:
 def uninstall(session: Any) -> int:
     """Put the original functions back (for benchmarks and tests); returns how many were restored."""
     restored = 0
+    session.patch_generation += 1
     while session.patches:
         target, api, original, own_attribute = session.patches.pop()
         if own_attribute:

@@ -31,20 +31,45 @@ from typing import Any, Dict, List, Optional, Tuple
 _LIBRARY_PREFIXES = ("torch", "torch_npu", "ptdbg_ascend", "builtins", "functools", "typing")
 
 
-def wrappers_by_original(session: Any) -> Dict[int, Tuple[Any, Any]]:
-    """``{id(original): (original, wrapper)}`` for every API the session wraps now. An original wrapped in
-    two namespaces (``torch.conv2d is torch.nn.functional.conv2d``) maps to its ``Functional`` wrapper: a
-    model's stored reference most likely came from ``nn.functional``."""
+# The last map built, with the patch list, its length and the session's patch_generation it was built from:
+# PrecisionDebugger.start() runs every step, and walking a thousand patches took ~1 ms of each. The list
+# is only appended to (install, rebind) and emptied by uninstall (which counts a generation), so the same
+# three mean the same patches.
+_LAST_MAP: List[Any] = [None, -1, -1, {}]
+
+
+def wrappers_by_original(session: Any) -> Dict[int, Tuple[Any, ...]]:
+    """``{id(original): (original, wrapper, namespace, name, own attribute)}`` for every API the session
+    wraps now. An original wrapped in two namespaces (``torch.conv2d is torch.nn.functional.conv2d``) maps
+    to its ``Functional`` wrapper: a model's stored reference most likely came from ``nn.functional``.
+    Built again only when the session's patches have changed since the last call."""
+    patches = session.patches
+    generation = session.patch_generation
+    if _LAST_MAP[0] is patches and _LAST_MAP[1] == len(patches) and _LAST_MAP[2] == generation:
+        return _LAST_MAP[3]
+    found = _build_map(patches)
+    _LAST_MAP[:] = [patches, len(patches), generation, found]
+    return found
+
+
+def _build_map(patches: List[Any]) -> Dict[int, Tuple[Any, ...]]:
     import torch.nn.functional as functional
 
-    found: Dict[int, Tuple[Any, Any]] = {}
-    for target, api, original, own in session.patches:
+    found: Dict[int, Tuple[Any, ...]] = {}
+    for target, api, original, own in patches:
         current = target.__dict__.get(api) if own else getattr(target, api, None)
         if getattr(current, "__ptdbg_original__", None) is not original:
             continue  # one of our own rebinding patches, or replaced by someone else since
         if id(original) not in found or target is functional:
-            found[id(original)] = (original, current)
+            found[id(original)] = (original, current, target, api, own)
     return found
+
+
+def _still_installed(entry: Tuple[Any, ...]) -> bool:
+    """Whether the wrapper of a (possibly cached) map entry is still where it was installed: a map built at
+    an earlier start() must not bind a reference to a wrapper someone has replaced since."""
+    _, wrapper, target, api, own = entry
+    return (target.__dict__.get(api) if own else getattr(target, api, None)) is wrapper
 
 
 def rebind(session: Any, model: Optional[Any] = None) -> int:
@@ -74,11 +99,11 @@ def _is_library(module_name: str) -> bool:
 
 
 def _rebind_namespace(session: Any, target: Any, namespace: Dict[str, Any],
-                      wrappers: Dict[int, Tuple[Any, Any]]) -> int:
+                      wrappers: Dict[int, Tuple[Any, ...]]) -> int:
     found: List[Tuple[str, Any, Any]] = []
     for name, value in list(namespace.items()):
         entry = wrappers.get(id(value))
-        if entry is not None and entry[0] is value:
+        if entry is not None and entry[0] is value and _still_installed(entry):
             found.append((name, value, entry[1]))
     for name, original, wrapper in found:
         # Into __dict__ directly: nn.Module.__setattr__ would do the same for a plain function, and a

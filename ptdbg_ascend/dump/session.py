@@ -66,6 +66,8 @@ class DumpSession(object):
         self.wrapped_count = 0
         self.extra_apis = False  # whether wrapped_apis_extra.txt is wrapped too (see ensure_wrapped)
         self.patches = []  # type: List[Tuple[Any, str, Any, bool]]  # (namespace, name, original, own attribute)
+        # Counts uninstall()s: the patch list is refilled to the same length with new wrappers after one.
+        self.patch_generation = 0
         self.legacy = LegacyDumpSettings()
         # Files opened by this process (first open truncates, later windows append).
         self.opened_files = set()  # type: set

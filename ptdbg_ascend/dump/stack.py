@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ptdbg_ascend.formats.dump_json import stack_line
+from ptdbg_ascend.formats.dump_json import stack_line_literal
 from ptdbg_ascend.formats.pkl import STACK_LINE, frame_text
 
 
@@ -58,7 +58,7 @@ def _frame_texts(first: Any, cache: Dict[Tuple[Any, int], str], render: FrameRen
 
 
 def _msprobe_frame(filename: str, lineno: int, function: str, code: Optional[str]) -> str:
-    return stack_line(filename, lineno, function, code) if code else ""
+    return stack_line_literal(filename, lineno, function, code) if code else ""
 
 
 def user_stack_json(name: str, skip: int = 1) -> str:
@@ -66,7 +66,8 @@ def user_stack_json(name: str, skip: int = 1) -> str:
     return STACK_LINE % (name, ", ".join(_frame_texts(sys._getframe(skip), _LEGACY_FRAMES, frame_text)))
 
 
-def user_stack_lines(skip: int = 1) -> List[str]:
-    """The user's frames, innermost first, as msprobe's stack.json lines (``formats.dump_json.stack_line``);
-    frames without source are left out."""
+def user_stack_literals(skip: int = 1) -> List[str]:
+    """The user's frames, innermost first, as msprobe's stack.json lines (``formats.dump_json.stack_line``)
+    already written as JSON string literals (escaped once per code location, not once per call); frames
+    without source are left out."""
     return _frame_texts(sys._getframe(skip), _MSPROBE_FRAMES, _msprobe_frame)

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-import weakref
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy
 
@@ -192,7 +191,7 @@ class PendingDeviceStatistics(list):
     """The statistics of an accelerator tensor, still on the device: ``[None] * 4`` until the
     :class:`DeviceStatisticsBatch` that made it reads its batch back (then the four numbers, in place)."""
 
-    __slots__ = ("values",)
+    __slots__ = ("values", "count")
 
 
 class DeviceStatisticsBatch(object):
@@ -200,10 +199,10 @@ class DeviceStatisticsBatch(object):
 
     :meth:`add` enqueues the reductions of a tensor (no host sync) and returns a
     :class:`PendingDeviceStatistics`; :meth:`resolve` reads every pending one with one device->host
-    copy per device (one sync however many tensors) and fills them in place. Memory: four numbers per
-    pending tensor on its device; the writer resolves at :data:`BATCH_RECORDS` pending tensors, after
-    :data:`BATCH_SECONDS`, and at flush/close. Thread-safe: the writer thread may resolve while the
-    training thread adds.
+    copy per device (one sync however many tensors) and fills them in place. Memory: four 0-d tensors
+    per pending tensor on its device (and those ``extra`` adds); the writer resolves at
+    :data:`BATCH_RECORDS` pending tensors, after :data:`BATCH_SECONDS`, and at flush/close. Thread-safe:
+    the writer thread may resolve while the training thread adds.
     """
 
     BATCH_RECORDS = 64
@@ -220,7 +219,12 @@ class DeviceStatisticsBatch(object):
     def add(self, tensor: Any, extra: "Optional[Callable[[Any], List[Any]]]" = None) -> Statistics:
         """The statistics of ``tensor``: pending when it lives on an accelerator and needs reductions,
         else computed now (empty, special kinds). ``extra(tensor)`` (default None) gives more 0-d
-        tensors to read back with them: the pending list then holds the four statistics and those."""
+        tensors to read back with them: the pending list then holds the four statistics and those.
+
+        Only the reductions are launched here (aminmax, sum, square and sum: four kernels for a float
+        tensor); the mean's division, the norm's square root and the stacking of the numbers for the copy
+        happen once per batch (:meth:`resolve`), because on an accelerator every launch costs the training
+        thread a few microseconds whatever the tensor's size."""
         if tensor.is_meta:  # no values to read back
             return tensor_statistics(tensor)
         types = _torch_types()
@@ -232,11 +236,14 @@ class DeviceStatisticsBatch(object):
                 return special_statistics(tensor)
             if not isinstance(reduced, tuple):
                 return reduced
-            values = _stacked(types, reduced)
+            high, low, total, square_sum, count = reduced
+            # A 0-d value's norm is its magnitude (no v*v overflow): read |low| then, see _finalised.
+            parts = [high, low, total, low if square_sum is None else square_sum]
             if extra is not None:
-                values = types.torch.cat([values, types.torch.stack(extra(tensor)).to(values.dtype)])
-            pending = PendingDeviceStatistics([None] * len(values))
-            pending.values = values
+                parts.extend(extra(tensor))
+            pending = PendingDeviceStatistics([None] * len(parts))
+            pending.values = parts
+            pending.count = count if square_sum is not None else 0
         with self._lock:
             if not self._pending:
                 self._since = time.monotonic()
@@ -267,13 +274,42 @@ class DeviceStatisticsBatch(object):
             torch = _torch_types().torch
             by_device = {}  # type: dict
             for item in pending:
-                by_device.setdefault(item.values.device, []).append(item)
+                by_device.setdefault(item.values[0].device, []).append(item)
             for items in by_device.values():
-                host = torch.stack([item.values for item in items]).cpu().tolist()
+                host = _read_back(torch, [part for item in items for part in item.values])
                 self.transfers += 1
-                for item, numbers in zip(items, host):
-                    item[:] = numbers
+                start = 0
+                for item in items:
+                    end = start + len(item.values)
+                    item[:] = _finalised(host[start:end], item.count)
+                    start = end
                     item.values = None  # the device memory goes now
+
+
+def _read_back(torch: Any, parts: List[Any]) -> List[float]:
+    """The values of the 0-d tensors ``parts`` (all on one device) with one device->host copy: stacked per
+    dtype (a float32 statistic and a bfloat16 extreme), widened to float64 (exact) and joined."""
+    groups: Dict[Any, List[int]] = {}
+    for index, part in enumerate(parts):
+        groups.setdefault(part.dtype, []).append(index)
+    if len(groups) == 1:
+        return torch.stack(parts).tolist()
+    joined = torch.cat([torch.stack([parts[index] for index in group]).double() for group in groups.values()])
+    values = [0.0] * len(parts)
+    for index, value in zip([index for group in groups.values() for index in group], joined.tolist()):
+        values[index] = value
+    return values
+
+
+def _finalised(numbers: List[float], count: int) -> List[float]:
+    """``[max, min, mean, norm] + extras`` from the read-back ``[max, min, sum, sum of squares] + extras``
+    of a tensor of ``count`` elements (0: a 0-d value, whose third number is itself and fourth its own
+    value, the norm being its magnitude). On the host in float64, as the CPU path does."""
+    high, low, total, square_sum = numbers[:4]
+    if count == 0:
+        return [high, low, total, abs(square_sum)] + numbers[4:]
+    norm = math.sqrt(square_sum) if square_sum >= 0 else float("nan")  # NaN in, NaN out (sqrt(nan) is nan)
+    return [high, low, total / count, norm] + numbers[4:]
 
 
 class StatisticsDeferral(object):
@@ -365,58 +401,3 @@ def _torch_types() -> _TorchTypes:
     if not _TYPES:
         _TYPES.append(_TorchTypes())
     return _TYPES[0]
-
-
-class StatisticsCache(object):
-    """Statistics of the tensors of the last call or two, so a tensor recorded as one call's output and
-    the next call's input is reduced (and saved) once.
-
-    Entries are checked against a weak reference and the tensor's version counter (in-place torch ops
-    bump it) and live only ``max_age`` calls: writes that bypass the version counter (``p.data.copy_``,
-    collectives, numpy views) cannot make a later step reuse stale numbers. Call :meth:`advance` once
-    per recorded call.
-
-    Args:
-        max_age: how many :meth:`advance` calls an entry survives. Default 1 (the next call).
-    """
-
-    def __init__(self, max_age: int = 1) -> None:
-        self._max_age = max_age
-        self._generation = 0
-        self._pruned_at = -1
-        self._entries = {}  # type: dict
-
-    def advance(self) -> None:
-        """Start the next call (recorded or not): entries older than ``max_age`` calls become invalid."""
-        self._generation += 1
-
-    def lookup(self, tensor: Any, name: str,
-               compute: "Optional[Callable[[Any], Statistics]]" = None) -> "Tuple[Statistics, Optional[str]]":
-        """``(statistics, first_name)``: the statistics of ``tensor`` and the name under which the same
-        unchanged tensor was recorded recently (None when it is new; it is then remembered as ``name``).
-        ``compute`` gives the statistics of a new tensor (default :func:`tensor_statistics`)."""
-        key = id(tensor)
-        try:
-            version = tensor._version
-        except RuntimeError:  # inference-mode tensors have no version counter: never cached
-            return (compute or tensor_statistics)(tensor), None
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is tensor and entry[1] == version \
-                and entry[4] >= self._generation - self._max_age:
-            return entry[2], entry[3]
-        statistics = (compute or tensor_statistics)(tensor)
-        if len(self._entries) > 256 and self._pruned_at != self._generation:
-            # At most once per call: within one call nothing expires, so pruning again would only
-            # rebuild the dict for every further tensor of a call that records hundreds (torch.cat).
-            self._pruned_at = self._generation
-            oldest = self._generation - self._max_age
-            self._entries = dict(item for item in self._entries.items() if item[1][4] >= oldest)
-        try:
-            self._entries[key] = (weakref.ref(tensor), version, statistics, name, self._generation)
-        except TypeError:  # not weak-referenceable: no caching
-            pass
-        return statistics, None
-
-    def clear(self) -> None:
-        """Forget everything (a new file, or a call that changes tensors behind the version counter)."""
-        self._entries.clear()

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import re
+from json.encoder import encode_basestring_ascii
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 FRAMEWORK = "framework"  # top-level key, after "level" as msprobe 8.x writes it
@@ -166,6 +167,11 @@ def _float_dtypes(value: Any) -> List[str]:
 def stack_line(file: str, line: Any, function: str, code: Optional[str]) -> str:
     """One stack.json line: ``"File {file}, line {line}, in {function}, \\n {code}"`` (None code: empty)."""
     return "File {}, line {}, in {}, \n {}".format(file, line, function, "" if code is None else code)
+
+
+def stack_line_literal(file: str, line: Any, function: str, code: Optional[str]) -> str:
+    """:func:`stack_line` as a JSON string literal, quoted and escaped as ``json.dumps`` writes it (ASCII)."""
+    return encode_basestring_ascii(stack_line(file, line, function, code))
 
 
 def parse_stack_line(text: Any) -> Optional[_Frame]:

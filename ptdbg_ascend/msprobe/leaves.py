@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 from ptdbg_ascend import numpy_view
 from ptdbg_ascend.dump import tensor_kinds
-from ptdbg_ascend.dump.statistics import small_float32_statistics, tensor_statistics
+from ptdbg_ascend.dump.statistics import min_max, small_float32_statistics, tensor_statistics
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.log import logger
 
@@ -131,16 +131,20 @@ def defer_candidate(tensor: Any, on_cpu: bool = False) -> bool:
 
 def deferred_reductions(tensor: Any) -> List[Any]:
     """Besides the four statistics, what a deferred leaf may need once its values are known, as 0-d
-    tensors on the device: the max/min over finite elements and over non-NaN ones (msprobe's
-    ``*_except_inf_nan``, see :func:`_finite_extremes`). Called with the data in the dtype
-    :func:`tensor_statistics_msprobe` reduces (float32 for ints and float64)."""
-    import torch
+    tensors on the device: the max over finite elements, the min over them, and the largest and smallest
+    of the elements' signs with NaN as 0 (which :func:`fill_statistics` turns into msprobe's
+    ``*_except_inf_nan`` with :func:`_finite_extremes`' rule). Called with the data in the dtype
+    :func:`tensor_statistics_msprobe` reduces (float32 for ints and float64).
 
+    Six kernels (three ``nan_to_num`` and three reductions), launched for every deferred float tensor
+    because whether they are needed is known only when the batch is read back: on an accelerator each
+    launch costs the training thread microseconds, so this is the fewest that give the exact answer."""
     inf = float("inf")
-    finite = torch.isfinite(tensor)
-    number = ~torch.isnan(tensor)
-    return [torch.where(finite, tensor, -inf).amax(), torch.where(finite, tensor, inf).amin(),
-            torch.where(number, tensor, -inf).amax(), torch.where(number, tensor, inf).amin()]
+    finite_max = tensor.nan_to_num(nan=-inf, posinf=-inf, neginf=-inf).amax()
+    finite_min = tensor.nan_to_num(nan=inf, posinf=inf, neginf=inf).amin()
+    # Used only when no element is finite: then every element is +inf (1), -inf (-1) or NaN (0).
+    sign_min, sign_max = min_max(tensor.nan_to_num(nan=0.0, posinf=1.0, neginf=-1.0))
+    return [finite_max, finite_min, sign_max, sign_min]
 
 
 def msprobe_reduced(tensor: Any) -> Any:
@@ -159,13 +163,12 @@ def fill_statistics(leaf: Dict[str, Any], numbers: List[Any]) -> None:
     leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"] = numbers[:4]
     if len(numbers) < 8 or not (_not_finite(numbers[0]) or _not_finite(numbers[1])):
         return
-    finite_max, finite_min, number_max, number_min = numbers[4:8]
-    if finite_max != float("-inf"):
+    finite_max, finite_min, sign_max, sign_min = numbers[4:8]
+    if finite_max != float("-inf"):  # some element is finite
         extremes = [finite_max, finite_min]
-    elif number_max != float("-inf"):
-        extremes = [number_max, number_min]
-    else:
-        extremes = [float("nan"), float("nan")]
+    else:  # over the non-NaN elements, all infinite (as _finite_extremes); NaN when every element is NaN
+        extremes = [float("inf") if sign_max == 1 else float("-inf") if sign_min == -1 else float("nan"),
+                    float("-inf") if sign_min == -1 else float("inf") if sign_max == 1 else float("nan")]
     tail = [(key, leaf.pop(key)) for key in ("md5", "data_name") if key in leaf]
     leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = extremes
     leaf.update(tail)

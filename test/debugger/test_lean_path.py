@@ -24,7 +24,9 @@ def _values():
     extended = dict(odd_leaf, Max_except_inf_nan=1.5, Min_except_inf_nan=-1.5, data_name="x.pt")
     return [
         {"input_args": [LEAF, dict(LEAF, shape=[])], "input_kwargs": {}, "output": [LEAF]},
-        {"input_args": [bool_leaf, odd_leaf, extended, None], "input_kwargs": {"dim": {"type": "int", "value": 1}},
+        {"input_args": [bool_leaf, odd_leaf, extended, None, dict(LEAF, Max=-inf, Min=5.0), dict(LEAF, Norm=inf),
+                        dict(LEAF, shape=[3], dtype="torch.float\u00fc")],
+         "input_kwargs": {"dim": {"type": "int", "value": 1}},
          "output": [[LEAF, {"type": "slice", "value": [None, 3, None]}]]},
         {"input_args": [{"type": "str", "value": "ü\n\"quoted\"\\"}, {"type": "float", "value": 1e-320},
                         {"type": "int", "value": 2 ** 70}, {"type": "torch.Size", "value": (2, 3)}],
@@ -111,3 +113,78 @@ def test_stop_removes_the_reserve_at_once_and_gives_its_space_back(session, tmp_
     while _open_reserves(rank_dir) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _open_reserves(rank_dir) == []  # closed by the helper thread: its blocks are free
+
+
+def test_a_recurring_leaf_text_is_the_text_of_its_own_values():
+    """Leaf texts are reused by value (a tensor recorded as one call's output and the next call's input):
+    a value that compares equal but is written differently (-0.0 and 0.0; a shape of floats) never takes
+    another leaf's text."""
+    cases = [
+        (dict(LEAF, Min=0.0), dict(LEAF, Min=-0.0)),
+        (dict(LEAF, Mean=-0.0), dict(LEAF, Mean=0.0)),
+        (dict(LEAF, shape=[16, 16]), dict(LEAF, shape=[16.0, 16])),
+        (dict(LEAF, requires_grad=False), dict(LEAF, requires_grad=True)),
+        (dict(LEAF, dtype="torch.float32"), dict(LEAF, dtype="torch.bfloat16")),
+    ]
+    for first, second in cases:
+        for level in (0, 4):
+            for leaf in (first, second, first):
+                expected = json.dumps(leaf, indent=1).replace("\n", "\n" + " " * level)
+                assert json_text.indented_text(leaf, level) == expected, leaf
+
+
+def test_finished_entries_leave_nothing_for_the_garbage_collector_to_walk(tmp_path):
+    """A step's entries are kept as their text once finished: a long step (hundreds of thousands of calls)
+    must not leave millions of small dicts and lists that every full collection walks again (seen as
+    one slow window in three before). Their text is what dump.json shows; an entry extended later (an
+    in-place collective's output) is still written whole."""
+    import gc
+
+    from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
+
+    writer = MsprobeJsonWriter(str(tmp_path / "step0" / "rank0"), "statistics", "L1", saves_tensors=False)
+    entry = {"input_args": [dict(LEAF), dict(LEAF, shape=[3])], "input_kwargs": {"dim": {"type": "int", "value": 1}},
+             "output": [dict(LEAF)]}
+    writer.add_entry("Torch.warm.0.forward", json.loads(json.dumps(entry)))
+    gc.collect()
+    before = len(gc.get_objects())
+    for index in range(2000):
+        writer.add_entry("Torch.add.{}.forward".format(index), json.loads(json.dumps(entry)))
+        writer.add_stack_literals("Torch.add.{}.forward".format(index), ['"File a.py, line 3, in f, \\n y()"'])
+    gc.collect()
+    assert len(gc.get_objects()) - before < 200  # was > 10 objects per entry
+    writer.add_entry("Torch.add.7.forward", {"output": [dict(LEAF, Max=9.5)]})  # extended after it was written
+    writer.flush()
+    writer.release()
+    data = json.loads((tmp_path / "step0" / "rank0" / "dump.json").read_text())["data"]
+    assert len(data) == 2001
+    assert data["Torch.add.6.forward"] == entry
+    assert data["Torch.add.7.forward"] == dict(entry, output=[dict(LEAF, Max=9.5)])
+    stack = json.loads((tmp_path / "step0" / "rank0" / "stack.json").read_text())
+    assert stack["Torch.add.3.forward"] == ["File a.py, line 3, in f, \n y()"]
+
+
+def test_the_reserve_grows_a_small_dump_in_a_few_allocations(tmp_path, monkeypatch):
+    """Every step's directory starts a new ``.ptdbg.reserve``: growing it a quarter at a time took 16
+    fallocate calls per step of a small model (tens of microseconds each on a busy disk). Below
+    FAST_GROWTH it doubles; above, it still grows by a quarter (a huge dump holds back little extra)."""
+    from ptdbg_ascend.sinks.msprobe import reserve
+
+    calls = []
+    original = reserve._allocate
+    monkeypatch.setattr(reserve, "_allocate", lambda *args: (calls.append(args[2]), original(*args)))
+    space = reserve.JsonReserve(str(tmp_path))
+    space.measured(reserve.ENTRY, 1000)
+    for entries in range(1, 1500):  # one entry of 1000 characters at a time, up to ~3 MB needed
+        space.pending[reserve.ENTRY] = entries
+        space.ensure()
+        assert space.size >= space.needed()
+    assert len(calls) <= 7, calls
+    assert space.size <= 2 * space.needed()
+    space.release()
+    big = reserve.JsonReserve(str(tmp_path))
+    big.measured(reserve.ENTRY, 1000)
+    big.pending[reserve.ENTRY] = 20000  # ~40 MB: above FAST_GROWTH, a quarter more than needed
+    big.ensure()
+    assert big.size == big.needed() + big.needed() // 4
+    big.release()

@@ -218,3 +218,64 @@ def test_a_precision_debugger_dump_is_the_same_with_batched_statistics(tmp_path,
                 assert got[key] == expected[key], key
     assert any("Max_except_inf_nan" in leaf for leaf in got_leaves)  # the division's output: inf/nan
     assert sum(deferred) >= len(got_leaves) // 2 and len(deferred) <= 3  # read back at the stop, not per tensor
+
+
+# -- what the deferred path launches, and its finite extremes --------------------------------------
+_INF, _NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("values", [
+    [1.0, _INF, -3.0],  # finite elements: their extremes
+    [_NAN, 2.0, -_INF],
+    [-_INF, -_INF],  # none finite: over the non-NaN ones
+    [_INF, _NAN],
+    [_INF, -_INF, _NAN],
+    [_NAN, _NAN],  # all NaN: NaN
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_a_deferred_leaf_has_the_finite_extremes_of_the_eager_path(deferred, values, dtype):
+    from ptdbg_ascend.msprobe.leaves import (_finite_extremes, deferred_reductions, fill_statistics,
+                                             msprobe_reduced)
+
+    tensor = torch.tensor(values, dtype=dtype)
+    batch = DeviceStatisticsBatch()
+    pending = batch.add(msprobe_reduced(tensor), extra=deferred_reductions)
+    batch.resolve()
+    leaf = {"Max": None, "Min": None, "Mean": None, "Norm": None, "requires_grad": False}
+    fill_statistics(leaf, list(pending))
+    expected = _finite_extremes(tensor)
+    got = [leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"]]
+    np.testing.assert_array_equal(np.array(got), np.array(expected), err_msg=str(values))
+
+
+class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the aten operators run under it that compute (on an accelerator, each is a kernel launch;
+    detach() makes a view, no kernel)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is not torch.ops.aten.detach.default:
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_deferred_tensor_launches_few_operators(deferred):
+    """On an accelerator the host pays per launch (~5 us), not per element: a deferred tensor launches
+    the four reductions of its statistics (legacy) and six more for msprobe's finite extremes; the
+    mean's division, the square root and the stacking happen once per batch."""
+    from ptdbg_ascend.msprobe.leaves import deferred_reductions
+
+    tensor = torch.randn(64, 64)
+    batch = DeviceStatisticsBatch()
+    with _CountOps() as legacy:
+        batch.add(tensor)
+    with _CountOps() as msprobe:
+        batch.add(tensor, extra=deferred_reductions)
+    assert len(legacy.ops) <= 4, legacy.ops
+    assert len(msprobe.ops) <= 10, msprobe.ops
+    with _CountOps() as reading:
+        batch.resolve()
+    assert len(reading.ops) <= 4, reading.ops  # one stack and one copy for the whole batch

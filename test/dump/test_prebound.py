@@ -224,3 +224,44 @@ def test_rebinding_covers_module_globals_and_unwrap_restores_it(dump_session, mo
         assert block.act is torch.nn.functional.gelu and not hasattr(block.act, "__ptdbg_original__")
     finally:
         session.ensure_wrapped()
+
+
+def test_a_wrapper_replaced_since_an_earlier_start_is_not_bound(dump_session, monkeypatch):
+    """start() runs every step, so the map of wrappers is kept between calls: a reference to an original
+    whose wrapper someone has replaced since must stay as it is, as when the map was built afresh; and
+    after unwrap() and wrapping again (as many patches, all new wrappers) the map is built again."""
+    import types
+
+    from ptdbg_ascend.dump.prebound import rebind, wrappers_by_original
+
+    session = dump_session
+
+    def user_module(name):
+        user = types.ModuleType(name)
+        monkeypatch.setitem(sys.modules, name, user)
+        exec(compile(USER_MODULE, name + ".py", "exec"), user.__dict__)
+        return user
+
+    session.unwrap()
+    first, second = user_module("user_prebound_first"), user_module("user_prebound_second")
+    first_block, second_block = first.Block(), second.Block()  # built before the wrappers, as a model is
+    functional = torch.nn.functional
+    wrapped_gelu = None
+    try:
+        session.ensure_wrapped()
+        kept = wrappers_by_original(session)
+        assert wrappers_by_original(session) is kept  # kept, not walked again
+        session.unwrap()
+        session.ensure_wrapped()  # the same number of patches, all new wrappers: built again
+        assert wrappers_by_original(session) is not kept
+        wrapped_gelu = functional.gelu
+        functional.gelu = lambda input, approximate="none": input  # someone else's patch over the wrapper
+        assert rebind(session, second_block) == 2  # the module's relu and conv2d; block.act is left alone
+        assert second_block.act is wrapped_gelu.__ptdbg_original__
+        functional.gelu = wrapped_gelu
+        assert rebind(session, first_block) == 3  # relu, conv2d and block.act
+        assert first_block.act is wrapped_gelu
+    finally:
+        if wrapped_gelu is not None:
+            functional.gelu = wrapped_gelu
+        session.ensure_wrapped()

@@ -16,9 +16,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, STACK_FILE
 from ptdbg_ascend.msprobe.leaves import fill_statistics
-from ptdbg_ascend.sinks.msprobe.json_text import document_text, encode_missing, member_text, members_object, object_text
+from ptdbg_ascend.sinks.msprobe.json_text import (document_text, encode_missing, literal_list_member, member_text,
+                                                    members_object, object_text)
 from ptdbg_ascend.sinks.msprobe.pt_files import data_names
 from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
+
+
+# An entry kept as its text only (``StepEntries.encoded``): finished, and never changed again but by an
+# in-place collective, which decodes it back.
+_AS_TEXT = object()
 
 
 class StepEntries(object):
@@ -39,16 +45,22 @@ class StepEntries(object):
         self.ready_at = {}  # type: Dict[str, int]
         self.previous = {}  # type: Dict[str, str]
         self.stat_waiting = {}  # type: Dict[str, List[Tuple[Dict[str, Any], Any]]]
+        # The length of the longest member encoded by add() since the last texts() (for the reserve).
+        self.longest_new = 0
 
     def add(self, name: str, entry: Dict[str, Any], waits_for: Optional[int],
             deferred: List[Tuple[Dict[str, Any], Any]]) -> None:
         """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``.
         ``waits_for``: the number of the last ``.pt`` job queued, when it is not written yet (None: all
-        are); ``deferred``: its leaves whose statistics are still on the device."""
+        are); ``deferred``: its leaves whose statistics are still on the device. An entry finished now
+        is kept as its text only (:meth:`_keep_text`)."""
         if deferred:
             self.stat_waiting.setdefault(name, []).extend(deferred)
-        if name in self.data:
-            self.data[name].update(entry)
+        current = self.data.get(name)
+        if current is not None:
+            if current is _AS_TEXT:  # back to a dict to extend it (rare: an in-place collective's output)
+                current = self.data[name] = json.loads("{" + self.encoded[name] + "}")[name]
+            current.update(entry)
             old = self.encoded.pop(name, None)
             if (waits_for is not None or deferred) and old is not None:  # encoded holds finished versions only
                 self.previous[name] = old
@@ -56,14 +68,29 @@ class StepEntries(object):
             self.data[name] = entry
         if waits_for is not None:
             self.ready_at[name] = waits_for
+        elif name not in self.stat_waiting and name not in self.ready_at:
+            self._keep_text(name)
 
-    def add_stack(self, name: str, lines: List[str]) -> None:
-        self.stack[name] = lines
-        self.stack_encoded.pop(name, None)
+    def _keep_text(self, name: str) -> None:
+        """Encode the finished entry ``name`` and drop its dict. Why now: a step's entries would otherwise
+        stay in memory as millions of small dicts and lists until the step ends, which Python's garbage
+        collector walks again and again (a quarter of the tool's time per call, measured); a str is
+        never walked. Its text is the one the next rewrite would have made."""
+        text = self.encoded[name] = member_text(name, self.data[name], 1)
+        self.data[name] = _AS_TEXT
+        self.longest_new = max(self.longest_new, len(text))
 
-    def add_construct(self, name: str, parent: Optional[str]) -> None:
-        self.construct[name] = parent
-        self.construct_encoded.pop(name, None)
+    def add_stack(self, name: str, literals: List[str]) -> int:
+        """The stack.json member ``name``, its frames given as JSON string literals; returns its text's length.
+        Kept as its text (a str, which the garbage collector never walks; see :meth:`_keep_text`) under both
+        ``stack`` and ``stack_encoded``."""
+        text = self.stack[name] = self.stack_encoded[name] = literal_list_member(name, literals, 0)
+        return len(text)
+
+    def add_construct(self, name: str, parent: Optional[str]) -> int:
+        """The construct.json member ``name`` -> ``parent``, kept as its text (as :meth:`add_stack`)."""
+        text = self.construct[name] = self.construct_encoded[name] = member_text(name, parent, 0)
+        return len(text)
 
     def texts(self, head: Tuple[str, str, Optional[str]], written: int, with_others: bool,
               space: JsonReserve) -> Tuple[List[Tuple[str, str]], float, int]:
@@ -72,7 +99,8 @@ class StepEntries(object):
         of entries shown. ``head``: dump.json's ``(task, level, dump_data_dir)``. Counts what the texts
         leave out, and the longest members, for the reserve ``space``."""
         data_text, encoding, shown, longest = self.finished_text(written)
-        space.measured(ENTRY, longest)
+        space.measured(ENTRY, max(longest, self.longest_new))
+        self.longest_new = 0
         texts = [(DUMP_FILE, document_text(head[0], head[1], head[2], data_text))]
         # left out, or shown at a previous (shorter) version: still to come
         space.pending[ENTRY] = len(self.data) - shown + len(self.previous)
@@ -106,10 +134,11 @@ class StepEntries(object):
                     self.previous.pop(name, None)
         encoded = self.encoded
         previous = self.previous
+        data = self.data
         members = []
         encoding = 0.0
         longest = 0
-        for name, entry in self.data.items():
+        for name, entry in data.items():
             if name in ready_at or name in stat_waiting:
                 text = previous.get(name)
                 if text is None:
@@ -119,6 +148,7 @@ class StepEntries(object):
                 if text is None:
                     before = time.perf_counter()
                     text = encoded[name] = member_text(name, entry, 1)
+                    data[name] = _AS_TEXT  # finished: its text is all that is needed from now on
                     encoding += time.perf_counter() - before
                     longest = max(longest, len(text))
             members.append(text)

@@ -28,7 +28,11 @@ def document_text(task: str, level: str, dump_data_dir: Optional[str], data_text
 
 def member_text(name: str, value: Any, depth: int) -> str:
     """One ``"name": value`` member of an object nested at ``depth``, as ``json.dumps(indent=1)`` writes it."""
-    return "{}{}: {}".format(" " * (depth + 1), json.dumps(name), indented_text(value, depth + 1))
+    if type(name) is not str:
+        name = json.dumps(name)  # json's text for any key (a str subclass...)
+    else:
+        name = _STRING(name)
+    return " " * (depth + 1) + name + ": " + indented_text(value, depth + 1)
 
 
 _STRING = encode_basestring_ascii
@@ -60,13 +64,35 @@ class _Unusual(Exception):
 # per nesting level: a third of the time of the general path, and most of dump.json is such leaves.
 _LEAF_KEYS = ("type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad")
 _LEAF_LENGTH = len(_LEAF_KEYS)
-_LEAF_TEMPLATES = {}  # type: Dict[int, str]
+# The text up to the statistics, per (level, type, dtype, shape): a training step records the same few
+# shapes again and again. Bounded: a run with ever new shapes stops caching rather than growing.
+_LEAF_HEADS = {}  # type: Dict[Tuple[int, str, str, Tuple[int, ...]], str]
+_LEAF_HEADS_MAX = 4096
+_LEAF_TAILS = {}  # type: Dict[Tuple[int, str], str]
+# Whole leaf texts by (level, type, dtype, shape, requires_grad, the four statistics): see _leaf_text.
+# Cleared when full (a step's repeats are near each other: an output read by the next call).
+_LEAF_TEXTS = {}  # type: Dict[Tuple[Any, ...], str]
+_LEAF_TEXTS_MAX = 4096
 
 
-def _leaf_template(level: int) -> str:
+def _leaf_head(level: int, kind: str, dtype: str, shape: List[int]) -> str:
+    """A leaf's text up to its shape (included), nested at ``level``."""
     inner = "\n" + " " * (level + 1)
-    members = ["{}: %s".format(_STRING(key)) for key in _LEAF_KEYS]
-    return "{" + inner + ("," + inner).join(members) + "\n" + " " * level + "}"
+    if shape:
+        deeper = "\n" + " " * (level + 2)
+        shape_text = "[" + deeper + ("," + deeper).join(map(_INT_REPR, shape)) + inner + "]"
+    else:
+        shape_text = "[]"
+    return ("{" + inner + '"type": ' + _STRING(kind) + "," + inner + '"dtype": ' + _STRING(dtype) + "," + inner
+            + '"shape": ' + shape_text)
+
+
+def _leaf_tail(level: int, conversion: str) -> str:
+    """A leaf's text after its shape: the four statistics (``conversion`` of each: ``%r`` writes a finite
+    float as json does, ``%s`` a text already encoded) and requires_grad's token (``%s``)."""
+    inner = ",\n" + " " * (level + 1)
+    return "".join(inner + _STRING(key) + ": " + conversion for key in _LEAF_KEYS[3:7]) + inner + \
+        '"requires_grad": %s\n' + " " * level + "}"
 
 
 def _scalar_text(value: Any, level: int) -> str:
@@ -84,38 +110,57 @@ def _leaf_text(leaf: Dict[str, Any], level: int) -> Optional[str]:
     kind, dtype, shape, grad = leaf["type"], leaf["dtype"], leaf["shape"], leaf["requires_grad"]
     if type(kind) is not str or type(dtype) is not str or type(shape) is not list or type(grad) is not bool:
         return None
-    if shape:
-        for size in shape:
-            if type(size) is not int:
-                return None
-        inner = "\n" + " " * (level + 2)
-        shape_text = "[" + inner + ("," + inner).join(map(_INT_REPR, shape)) + "\n" + " " * (level + 1) + "]"
-    else:
-        shape_text = "[]"
-    template = _LEAF_TEMPLATES.get(level)
-    if template is None:
-        template = _LEAF_TEMPLATES[level] = _leaf_template(level)
-    deeper = level + 1
-    return template % (_STRING(kind), _STRING(dtype), shape_text, _scalar_text(leaf["Max"], deeper),
-                       _scalar_text(leaf["Min"], deeper), _scalar_text(leaf["Mean"], deeper),
-                       _scalar_text(leaf["Norm"], deeper), "true" if grad else "false")
+    for size in shape:  # (16.0 == 16 with the same hash: a key below must not mistake one for the other)
+        if type(size) is not int:
+            return None
+    high, low, mean, norm = leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"]
+    if (type(high) is float and type(low) is float and type(mean) is float and type(norm) is float
+            and -_INFINITY < high < _INFINITY and -_INFINITY < low < _INFINITY
+            and -_INFINITY < mean < _INFINITY and -_INFINITY < norm < _INFINITY):
+        # The common leaf: four finite floats (NaN fails every comparison). Most recur in a step (an
+        # output is the next call's input, a parameter is read forward and updated by the optimizer): their
+        # text is looked up by value. Not with a zero: -0.0 == 0.0 with the same hash, but not the same text.
+        key = None
+        if high and low and mean and norm:
+            key = (level, kind, dtype, tuple(shape), grad, high, low, mean, norm)
+            text = _LEAF_TEXTS.get(key)
+            if text is not None:
+                return text
+        text = _leaf_head_text(level, kind, dtype, shape) + _leaf_tail_text(level, "%r") % (
+            high, low, mean, norm, "true" if grad else "false")
+        if key is not None:
+            if len(_LEAF_TEXTS) >= _LEAF_TEXTS_MAX:
+                _LEAF_TEXTS.clear()
+            _LEAF_TEXTS[key] = text
+        return text
+    numbers = tuple(_scalar_text(value, level + 1) for value in (high, low, mean, norm))
+    return _leaf_head_text(level, kind, dtype, shape) + _leaf_tail_text(level, "%s") % (
+        numbers + ("true" if grad else "false",))
+
+
+def _leaf_head_text(level: int, kind: str, dtype: str, shape: List[int]) -> str:
+    key = (level, kind, dtype, tuple(shape))
+    head = _LEAF_HEADS.get(key)
+    if head is None:
+        head = _leaf_head(level, kind, dtype, shape)
+        if len(_LEAF_HEADS) < _LEAF_HEADS_MAX:
+            _LEAF_HEADS[key] = head
+    return head
+
+
+def _leaf_tail_text(level: int, conversion: str) -> str:
+    tail = _LEAF_TAILS.get((level, conversion))
+    if tail is None:
+        tail = _LEAF_TAILS[(level, conversion)] = _leaf_tail(level, conversion)
+    return tail
 
 
 def _encode(value: Any, level: int, out: Callable[[str], None]) -> None:
-    """Append the text of ``value`` nested at ``level`` through ``out`` (a list's append)."""
+    """Append the text of ``value`` nested at ``level`` through ``out`` (a list's append). Containers are
+    tested first and a tensor leaf in a container is written without another call: a dump.json entry is
+    a dict of lists of leaves (the leaves' own numbers are written by :func:`_leaf_text`)."""
     kind = type(value)
-    if kind is float:  # the most frequent: four statistics per tensor
-        if value != value:
-            out("NaN")
-        elif value == _INFINITY:
-            out("Infinity")
-        elif value == -_INFINITY:
-            out("-Infinity")
-        else:
-            out(_FLOAT_REPR(value))
-    elif kind is str:
-        out(_STRING(value))
-    elif kind is dict:
+    if kind is dict:
         if not value:
             out("{}")
             return
@@ -134,14 +179,6 @@ def _encode(value: Any, level: int, out: Callable[[str], None]) -> None:
             _encode(item, deeper, out)
             separator = "," + inner
         out("\n" + " " * level + "}")
-    elif kind is int:
-        out(_INT_REPR(value))
-    elif value is None:
-        out("null")
-    elif value is True:
-        out("true")
-    elif value is False:
-        out("false")
     elif kind is list or kind is tuple:
         if not value:
             out("[]")
@@ -151,11 +188,45 @@ def _encode(value: Any, level: int, out: Callable[[str], None]) -> None:
         deeper = level + 1
         for item in value:
             out(separator)
-            _encode(item, deeper, out)
             separator = "," + inner
+            if type(item) is dict and len(item) == _LEAF_LENGTH and tuple(item) == _LEAF_KEYS:
+                text = _leaf_text(item, deeper)
+                if text is not None:
+                    out(text)
+                    continue
+            _encode(item, deeper, out)
         out("\n" + " " * level + "]")
+    elif kind is float:
+        if value != value:
+            out("NaN")
+        elif value == _INFINITY:
+            out("Infinity")
+        elif value == -_INFINITY:
+            out("-Infinity")
+        else:
+            out(_FLOAT_REPR(value))
+    elif kind is str:
+        out(_STRING(value))
+    elif kind is int:
+        out(_INT_REPR(value))
+    elif value is None:
+        out("null")
+    elif value is True:
+        out("true")
+    elif value is False:
+        out("false")
     else:  # subclasses of str/int/float/dict/list, numpy scalars...: json.dumps decides
         raise _Unusual()
+
+
+def literal_list_member(name: str, literals: List[str], depth: int) -> str:
+    """``member_text(name, strings, depth)`` for a list of strings given as their JSON literals
+    (``formats.dump_json.stack_line_literal``): stack.json's members, without escaping a line again."""
+    head = " " * (depth + 1) + _STRING(name) + ": "
+    if not literals:
+        return head + "[]"
+    inner = "\n" + " " * (depth + 2)
+    return head + "[" + inner + ("," + inner).join(literals) + "\n" + " " * (depth + 1) + "]"
 
 
 def members_object(members: List[str], depth: int) -> str:

@@ -1,43 +1,41 @@
 """The msprobe 1.0.4 dump format on disk: one ``step{N}/rank{R}/`` directory (``formats/layout``) of
 dump.json, stack.json, construct.json and the ``.pt`` files, as ``reference/msprobe_1_0_4.md`` §5-6.
 
-The writer is a formatter: it receives finished entries (dicts built by ``ptdbg_ascend.msprobe.leaves``)
-and tensors, and owns nothing else. The JSON text is ``json_text``'s (msprobe's key order, ``indent=1``,
-bare ``NaN``/``Infinity`` tokens); ``.pt`` files are ``torch.save`` of a detached contiguous copy, keeping
-device and dtype (bf16 stays bf16), written by a background thread; the copy is taken at once, so a later
-in-place update of the tensor (optimizer step) cannot change what is saved. Files 0640, directories 0750.
+The writer is a formatter: it receives entries (dicts built by ``ptdbg_ascend.msprobe.leaves``) and tensors.
+The JSON text is ``json_text``'s (msprobe's key order, ``indent=1``, bare ``NaN``/``Infinity`` tokens);
+``.pt`` files are ``torch.save`` of a detached contiguous copy, keeping device and dtype (bf16 stays bf16),
+written by a background thread; the copy is taken at once, so a later in-place update of the tensor
+(optimizer step) cannot change what is saved. Files 0640, directories 0750.
 
-Unlike 1.0.4 (its §12 quirk 3), :meth:`MsprobeJsonWriter.flush` rewrites the files with *every* entry
-of the step so far, so a second start()/stop() window in the same step adds to the first instead of
-wiping it. JSON files are replaced atomically (write to a temporary file, then rename): a crash leaves
-the previous complete file, never half a JSON document.
+Unlike 1.0.4 (§12 quirk 3), :meth:`MsprobeJsonWriter.flush` rewrites the files with *every* entry of the
+step so far: a second start()/stop() window in a step adds to the first. JSON files are replaced atomically
+(temporary file, then rename): a crash leaves the previous complete file, never half a JSON document.
 
-While entries arrive, dump.json, stack.json and construct.json are also rewritten periodically with the
-*finished* entries: at most once per ``max_delay`` seconds (default ``background.DEFAULT_MAX_DELAY``,
-1 s: the legacy writer's backlog bound) and never sooner than ``REWRITE_COST_FACTOR`` (10) times the
-last rewrite's duration after it (less the encoding of new entries, done once per entry anyway), so a
-huge dump spends at most ~10 % of the time rewriting; only finished entries are shown (``entries.py``:
-dump.json never names a file not yet written). With a writer thread the rewrite is one of its jobs;
-without one (no tensors) it runs at the ``add_entry`` that finds it due. A SIGKILL therefore loses at most
-the entries of about the last ``2 * max_delay`` seconds (plus the last rewrite's duration when it is long).
+While entries arrive, the three files are also rewritten periodically with the *finished* entries (never
+naming a file not yet written: ``entries.py``, which keeps each finished entry as its text): at most once
+per ``max_delay`` seconds (default ``background.DEFAULT_MAX_DELAY``, 1 s, the legacy writer's bound) and
+never sooner than ``REWRITE_COST_FACTOR`` (10) times the last rewrite's duration after it, so a huge dump
+spends at most ~10 % of the time rewriting. The rewrite is a job of the writer thread, or without one (no
+tensors) runs at the ``add_entry`` that finds it due. A SIGKILL therefore loses at most the entries of
+about the last ``2 * max_delay`` seconds (plus the last rewrite's duration when it is long).
 
 A full disk (or any write error) stops the dump with the JSON files complete: ``.ptdbg.reserve``
 (``reserve.py``) holds back the space the next rewrite needs, grown to cover every entry before a later
-file takes any space (by each ``.pt`` file's job; without tensor files, by ``add_entry`` before it adds
-the entry). The first failed write (a ``.pt`` file, a rewrite even with the reserve's space, or the
-reserve itself) removes the reserve, the failed file's partial copy and the files of unfinished entries,
-and rewrites the three files with every finished entry. From then on every record raises the same
-:class:`DumpWriteError` (path, error, what dump.json holds), or ``stop()`` does when no record came
-after the error, until the next ``start()`` (:meth:`claim`) records again after the finished entries;
-nothing is written meanwhile, so nothing is glued.
+file takes any space (by each ``.pt`` file's job; without tensor files, by ``add_entry``). The first failed
+write (a ``.pt`` file, a rewrite even with the reserve's space, or the reserve itself) removes the reserve,
+the failed file's partial copy and the files of unfinished entries, and rewrites the three files with every
+finished entry. From then on every record raises the same :class:`DumpWriteError` (path, error, what
+dump.json holds), or ``stop()`` does when no record came after the error, until the next ``start()``
+(:meth:`claim`) records again after the finished entries; nothing is written meanwhile, nothing is glued.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from json.encoder import encode_basestring_ascii
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
 from ptdbg_ascend.errors import DumpWriteError
@@ -52,8 +50,10 @@ from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonRese
 from ptdbg_ascend.fs.writes import own_dir, own_dirs, remove_quietly, replace_file, write_all
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
-# Deferred statistics read back at once when this many wait (a bound on device memory between rewrites).
-MAX_PENDING_STATISTICS = 65536
+# Deferred statistics read back at once when this many wait (a bound on device memory between rewrites):
+# a pending float tensor holds ten 0-d tensors on its device (statistics.DeviceStatisticsBatch.add), which
+# a caching allocator rounds up to 512 bytes each, so at most ~40 MB; one read-back per 8192 tensors.
+MAX_PENDING_STATISTICS = 8192
 # A periodic rewrite waits at least this many times the last one's duration after it: rewriting a
 # dump.json of n entries is O(n), so on a huge dump the rewrites take at most ~1/(1 + factor) of the time.
 REWRITE_COST_FACTOR = 10
@@ -150,7 +150,8 @@ class MsprobeJsonWriter(object):
                         self._unclaimed = []  # the files queued since the last entry: this entry names them
                 space.pending[ENTRY] += 1
                 queued = self._queued
-                deferred, self._new_deferred = self._new_deferred, []
+                deferred = self._new_deferred
+                self._new_deferred = [] if deferred else deferred  # (no new list when empty: the CPU case)
                 self._entries.add(name, entry, queued if queued > self._written else None, deferred)
                 self._unflushed += 1
                 due = self._rewrite_due()
@@ -162,11 +163,12 @@ class MsprobeJsonWriter(object):
                 self._raise_failed()
 
     def defer_leaf(self, leaf: Dict[str, Any], tensor: Any) -> bool:
-        """``msprobe.leaves.tensor_leaf``'s hook: queue the statistics of ``tensor`` (off the CPU) on its
-        device; ``leaf`` is filled when they are read back (at the next rewrite or flush: one host sync
-        per device for all of them, instead of one per tensor). Always True (taken over)."""
+        """``msprobe.leaves.tensor_leaf``'s hook: queue the statistics of ``tensor`` (off the CPU) on its device;
+        ``leaf`` is filled when they are read back (next rewrite or flush: one sync per device). Returns True."""
         batch = self.statistics_batch
-        pending = batch.add(msprobe_reduced(tensor), extra=deferred_reductions)
+        # Values reduced from ints cannot be infinite or NaN: no finite extremes to prepare for them.
+        extra = deferred_reductions if tensor.is_floating_point() else None
+        pending = batch.add(msprobe_reduced(tensor), extra=extra)
         if type(pending) is not PendingDeviceStatistics:  # nothing to read back (no values)
             fill_statistics(leaf, pending)
             return True
@@ -178,20 +180,21 @@ class MsprobeJsonWriter(object):
 
     def add_stack(self, name: str, lines: List[str]) -> None:
         """stack.json entry ``name`` -> its formatted frames."""
-        self._add_member(STACK, name, lines, self._entries.add_stack)
+        self.add_stack_literals(name, [encode_basestring_ascii(line) for line in lines])
+
+    def add_stack_literals(self, name: str, literals: List[str]) -> None:
+        """:meth:`add_stack` with the frames as JSON string literals (``dump/stack.user_stack_literals``)."""
+        self._add_member(STACK, lambda: self._entries.add_stack(name, literals))
 
     def add_construct(self, name: str, parent: Optional[str]) -> None:
         """construct.json entry ``name`` -> its parent module's name (None at top level)."""
-        self._add_member(CONSTRUCT, name, parent, self._entries.add_construct)
+        self._add_member(CONSTRUCT, lambda: self._entries.add_construct(name, parent))
 
-    def _add_member(self, kind: int, name: str, value: Any, add: Any) -> None:
-        """One member of stack.json or construct.json (``kind``), its first one measured for the reserve."""
-        space = self._space
-        if space.unmeasured[kind]:
-            space.measured(kind, len(member_text(name, value, 0)))
+    def _add_member(self, kind: int, add: Callable[[], int]) -> None:
+        """One member of stack.json or construct.json (``kind``); ``add`` returns its text's length."""
         with self._lock:
-            add(name, value)
-            space.pending[kind] += 1
+            self._space.measured(kind, add())
+            self._space.pending[kind] += 1
 
     def save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
         """Queue ``{tensor_dir}/{stem}.pt`` and return its data_name; None when tensors are not saved.
@@ -323,14 +326,12 @@ class MsprobeJsonWriter(object):
         space = self._space
         try:
             try:
-                for name, text in texts:
-                    _write_atomic(os.path.join(self.directory, name), text)
+                self._write_files(texts)
             except DumpWriteError:
                 if not space.size:
                     raise
                 space.release()  # held for exactly this rewrite
-                for name, text in texts:
-                    _write_atomic(os.path.join(self.directory, name), text)
+                self._write_files(texts)
         except DumpWriteError as error:
             return str(error)
         self._entries_on_disk = shown
@@ -343,6 +344,10 @@ class MsprobeJsonWriter(object):
             except OSError as error:
                 return space.error_text(error)
         return None
+
+    def _write_files(self, texts: List[Tuple[str, str]]) -> None:
+        for name, text in texts:  # (file name, text)
+            _write_atomic(os.path.join(self.directory, name), text)
 
     # -- a write error ---------------------------------------------------------------------------
     def _stop_after_error(self, reason: str) -> None:
@@ -368,8 +373,7 @@ class MsprobeJsonWriter(object):
             for data_name in orphans:
                 remove_quietly(os.path.join(self.tensor_dir, data_name))
             try:
-                for name, text in texts:
-                    _write_atomic(os.path.join(self.directory, name), text)
+                self._write_files(texts)
                 self._entries_on_disk = shown
                 held = "its dump.json holds the {} entr{} finished before the error".format(
                     shown, "y" if shown == 1 else "ies")

@@ -16,8 +16,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ptdbg_ascend.config import DebuggerConfig
 from ptdbg_ascend.dump.observers import ApiCall
 from ptdbg_ascend.dump.recorder import RecordSink
-from ptdbg_ascend.dump.stack import user_stack_lines
-from ptdbg_ascend.dump.statistics import DEFERRAL, StatisticsCache
+from ptdbg_ascend.dump.stack import user_stack_literals
+from ptdbg_ascend.dump.statistics import DEFERRAL
+from ptdbg_ascend.dump.statistics_cache import StatisticsCache
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.formats.dump_json import AUTOCAST
 from ptdbg_ascend.log import logger
@@ -176,19 +177,19 @@ class MsprobeSink(RecordSink):
                 return
             flag = detection.overflow_flag(values)
             if flag is not False:  # the stack is taken now, at the call, even if the flag is read later
-                self.overflow.check(flag, (writer, name, build, user_stack_lines(2) if stack else None))
+                self.overflow.check(flag, (writer, name, build, user_stack_literals(2) if stack else None))
             return
         writer.add_entry(name, build())
         if stack:
-            writer.add_stack(name, user_stack_lines(2))
+            writer.add_stack_literals(name, user_stack_literals(2))
 
     def _dump_overflow(self, item: Tuple[MsprobeJsonWriter, str, Callable[[], Dict[str, Any]], Any], k: int) -> str:
         """Write overflowing call number ``k`` (the overflow policy's ``dump``); returns its directory."""
-        writer, name, build, stack_lines = item
+        writer, name, build, stack_literals = item
         logger.warning("{} overflows (inf, nan or saturation in its data).".format(name))
         writer.add_entry(name, build())
-        if stack_lines is not None:
-            writer.add_stack(name, stack_lines)
+        if stack_literals is not None:
+            writer.add_stack_literals(name, stack_literals)
         return writer.directory
 
     def _stopping(self, count: int, directory: str) -> str:

@@ -1,0 +1,64 @@
+"""Statistics of the tensors of the last call or two (:class:`StatisticsCache`), so a tensor recorded as one
+call's output and the next call's input is reduced once."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Optional, Tuple
+
+from ptdbg_ascend.dump.statistics import Statistics, tensor_statistics
+
+
+class StatisticsCache(object):
+    """Statistics of the tensors of the last call or two, so a tensor recorded as one call's output and
+    the next call's input is reduced (and saved) once.
+
+    Entries are checked against a weak reference and the tensor's version counter (in-place torch ops
+    bump it) and live only ``max_age`` calls: writes that bypass the version counter (``p.data.copy_``,
+    collectives, numpy views) cannot make a later step reuse stale numbers. Call :meth:`advance` once
+    per recorded call.
+
+    Args:
+        max_age: how many :meth:`advance` calls an entry survives. Default 1 (the next call).
+    """
+
+    def __init__(self, max_age: int = 1) -> None:
+        self._max_age = max_age
+        self._generation = 0
+        self._pruned_at = -1
+        self._entries = {}  # type: dict
+
+    def advance(self) -> None:
+        """Start the next call (recorded or not): entries older than ``max_age`` calls become invalid."""
+        self._generation += 1
+
+    def lookup(self, tensor: Any, name: str,
+               compute: "Optional[Callable[[Any], Statistics]]" = None) -> "Tuple[Statistics, Optional[str]]":
+        """``(statistics, first_name)``: the statistics of ``tensor`` and the name under which the same
+        unchanged tensor was recorded recently (None when it is new; it is then remembered as ``name``).
+        ``compute`` gives the statistics of a new tensor (default :func:`tensor_statistics`)."""
+        key = id(tensor)
+        try:
+            version = tensor._version
+        except RuntimeError:  # inference-mode tensors have no version counter: never cached
+            return (compute or tensor_statistics)(tensor), None
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is tensor and entry[1] == version \
+                and entry[4] >= self._generation - self._max_age:
+            return entry[2], entry[3]
+        statistics = (compute or tensor_statistics)(tensor)
+        if len(self._entries) > 256 and self._pruned_at != self._generation:
+            # At most once per call: within one call nothing expires, so pruning again would only
+            # rebuild the dict for every further tensor of a call that records hundreds (torch.cat).
+            self._pruned_at = self._generation
+            oldest = self._generation - self._max_age
+            self._entries = dict(item for item in self._entries.items() if item[1][4] >= oldest)
+        try:
+            self._entries[key] = (weakref.ref(tensor), version, statistics, name, self._generation)
+        except TypeError:  # not weak-referenceable: no caching
+            pass
+        return statistics, None
+
+    def clear(self) -> None:
+        """Forget everything (a new file, or a call that changes tensors behind the version counter)."""
+        self._entries.clear()
