@@ -188,3 +188,75 @@ def test_the_reserve_grows_a_small_dump_in_a_few_allocations(tmp_path, monkeypat
     big.ensure()
     assert big.size == big.needed() + big.needed() // 4
     big.release()
+
+
+class _Mixed(torch.nn.Module):
+    """Values of every kind a call takes or gives: tensors (float, int, bool, 0-d, empty, inf and NaN),
+    Python scalars and strings, keyword arguments (dim, dtype), tuples of tensors, None gradients, in-place
+    updates (AdamW's per-parameter steps) and a parameter that gets no gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 4)
+        self.unused = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        y = torch.nn.functional.gelu(self.fc(x), approximate="tanh")
+        values, indices = torch.max(y, dim=1)  # a tuple out; an int tensor
+        torch.argmax(y, dim=1, keepdim=False)
+        mask = y > 0.1  # a bool tensor
+        z = torch.where(mask, y, torch.zeros_like(y))
+        ratio = y / torch.tensor([1.0, 0.0, 2.0, 4.0])  # inf and NaN
+        torch.nan_to_num(ratio, nan=0.0, posinf=1.0, neginf=-1.0)
+        y.new_empty((0, 3)).sum(dim=0)  # empty
+        w = torch.cat([z, y * 0.5], dim=-1).to(dtype=torch.float64).float()
+        return w.sum() + values.mean() + indices.float().mean() * 0.0
+
+
+def _mixed_dump(tmp_path, tag, monkeypatch, text_path):
+    from ptdbg_ascend.jsonfile import load_json
+
+    if not text_path:
+        monkeypatch.setattr(sink_module.MsprobeSink, "_entry_texts", lambda self: None)
+    torch.manual_seed(0)
+    model = _Mixed()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, foreach=False)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / tag))
+    for _ in range(2):
+        debugger.start()
+        loss = model(torch.randn(3, 6))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        debugger.stop()
+        debugger.step()
+    monkeypatch.undo()
+    rank_dirs = [tmp_path / tag / "step{}".format(step) / "rank" for step in (0, 1)]
+    return [(rank / name).read_text() for rank in rank_dirs for name in ("dump.json", "construct.json")], \
+        [load_json(str(rank / "stack.json"), "stack.json") for rank in rank_dirs]
+
+
+def test_entries_written_as_text_are_the_entries_the_dicts_give(session, tmp_path, monkeypatch):
+    """A statistics dump writes most entries' text straight from the values (entry_text.py). The files must
+    be, byte for byte, those the dicts give: on a model with every kind of value, in-place updates,
+    backward entries and values the text path leaves to the dicts (bool and empty tensors, inf/NaN, a
+    dtype keyword)."""
+    from fake_torch_npu.fixtures import clean_session
+
+    from ptdbg_ascend.sinks.msprobe import entry_text
+
+    written_as_text = []
+    original = entry_text.EntryTexts.entry
+    monkeypatch.setattr(entry_text.EntryTexts, "entry",
+                        lambda self, name, blocks: written_as_text.append(name) or original(self, name, blocks))
+    texts, text_stacks = _mixed_dump(tmp_path, "text", monkeypatch, text_path=True)
+    assert len(written_as_text) > 50
+    clean_session(session)
+    dicts, dict_stacks = _mixed_dump(tmp_path, "dicts", monkeypatch, text_path=False)
+    assert texts == dicts
+    data = json.loads(texts[0])["data"]
+    assert "Torch.max.0.forward" in data and "Tensor.__gt__.0.forward" in data  # both kinds were written
+    assert any(name.endswith(".backward") for name in written_as_text)
+    assert any(name.startswith("Torch._single_tensor_adamw") or ".add_." in name or ".mul_." in name
+               or ".lerp_." in name for name in written_as_text)  # in-place optimizer updates
+    assert [sorted(stack) for stack in text_stacks] == [sorted(stack) for stack in dict_stacks]

@@ -48,12 +48,19 @@ class StepEntries(object):
         # The length of the longest member encoded by add() since the last texts() (for the reserve).
         self.longest_new = 0
 
-    def add(self, name: str, entry: Dict[str, Any], waits_for: Optional[int],
-            deferred: List[Tuple[Dict[str, Any], Any]]) -> None:
-        """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``.
-        ``waits_for``: the number of the last ``.pt`` job queued, when it is not written yet (None: all
-        are); ``deferred``: its leaves whose statistics are still on the device. An entry finished now
-        is kept as its text only (:meth:`_keep_text`)."""
+    def add(self, name: str, entry: Any, waits_for: Optional[int], deferred: List[Tuple[Dict[str, Any], Any]]) -> None:
+        """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``: a dict,
+        or its finished member text (``entry_text.py``: no file, nothing deferred). ``waits_for``: the number
+        of the last ``.pt`` job queued, when it is not written yet (None: all are); ``deferred``: its leaves
+        whose statistics are still on the device. An entry finished now is kept as its text only
+        (:meth:`_keep_text`)."""
+        if type(entry) is str:
+            if name not in self.data:
+                self.data[name] = _AS_TEXT
+                self.encoded[name] = entry
+                self.longest_new = max(self.longest_new, len(entry))
+                return
+            entry = json.loads("{" + entry + "}")[name]  # extending an entry: as a dict (rare)
         if deferred:
             self.stat_waiting.setdefault(name, []).extend(deferred)
         current = self.data.get(name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 from json.encoder import encode_basestring_ascii
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.formats.dump_json import document_head
 
@@ -113,29 +113,80 @@ def _leaf_text(leaf: Dict[str, Any], level: int) -> Optional[str]:
     for size in shape:  # (16.0 == 16 with the same hash: a key below must not mistake one for the other)
         if type(size) is not int:
             return None
-    high, low, mean, norm = leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"]
-    if (type(high) is float and type(low) is float and type(mean) is float and type(norm) is float
-            and -_INFINITY < high < _INFINITY and -_INFINITY < low < _INFINITY
-            and -_INFINITY < mean < _INFINITY and -_INFINITY < norm < _INFINITY):
-        # The common leaf: four finite floats (NaN fails every comparison). Most recur in a step (an
-        # output is the next call's input, a parameter is read forward and updated by the optimizer): their
-        # text is looked up by value. Not with a zero: -0.0 == 0.0 with the same hash, but not the same text.
-        key = None
-        if high and low and mean and norm:
-            key = (level, kind, dtype, tuple(shape), grad, high, low, mean, norm)
-            text = _LEAF_TEXTS.get(key)
-            if text is not None:
-                return text
-        text = _leaf_head_text(level, kind, dtype, shape) + _leaf_tail_text(level, "%r") % (
-            high, low, mean, norm, "true" if grad else "false")
-        if key is not None:
-            if len(_LEAF_TEXTS) >= _LEAF_TEXTS_MAX:
-                _LEAF_TEXTS.clear()
-            _LEAF_TEXTS[key] = text
+    statistics = (leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"])
+    text = tensor_leaf_text(level, dtype, shape, grad, statistics, kind)
+    if text is not None:
         return text
-    numbers = tuple(_scalar_text(value, level + 1) for value in (high, low, mean, norm))
+    numbers = tuple(_scalar_text(value, level + 1) for value in statistics)
     return _leaf_head_text(level, kind, dtype, shape) + _leaf_tail_text(level, "%s") % (
         numbers + ("true" if grad else "false",))
+
+
+def tensor_leaf_text(level: int, dtype: str, shape: List[int], requires_grad: bool, statistics: Sequence[Any],
+                     kind: str = "torch.Tensor") -> Optional[str]:
+    """The text at ``level`` of the usual tensor leaf (``msprobe/leaves.tensor_leaf``: type, dtype, shape,
+    Max, Min, Mean, Norm, requires_grad), or None unless ``statistics`` are four finite floats (the leaf
+    then has other keys or tokens: the general path writes it). ``shape``: ints."""
+    high, low, mean, norm = statistics
+    if not (type(high) is float and type(low) is float and type(mean) is float and type(norm) is float
+            and -_INFINITY < high < _INFINITY and -_INFINITY < low < _INFINITY
+            and -_INFINITY < mean < _INFINITY and -_INFINITY < norm < _INFINITY):  # (NaN fails every test)
+        return None
+    # Most leaves recur in a step (an output is the next call's input, a parameter is read forward and
+    # updated by the optimizer): their text is looked up by value. Not with a zero: -0.0 == 0.0 with the
+    # same hash, but not the same text.
+    key = None
+    if high and low and mean and norm:
+        key = (level, kind, dtype, tuple(shape), requires_grad, high, low, mean, norm)
+        text = _LEAF_TEXTS.get(key)
+        if text is not None:
+            return text
+    text = _leaf_head_text(level, kind, dtype, shape) + _leaf_tail_text(level, "%r") % (
+        high, low, mean, norm, "true" if requires_grad else "false")
+    if key is not None:
+        if len(_LEAF_TEXTS) >= _LEAF_TEXTS_MAX:
+            _LEAF_TEXTS.clear()
+        _LEAF_TEXTS[key] = text
+    return text
+
+
+def typed_value_text(level: int, type_name: str, value: Any) -> str:
+    """The text at ``level`` of ``{"type": type_name, "value": value}`` (a Python scalar's leaf)."""
+    kind = type(value)
+    if kind is int:
+        text = _INT_REPR(value)
+    elif kind is float and -_INFINITY < value < _INFINITY:
+        text = _FLOAT_REPR(value)
+    elif kind is bool:
+        text = "true" if value else "false"
+    elif kind is str:
+        text = _STRING(value)
+    else:  # NaN, infinities, anything else: the general path
+        return indented_text({"type": type_name, "value": value}, level)
+    inner = "\n" + " " * (level + 1)
+    return "{" + inner + '"type": ' + _STRING(type_name) + "," + inner + '"value": ' + text + "\n" + " " * level + "}"
+
+
+def list_of_texts(items: List[str], level: int) -> str:
+    """A JSON array at ``level`` of items already written (each at ``level + 1``)."""
+    if not items:
+        return "[]"
+    inner = "\n" + " " * (level + 1)
+    return "[" + inner + ("," + inner).join(items) + "\n" + " " * level + "]"
+
+
+def object_of_texts(members: Sequence[Tuple[str, str]], level: int) -> str:
+    """A JSON object at ``level`` of ``(key, value text)`` members (values written at ``level + 1``)."""
+    if not members:
+        return "{}"
+    inner = "\n" + " " * (level + 1)
+    return "{" + inner + ("," + inner).join(_STRING(key) + ": " + text for key, text in members) + \
+        "\n" + " " * level + "}"
+
+
+def member_of_text(name: str, text: str, depth: int) -> str:
+    """:func:`member_text` of a value already written (at ``depth + 1``)."""
+    return " " * (depth + 1) + _STRING(name) + ": " + text
 
 
 def _leaf_head_text(level: int, kind: str, dtype: str, shape: List[int]) -> str:

@@ -35,7 +35,7 @@ import os
 import threading
 from json.encoder import encode_basestring_ascii
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
 from ptdbg_ascend.errors import DumpWriteError
@@ -124,17 +124,17 @@ class MsprobeJsonWriter(object):
         self._new_deferred = []  # type: List[Tuple[Dict[str, Any], Any]]
 
     # -- adding ----------------------------------------------------------------------------------
-    def add_entry(self, name: str, entry: Dict[str, Any]) -> None:
-        """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``.
-        May rewrite the JSON files (see the module docstring). Raises :class:`DumpWriteError` after a
-        write error (the entry is not added)."""
+    def add_entry(self, name: str, entry: Any) -> None:
+        """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``: a dict,
+        or its finished member text (``entry_text.py``). May rewrite the JSON files (see the module
+        docstring). Raises :class:`DumpWriteError` after a write error (the entry is not added)."""
         if self._failed is not None:
             self._raise_failed()
         if not self._made_dirs:
             self._make_dirs()
         space = self._space
         if space.unmeasured[ENTRY]:  # before any rewrite has measured entries
-            space.measured(ENTRY, len(member_text(name, entry, 1)))
+            space.measured(ENTRY, len(entry if type(entry) is str else member_text(name, entry, 1)))
         if not self.saves_tensors:  # (with tensor files, each file's job grows the reserve first)
             try:
                 space.ensure(1, 1)  # the reserve covers this entry and its stack before it exists
@@ -184,17 +184,15 @@ class MsprobeJsonWriter(object):
 
     def add_stack_literals(self, name: str, literals: List[str]) -> None:
         """:meth:`add_stack` with the frames as JSON string literals (``dump/stack.user_stack_literals``)."""
-        self._add_member(STACK, lambda: self._entries.add_stack(name, literals))
+        with self._lock:
+            self._space.measured(STACK, self._entries.add_stack(name, literals))
+            self._space.pending[STACK] += 1
 
     def add_construct(self, name: str, parent: Optional[str]) -> None:
         """construct.json entry ``name`` -> its parent module's name (None at top level)."""
-        self._add_member(CONSTRUCT, lambda: self._entries.add_construct(name, parent))
-
-    def _add_member(self, kind: int, add: Callable[[], int]) -> None:
-        """One member of stack.json or construct.json (``kind``); ``add`` returns its text's length."""
         with self._lock:
-            self._space.measured(kind, add())
-            self._space.pending[kind] += 1
+            self._space.measured(CONSTRUCT, self._entries.add_construct(name, parent))
+            self._space.pending[CONSTRUCT] += 1
 
     def save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
         """Queue ``{tensor_dir}/{stem}.pt`` and return its data_name; None when tensors are not saved.

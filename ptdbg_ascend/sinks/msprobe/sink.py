@@ -11,6 +11,7 @@ the end of the step and exit), and the ``overflow_nums``-th overflow raises
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.config import DebuggerConfig
@@ -27,6 +28,9 @@ from ptdbg_ascend.msprobe.leaves import tensor_statistics_msprobe, value_leaf
 from ptdbg_ascend.msprobe.selection import block_wanted, dotted
 from ptdbg_ascend.overflow import detection
 from ptdbg_ascend.overflow.policy import OverflowPolicy
+from ptdbg_ascend.dump.tensor_kinds import transforms_active
+from ptdbg_ascend.sinks.msprobe.entry_text import EntryTexts, NotPlain
+from ptdbg_ascend.sinks.msprobe.json_text import object_of_texts
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
 
@@ -60,6 +64,7 @@ class MsprobeSink(RecordSink):
         self.module_stack = []  # type: List[str]
         self._forward_parent = {}  # type: Dict[str, Optional[str]]
         self._statistics_of = None  # type: Optional[Callable[[Any], List[Optional[float]]]]
+        self._texts = None  # type: Optional[EntryTexts]
 
     def bind(self, statistics: StatisticsCache, lock: Any) -> None:
         super().bind(statistics, lock)
@@ -69,6 +74,7 @@ class MsprobeSink(RecordSink):
                 return statistics.lookup(tensor, "", tensor_statistics_msprobe)[0]
 
         self._statistics_of = statistics_of
+        self._texts = EntryTexts(statistics_of)
 
     @property
     def overflows(self) -> int:
@@ -120,12 +126,30 @@ class MsprobeSink(RecordSink):
         # call whether a call is written at all: there only collectives take their inputs here.
         if self.overflow_task and call.prefix != "Distributed":
             return None
+        texts = self._entry_texts()
+        if texts is not None:
+            try:
+                return _TextBlocks(self._input_texts(texts, args, kwargs))
+            except NotPlain:
+                pass
         return self._inputs_block(dotted(call, FORWARD), args, kwargs)
 
     def forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any, before: Any,
                 stack: bool) -> None:
         name = dotted(call, FORWARD)
         autocast = autocast_state(args, kwargs)  # now, at the call: the entry may be built later (overflow)
+        texts = self._entry_texts() if autocast is None else None
+        if texts is not None and (before is None or type(before) is _TextBlocks):
+            try:
+                blocks = list(before) if before is not None else self._input_texts(texts, args, kwargs)
+                if block_wanted(self.config.data_mode, FORWARD, "output"):
+                    blocks.append(("output", texts.values_block(_as_list(output))))
+                self._add_text(name, texts.entry(name, blocks), stack)
+                return
+            except NotPlain:
+                pass
+        if type(before) is _TextBlocks:  # the inputs' text, taken before the call changed them: as dicts
+            before = json.loads(object_of_texts(before, 0))
         if not call.inplace:
             def build_entry() -> Dict[str, Any]:
                 return _with_autocast(self.forward_entry(name, args, kwargs, output), autocast)
@@ -145,6 +169,16 @@ class MsprobeSink(RecordSink):
     def backward(self, call: ApiCall, backward_input: Sequence[Optional[Any]],
                  backward_output: Sequence[Optional[Any]], stack: bool) -> None:
         name = dotted(call, BACKWARD)
+        texts = self._entry_texts()
+        if texts is not None:
+            try:
+                blocks = [(block, texts.values_block(list(values)))
+                          for block, values in (("input", backward_input), ("output", backward_output))
+                          if block_wanted(self.config.data_mode, BACKWARD, block)]
+                self._add_text(name, texts.entry(name, blocks), stack)
+                return
+            except NotPlain:
+                pass
         self.add_entry(name, lambda: self.gradient_entry(name, backward_input, backward_output), stack=stack,
                        values=(backward_input, backward_output))
 
@@ -180,6 +214,27 @@ class MsprobeSink(RecordSink):
                 self.overflow.check(flag, (writer, name, build, user_stack_literals(2) if stack else None))
             return
         writer.add_entry(name, build())
+        if stack:
+            writer.add_stack_literals(name, user_stack_literals(2))
+
+    # -- the text path (entry_text.py) ---------------------------------------------------------------
+    def _entry_texts(self) -> Optional[EntryTexts]:
+        """The entry texts when this call's entry may be written as text at once: a statistics dump (no
+        tensor files, no md5, no overflow check, nothing deferred) outside any torch.func transform."""
+        writer = self.writer
+        if (writer is None or self._texts is None or writer.saves_tensors or self.md5 or self.overflow_task
+                or self.defer_cpu or transforms_active()):
+            return None
+        return self._texts
+
+    def _input_texts(self, texts: EntryTexts, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Tuple[str, str]]:
+        if not block_wanted(self.config.data_mode, FORWARD, "input"):
+            return []
+        return [("input_args", texts.values_block(args)), ("input_kwargs", texts.keywords_block(kwargs))]
+
+    def _add_text(self, name: str, text: str, stack: bool) -> None:
+        writer = self.writer
+        writer.add_entry(name, text)
         if stack:
             writer.add_stack_literals(name, user_stack_literals(2))
 
@@ -221,6 +276,10 @@ class MsprobeSink(RecordSink):
         return value_leaf(value, path, writer.save_tensor if saving else None, self.md5, key,
                           defer=writer.defer_leaf if writer is not None else None, defer_cpu=self.defer_cpu,
                           statistics_of=self._statistics_of)
+
+
+class _TextBlocks(list):
+    """An in-place call's input blocks as ``(key, text)`` pairs (``inputs_before`` on the text path)."""
 
 
 def _is_tensor(value: Any) -> bool:
