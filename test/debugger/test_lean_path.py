@@ -260,3 +260,26 @@ def test_entries_written_as_text_are_the_entries_the_dicts_give(session, tmp_pat
     assert any(name.startswith("Torch._single_tensor_adamw") or ".add_." in name or ".mul_." in name
                or ".lerp_." in name for name in written_as_text)  # in-place optimizer updates
     assert [sorted(stack) for stack in text_stacks] == [sorted(stack) for stack in dict_stacks]
+
+
+def test_a_tensor_whose_statistics_raise_is_written_as_the_dicts_write_it(session, tmp_path, monkeypatch, read_dump):
+    """A dtype the reductions refuse must not stop the user's call on the text path either: the entry goes
+    to the dicts, whose value_leaf writes the special leaf (as before the text path existed)."""
+    original = sink_module.tensor_statistics_msprobe
+
+    def refusing(tensor):
+        if tuple(tensor.shape) == (5,):
+            raise RuntimeError("no arithmetic for this dtype")
+        return original(tensor)
+
+    monkeypatch.setattr(sink_module, "tensor_statistics_msprobe", refusing)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "dump"))
+    debugger.start()
+    y = torch.relu(torch.arange(5, dtype=torch.float32) - 2)
+    torch.exp(torch.ones(2, 2))
+    debugger.stop()
+    data = read_dump(str(tmp_path / "dump" / "step0" / "rank"))[0]["data"]
+    leaf = data["Torch.relu.0.forward"]["output"][0]
+    assert leaf["shape"] == [5] and leaf["Max"] == 2.0 and leaf["Min"] == 0.0  # special leaf: its own numbers
+    assert data["Torch.exp.0.forward"]["output"][0]["Max"] == float(torch.exp(torch.tensor(1.0)))
+    assert y.tolist() == [0.0, 0.0, 0.0, 1.0, 2.0]

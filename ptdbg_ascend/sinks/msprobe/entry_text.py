@@ -72,7 +72,10 @@ class EntryTexts(object):
         if kind is _TENSOR or kind is _PARAMETER:
             if not value.is_cpu or value.layout is not _STRIDED or value.is_nested or value.is_quantized:
                 raise NotPlain()
-            statistics = self._statistics_of(value)
+            try:
+                statistics = self._statistics_of(value)
+            except (RuntimeError, TypeError, ValueError, NotImplementedError):  # value_leaf's special leaf then
+                raise NotPlain() from None
             grad = bool(value.requires_grad)
             shape = value.shape
             recent = self._recent.get(id(statistics))

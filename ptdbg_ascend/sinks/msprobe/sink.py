@@ -20,6 +20,7 @@ from ptdbg_ascend.dump.recorder import RecordSink
 from ptdbg_ascend.dump.stack import user_stack_literals
 from ptdbg_ascend.dump.statistics import DEFERRAL
 from ptdbg_ascend.dump.statistics_cache import StatisticsCache
+from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.formats.dump_json import AUTOCAST
 from ptdbg_ascend.log import logger
@@ -28,7 +29,6 @@ from ptdbg_ascend.msprobe.leaves import tensor_statistics_msprobe, value_leaf
 from ptdbg_ascend.msprobe.selection import block_wanted, dotted
 from ptdbg_ascend.overflow import detection
 from ptdbg_ascend.overflow.policy import OverflowPolicy
-from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.sinks.msprobe.entry_text import EntryTexts, NotPlain
 from ptdbg_ascend.sinks.msprobe.json_text import object_of_texts
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
