@@ -164,32 +164,6 @@ def test_finished_entries_leave_nothing_for_the_garbage_collector_to_walk(tmp_pa
     assert stack["Torch.add.3.forward"] == ["File a.py, line 3, in f, \n y()"]
 
 
-def test_the_reserve_grows_a_small_dump_in_a_few_allocations(tmp_path, monkeypatch):
-    """Every step's directory starts a new ``.ptdbg.reserve``: growing it a quarter at a time took 16
-    fallocate calls per step of a small model (tens of microseconds each on a busy disk). Below
-    FAST_GROWTH it doubles; above, it still grows by a quarter (a huge dump holds back little extra)."""
-    from ptdbg_ascend.sinks.msprobe import reserve
-
-    calls = []
-    original = reserve._allocate
-    monkeypatch.setattr(reserve, "_allocate", lambda *args: (calls.append(args[2]), original(*args)))
-    space = reserve.JsonReserve(str(tmp_path))
-    space.measured(reserve.ENTRY, 1000)
-    for entries in range(1, 1500):  # one entry of 1000 characters at a time, up to ~3 MB needed
-        space.pending[reserve.ENTRY] = entries
-        space.ensure()
-        assert space.size >= space.needed()
-    assert len(calls) <= 7, calls
-    assert space.size <= 2 * space.needed()
-    space.release()
-    big = reserve.JsonReserve(str(tmp_path))
-    big.measured(reserve.ENTRY, 1000)
-    big.pending[reserve.ENTRY] = 20000  # ~40 MB: above FAST_GROWTH, a quarter more than needed
-    big.ensure()
-    assert big.size == big.needed() + big.needed() // 4
-    big.release()
-
-
 class _Mixed(torch.nn.Module):
     """Values of every kind a call takes or gives: tensors (float, int, bool, 0-d, empty, inf and NaN),
     Python scalars and strings, keyword arguments (dim, dtype), tuples of tensors, None gradients, in-place

@@ -12,8 +12,7 @@ added since the last rewrite, or left out of it (an entry still waiting for its 
 counted at ``GROWTH_FACTOR`` times the longest member text of its kind seen so far. The first
 ``CALIBRATION`` members of each kind are measured as they are added (before any rewrite has encoded
 one); every rewrite then measures the members it encodes. The file grows by at least a quarter at a
-time (doubles while under ``FAST_GROWTH``), so a growing dump costs a few ``fallocate`` calls, not one
-per entry.
+time, so a growing dump costs a few ``fallocate`` calls, not one per entry.
 
 The blocks are allocated (``posix_fallocate``; zeros written where that is not supported), not a
 sparse file: a file system that compresses or deduplicates zeros (ZFS, btrfs with compression) may
@@ -39,10 +38,6 @@ CALIBRATION = 16
 # Block rounding of three files and their temporary copies, and the document heads.
 SLACK = 64 * 1024
 _ZEROS = b"\0" * (1024 * 1024)
-# Below this size the file doubles when it grows (a few MB in a handful of fallocate calls: each costs
-# tens of microseconds on a busy disk, and every step's directory starts a new file); above it, it grows
-# by a quarter, so a huge dump holds back little more than it needs.
-FAST_GROWTH = 8 * 1024 * 1024
 
 
 class JsonReserve(object):
@@ -108,7 +103,7 @@ class JsonReserve(object):
         with self._lock:
             if needed <= self.size:
                 return
-            target = needed + max(needed // 4, min(needed, FAST_GROWTH))
+            target = needed + needed // 4
             if self._descriptor is None:
                 remove_quietly(self.path)  # a killed run's reserve (or anything else there: never followed)
                 self._descriptor = open_new(self.path, os.O_RDWR)
