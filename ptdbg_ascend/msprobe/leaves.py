@@ -70,6 +70,14 @@ def _finite_extremes(tensor: Any) -> List[float]:
     return [float(finite.max().item()), float(finite.min().item())]
 
 
+def dtype_text(dtype: Any) -> str:
+    """``str(dtype)``, made once per dtype (a leaf per recorded tensor needs it)."""
+    text = _DTYPE_TEXT.get(dtype)
+    if text is None:
+        text = _DTYPE_TEXT[dtype] = str(dtype)
+    return text
+
+
 def crc32_hex(tensor: Any) -> str:
     """msprobe's "md5" summary: CRC-32 of the raw bytes (bf16 as float32), 8 lowercase hex digits."""
     array = numpy_view.tensor_to_numpy(tensor)  # bf16, float8, complex32 widened (numpy has no such types)
@@ -93,13 +101,9 @@ def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
         statistics = [None, None, None, None]  # type: List[Optional[float]]
     else:
         statistics = (statistics_of or tensor_statistics_msprobe)(tensor)
-    dtype = tensor.dtype
-    dtype_text = _DTYPE_TEXT.get(dtype)
-    if dtype_text is None:
-        dtype_text = _DTYPE_TEXT[dtype] = str(dtype)
     leaf = {
         "type": "torch.Tensor",
-        "dtype": dtype_text,
+        "dtype": dtype_text(tensor.dtype),
         "shape": list(tensor.shape),
         "Max": statistics[0],
         "Min": statistics[1],

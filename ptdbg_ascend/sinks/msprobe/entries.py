@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, STACK_FILE
 from ptdbg_ascend.msprobe.leaves import fill_statistics
-from ptdbg_ascend.sinks.msprobe.json_text import (document_text, encode_missing, literal_list_member, member_text,
-                                                    members_object, object_text)
+from ptdbg_ascend.sinks.msprobe.json_text import (document_text, encode_missing, list_of_texts, member_of_text,
+                                                    member_text, members_object, object_text)
 from ptdbg_ascend.sinks.msprobe.pt_files import data_names
 from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
 
@@ -56,9 +56,7 @@ class StepEntries(object):
         (:meth:`_keep_text`)."""
         if type(entry) is str:
             if name not in self.data:
-                self.data[name] = _AS_TEXT
-                self.encoded[name] = entry
-                self.longest_new = max(self.longest_new, len(entry))
+                self._store_text(name, entry)
                 return
             entry = json.loads("{" + entry + "}")[name]  # extending an entry: as a dict (rare)
         if deferred:
@@ -83,15 +81,18 @@ class StepEntries(object):
         stay in memory as millions of small dicts and lists until the step ends, which Python's garbage
         collector walks again and again (measured: one window in three of the per-call benchmark ran ~2x
         slower); a str is never walked. Its text is the one the next rewrite would have made."""
-        text = self.encoded[name] = member_text(name, self.data[name], 1)
+        self._store_text(name, member_text(name, self.data[name], 1))
+
+    def _store_text(self, name: str, text: str) -> None:
         self.data[name] = _AS_TEXT
+        self.encoded[name] = text
         self.longest_new = max(self.longest_new, len(text))
 
     def add_stack(self, name: str, literals: List[str]) -> int:
         """The stack.json member ``name``, its frames given as JSON string literals; returns its text's length.
         Kept as its text (a str, which the garbage collector never walks; see :meth:`_keep_text`) under both
         ``stack`` and ``stack_encoded``."""
-        text = self.stack[name] = self.stack_encoded[name] = literal_list_member(name, literals, 0)
+        text = self.stack[name] = self.stack_encoded[name] = member_of_text(name, list_of_texts(literals, 1), 0)
         return len(text)
 
     def add_construct(self, name: str, parent: Optional[str]) -> int:

@@ -23,15 +23,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ptdbg_ascend.sinks.msprobe.json_text import (list_of_texts, member_of_text, object_of_texts, tensor_leaf_text,
-                                                  typed_value_text)
+from ptdbg_ascend.msprobe.leaves import dtype_text
+from ptdbg_ascend.sinks.msprobe.json_text import (indented_text, list_of_texts, member_of_text, object_of_texts,
+                                                  tensor_leaf_text)
 
 # Nesting levels of an entry's text (json.dumps(indent=1) of dump.json): the entry's member is at depth 1,
 # its object at level 2, its blocks' values at 3, and the blocks' items (the leaves) at 4.
 ENTRY_DEPTH, BLOCK_LEVEL, LEAF_LEVEL = 1, 3, 4
 
 _TENSOR, _PARAMETER, _STRIDED = torch.Tensor, torch.nn.Parameter, torch.strided
-_DTYPE_TEXT = {}  # type: Dict[Any, str]
+_SCALAR_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}  # value_leaf's {"type": ..., "value": ...}
 _KEYED = ("device", "dtype")  # value_leaf types a str under these keys as a torch.device / torch.dtype
 
 
@@ -43,14 +44,8 @@ class EntryTexts(object):
     """Texts of a sink's entries. ``statistics_of(tensor)`` gives a tensor's ``[Max, Min, Mean, Norm]`` (the
     sink's cache, as ``value_leaf`` uses it)."""
 
-    # Leaf texts of the last tensors by the identity of their statistics list: the sink's cache hands out the
-    # same list each time an unchanged tensor recurs (an output that is the next call's input). The list is
-    # kept, so its id cannot be reused while it is remembered.
-    RECENT = 64
-
     def __init__(self, statistics_of: Callable[[Any], List[Optional[float]]]) -> None:
         self._statistics_of = statistics_of
-        self._recent = {}  # type: Dict[int, Tuple[Any, int, bool, Any, str]]
 
     def entry(self, name: str, blocks: Sequence[Tuple[str, str]]) -> str:
         """The member text of entry ``name`` with ``blocks``, ``(key, text)`` pairs from the methods below."""
@@ -76,33 +71,16 @@ class EntryTexts(object):
                 statistics = self._statistics_of(value)
             except (RuntimeError, TypeError, ValueError, NotImplementedError):  # value_leaf's special leaf then
                 raise NotPlain() from None
-            grad = bool(value.requires_grad)
-            shape = value.shape
-            recent = self._recent.get(id(statistics))
-            if (recent is not None and recent[0] is statistics and recent[1] == level and recent[2] is grad
-                    and recent[3] == shape):
-                return recent[4]
-            dtype = value.dtype
-            dtype_text = _DTYPE_TEXT.get(dtype)
-            if dtype_text is None:
-                dtype_text = _DTYPE_TEXT[dtype] = str(dtype)
-            text = tensor_leaf_text(level, dtype_text, list(shape), grad, statistics)
+            text = tensor_leaf_text(level, dtype_text(value.dtype), list(value.shape), bool(value.requires_grad),
+                                    statistics)
             if text is None:
                 raise NotPlain()
-            if len(self._recent) >= self.RECENT:
-                self._recent.clear()
-            self._recent[id(statistics)] = (statistics, level, grad, shape, text)
             return text
         if value is None:
             return "null"
-        if kind is bool:
-            return typed_value_text(level, "bool", value)
-        if kind is int:
-            return typed_value_text(level, "int", value)
-        if kind is float:
-            return typed_value_text(level, "float", value)
-        if kind is str and key not in _KEYED:
-            return typed_value_text(level, "str", value)
+        type_name = _SCALAR_TYPES.get(kind)
+        if type_name is not None and not (kind is str and key in _KEYED):
+            return indented_text({"type": type_name, "value": value}, level)
         if kind is list or kind is tuple:
             return list_of_texts([self.value(item, level + 1, None) for item in value], level)
         raise NotPlain()

@@ -150,23 +150,6 @@ def tensor_leaf_text(level: int, dtype: str, shape: List[int], requires_grad: bo
     return text
 
 
-def typed_value_text(level: int, type_name: str, value: Any) -> str:
-    """The text at ``level`` of ``{"type": type_name, "value": value}`` (a Python scalar's leaf)."""
-    kind = type(value)
-    if kind is int:
-        text = _INT_REPR(value)
-    elif kind is float and -_INFINITY < value < _INFINITY:
-        text = _FLOAT_REPR(value)
-    elif kind is bool:
-        text = "true" if value else "false"
-    elif kind is str:
-        text = _STRING(value)
-    else:  # NaN, infinities, anything else: the general path
-        return indented_text({"type": type_name, "value": value}, level)
-    inner = "\n" + " " * (level + 1)
-    return "{" + inner + '"type": ' + _STRING(type_name) + "," + inner + '"value": ' + text + "\n" + " " * level + "}"
-
-
 def list_of_texts(items: List[str], level: int) -> str:
     """A JSON array at ``level`` of items already written (each at ``level + 1``)."""
     if not items:
@@ -268,16 +251,6 @@ def _encode(value: Any, level: int, out: Callable[[str], None]) -> None:
         out("false")
     else:  # subclasses of str/int/float/dict/list, numpy scalars...: json.dumps decides
         raise _Unusual()
-
-
-def literal_list_member(name: str, literals: List[str], depth: int) -> str:
-    """``member_text(name, strings, depth)`` for a list of strings given as their JSON literals
-    (``formats.dump_json.stack_line_literal``): stack.json's members, without escaping a line again."""
-    head = " " * (depth + 1) + _STRING(name) + ": "
-    if not literals:
-        return head + "[]"
-    inner = "\n" + " " * (depth + 2)
-    return head + "[" + inner + ("," + inner).join(literals) + "\n" + " " * (depth + 1) + "]"
 
 
 def members_object(members: List[str], depth: int) -> str:
