@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import stat
 import tempfile
 from typing import Any, Callable, List, Tuple
@@ -150,6 +152,36 @@ def replace_file(path: str, write: Callable[[int], None], what: str = "") -> Non
         if isinstance(error, OSError):
             raise DumpWriteError("Cannot write {}{}: {}".format(what + " " if what else "", path, error)) from error
         raise
+
+
+def link_file(source: str, path: str, what: str = "") -> None:
+    """Create ``path`` as a hard link to ``source`` (the same data recorded again: nothing is written). The
+    link is made under an unpredictable temporary name beside ``path`` and renamed into place, so, as with
+    :func:`replace_file`, the final name is never written through a symlink and never half made; where the
+    file system has no hard links, ``path`` becomes a copy (:func:`replace_file`). Failure: a
+    :class:`DumpWriteError` naming ``path`` (``what``, e.g. "the tensor file", prefixes it)."""
+    directory, name = os.path.split(path)
+    for _ in range(100):
+        temporary = os.path.join(directory, ".{}.{}{}".format(name, secrets.token_hex(4), TEMP_SUFFIX))
+        try:
+            os.link(source, temporary)  # never replaces nor follows what is at ``temporary``: EEXIST
+            break
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links here (EPERM, EXDEV, ENOTSUP...): a copy
+            def copy(descriptor: int) -> None:
+                with open(source, "rb") as original, os.fdopen(os.dup(descriptor), "wb") as target:
+                    shutil.copyfileobj(original, target)
+
+            replace_file(path, copy, what)
+            return
+    else:
+        raise DumpWriteError("Cannot write {}{}: no free temporary name beside it".format(what + " " if what else "", path))
+    try:
+        os.replace(temporary, path)
+    except OSError as error:
+        remove_quietly(temporary)
+        raise DumpWriteError("Cannot write {}{}: {}".format(what + " " if what else "", path, error)) from error
 
 
 def write_all(descriptor: int, data: Any) -> None:

@@ -93,34 +93,39 @@ def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
                 statistics_of: Optional[Callable[[Any], List[Optional[float]]]] = None) -> Dict[str, Any]:
     """The dump.json leaf of one tensor (statistics computed here; ``data_name`` when it was saved).
     ``defer`` (default None) may take over the statistics of a tensor that is not on the CPU (or of a
-    CPU one too with ``defer_cpu``, default False): it then fills Max/Min/Mean/Norm (and the
-    ``*_except_inf_nan`` keys) when its batch is read back. ``statistics_of`` (default None:
-    :func:`tensor_statistics_msprobe`) gives the statistics of a tensor not deferred (the sink's cache)."""
-    deferred = defer is not None and defer_candidate(tensor, defer_cpu)
-    if deferred:
-        statistics = [None, None, None, None]  # type: List[Optional[float]]
-    else:
-        statistics = (statistics_of or tensor_statistics_msprobe)(tensor)
+    CPU one too with ``defer_cpu``, default False), and of any tensor whose file was just queued (the
+    writer may compute them from the copy it saves): it then fills Max/Min/Mean/Norm (and the
+    ``*_except_inf_nan`` keys) later. ``statistics_of`` (default None: :func:`tensor_statistics_msprobe`)
+    gives the statistics of a tensor not deferred (the sink's cache)."""
     leaf = {
         "type": "torch.Tensor",
         "dtype": dtype_text(tensor.dtype),
         "shape": list(tensor.shape),
-        "Max": statistics[0],
-        "Min": statistics[1],
-        "Mean": statistics[2],
-        "Norm": statistics[3],
+        "Max": None,
+        "Min": None,
+        "Mean": None,
+        "Norm": None,
         "requires_grad": bool(tensor.requires_grad),
     }  # type: Dict[str, Any]
-    if deferred and not defer(leaf, tensor):
-        deferred = False
-        fill_statistics(leaf, tensor_statistics_msprobe(tensor))
-    if not deferred and (_not_finite(statistics[0]) or _not_finite(statistics[1])):
-        leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = _finite_extremes(tensor)
+    offered = defer is not None and (data_name is not None or defer_candidate(tensor, defer_cpu))
+    if not (offered and defer(leaf, tensor)):
+        fill_statistics(leaf, eager_statistics(tensor, statistics_of))
     if md5 and tensor.device.type != "meta":
         leaf["md5"] = crc32_hex(tensor)
     if data_name is not None:
         leaf["data_name"] = data_name
     return leaf
+
+
+def eager_statistics(tensor: Any, statistics_of: Optional[Callable[[Any], List[Optional[float]]]] = None
+                     ) -> List[Optional[float]]:
+    """A leaf's numbers read now, for :func:`fill_statistics`: Max, Min, Mean, Norm (by ``statistics_of``,
+    default :func:`tensor_statistics_msprobe`) and, when Max or Min is not finite, msprobe's
+    ``Max_except_inf_nan`` and ``Min_except_inf_nan`` after them."""
+    statistics = (statistics_of or tensor_statistics_msprobe)(tensor)
+    if _not_finite(statistics[0]) or _not_finite(statistics[1]):
+        return list(statistics[:4]) + _finite_extremes(tensor)
+    return statistics
 
 
 def defer_candidate(tensor: Any, on_cpu: bool = False) -> bool:
@@ -161,18 +166,22 @@ def msprobe_reduced(tensor: Any) -> Any:
 
 
 def fill_statistics(leaf: Dict[str, Any], numbers: List[Any]) -> None:
-    """Put read-back statistics into a deferred leaf: ``numbers`` are Max, Min, Mean, Norm and, when
-    present, the four of :func:`deferred_reductions`; a non-finite Max or Min adds the
-    ``*_except_inf_nan`` keys right after ``requires_grad`` (where :func:`tensor_leaf` puts them)."""
+    """Put a leaf's statistics into it: ``numbers`` are Max, Min, Mean, Norm, then nothing, or msprobe's
+    ``Max_except_inf_nan`` and ``Min_except_inf_nan`` themselves (six numbers: :func:`eager_statistics`), or
+    the four of :func:`deferred_reductions` read back (eight). A non-finite Max or Min adds the
+    ``*_except_inf_nan`` keys right after ``requires_grad`` (before ``md5`` and ``data_name``)."""
     leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"] = numbers[:4]
-    if len(numbers) < 8 or not (_not_finite(numbers[0]) or _not_finite(numbers[1])):
+    if len(numbers) < 6 or not (_not_finite(numbers[0]) or _not_finite(numbers[1])):
         return
-    finite_max, finite_min, sign_max, sign_min = numbers[4:8]
-    if finite_max != float("-inf"):  # some element is finite
-        extremes = [finite_max, finite_min]
-    else:  # over the non-NaN elements, all infinite (as _finite_extremes); NaN when every element is NaN
-        extremes = [float("inf") if sign_max == 1 else float("-inf") if sign_min == -1 else float("nan"),
-                    float("-inf") if sign_min == -1 else float("inf") if sign_max == 1 else float("nan")]
+    if len(numbers) == 6:
+        extremes = list(numbers[4:6])
+    else:
+        finite_max, finite_min, sign_max, sign_min = numbers[4:8]
+        if finite_max != float("-inf"):  # some element is finite
+            extremes = [finite_max, finite_min]
+        else:  # over the non-NaN elements, all infinite (as _finite_extremes); NaN when every element is NaN
+            extremes = [float("inf") if sign_max == 1 else float("-inf") if sign_min == -1 else float("nan"),
+                        float("-inf") if sign_min == -1 else float("inf") if sign_max == 1 else float("nan")]
     tail = [(key, leaf.pop(key)) for key in ("md5", "data_name") if key in leaf]
     leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = extremes
     leaf.update(tail)

@@ -62,6 +62,11 @@ class MsprobeRecorder(Recorder):
         self.on = self._on
 
     def switch(self, on: bool) -> None:
+        if on:
+            # A new window: the files an earlier one saved may be in another step's directory, or removed
+            # after a write error; a tensor recorded again is saved again, not linked to them.
+            with self._lock:
+                self.statistics.clear()
         self.on = on
 
     def _stopped(self) -> None:

@@ -6,13 +6,11 @@ from __future__ import annotations
 import functools
 import io
 import os
-import shutil
 from typing import Any, List, Optional, Tuple
 
 from ptdbg_ascend.dump.statistics import EMPTY, tensor_statistics
-from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.formats.pkl import record_text, shape_text
-from ptdbg_ascend.fs.writes import replace_file, write_all
+from ptdbg_ascend.fs.writes import link_file, replace_file, write_all
 from ptdbg_ascend.numpy_view import numpy_wider
 
 
@@ -92,16 +90,9 @@ def host_copy(tensor: Any) -> Any:
 
 
 def link_npy(source: str, target: str) -> None:
-    """``target`` as a hard link to the npy ``source`` (a copy where links are not supported)."""
-    try:
-        if os.path.lexists(target):
-            os.remove(target)
-        try:
-            os.link(source, target)
-        except OSError:  # a filesystem without hard links
-            shutil.copyfile(source, target)
-    except OSError as error:
-        raise DumpWriteError("Cannot write {}: {}".format(target, error)) from error
+    """``target`` as a hard link to the npy ``source`` (a copy where links are not supported;
+    :func:`~ptdbg_ascend.fs.writes.link_file`)."""
+    link_file(source, target)
 
 
 @functools.lru_cache(maxsize=4096)

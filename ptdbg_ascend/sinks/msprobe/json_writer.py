@@ -5,7 +5,9 @@ The writer is a formatter: it receives entries (dicts built by ``ptdbg_ascend.ms
 The JSON text is ``json_text``'s (msprobe's key order, ``indent=1``, bare ``NaN``/``Infinity`` tokens);
 ``.pt`` files are ``torch.save`` of a detached contiguous copy, keeping device and dtype (bf16 stays bf16),
 written by a background thread; the copy is taken at once, so a later in-place update of the tensor
-(optimizer step) cannot change what is saved. Files 0640, directories 0750.
+(optimizer step) cannot change what is saved. That thread also reads a CPU tensor's statistics from the copy
+(``late_statistics.py``); a tensor saved again unchanged gets a hard link to its first file. Files 0640,
+directories 0750.
 
 Unlike 1.0.4 (§12 quirk 3), :meth:`MsprobeJsonWriter.flush` rewrites the files with *every* entry of the
 step so far: a second start()/stop() window in a step adds to the first. JSON files are replaced atomically
@@ -35,25 +37,20 @@ import os
 import threading
 from json.encoder import encode_basestring_ascii
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
-from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, PT_SUFFIX, STACK_FILE, tensor_dir
-from ptdbg_ascend.msprobe.leaves import deferred_reductions, fill_statistics, msprobe_reduced
 from ptdbg_ascend.sinks import background as background_module
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.msprobe.entries import StepEntries
 from ptdbg_ascend.sinks.msprobe.json_text import member_text
-from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
+from ptdbg_ascend.sinks.msprobe.late_statistics import LateStatistics
+from ptdbg_ascend.sinks.msprobe.pt_files import CopyStatistics, save_pt, snapshot, tensor_error_text
 from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
-from ptdbg_ascend.fs.writes import own_dir, own_dirs, remove_quietly, replace_file, write_all
+from ptdbg_ascend.fs.writes import link_file, own_dir, own_dirs, remove_quietly, replace_file, write_all
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
-# Deferred statistics read back at once when this many wait (a bound on device memory between rewrites):
-# a pending float tensor holds ten 0-d tensors on its device (statistics.DeviceStatisticsBatch.add), which
-# a caching allocator rounds up to 512 bytes each, so at most ~40 MB; one read-back per 8192 tensors.
-MAX_PENDING_STATISTICS = 8192
 # A periodic rewrite waits at least this many times the last one's duration after it: rewriting a
 # dump.json of n entries is O(n), so on a huge dump the rewrites take at most ~1/(1 + factor) of the time.
 REWRITE_COST_FACTOR = 10
@@ -117,11 +114,12 @@ class MsprobeJsonWriter(object):
         self._earliest_rewrite = 0.0  # REWRITE_COST_FACTOR x the last rewrite's duration after its end
         self.rewrites = 0
         self.rewrite_seconds = 0.0
-        # Statistics of tensors off the CPU, read back in batches (dump/statistics.DeviceStatisticsBatch)
-        # when the files are rewritten: leaves deferred since the last add_entry (an entry waiting for
-        # them is not finished).
-        self.statistics_batch = DeviceStatisticsBatch()
-        self._new_deferred = []  # type: List[Tuple[Dict[str, Any], Any]]
+        # Leaves whose statistics come later (late_statistics.py): read back from a device in batches at the
+        # rewrites, or read by the writer thread from the copy it saves. An entry waiting for them is not
+        # finished. ``defer_leaf`` is msprobe.leaves.tensor_leaf's hook.
+        self._late = LateStatistics(self._lock)
+        self.statistics_batch = self._late.batch
+        self.defer_leaf = self._late.defer_leaf
 
     # -- adding ----------------------------------------------------------------------------------
     def add_entry(self, name: str, entry: Any) -> None:
@@ -150,8 +148,7 @@ class MsprobeJsonWriter(object):
                         self._unclaimed = []  # the files queued since the last entry: this entry names them
                 space.pending[ENTRY] += 1
                 queued = self._queued
-                deferred = self._new_deferred
-                self._new_deferred = [] if deferred else deferred  # (no new list when empty: the CPU case)
+                deferred = self._late.take_new()
                 self._entries.add(name, entry, queued if queued > self._written else None, deferred)
                 self._unflushed += 1
                 due = self._rewrite_due()
@@ -161,22 +158,6 @@ class MsprobeJsonWriter(object):
             self._start_rewrite()
             if self._failed is not None:  # the rewrite ran here (no writer thread) and failed
                 self._raise_failed()
-
-    def defer_leaf(self, leaf: Dict[str, Any], tensor: Any) -> bool:
-        """``msprobe.leaves.tensor_leaf``'s hook: queue the statistics of ``tensor`` (off the CPU) on its device;
-        ``leaf`` is filled when they are read back (next rewrite or flush: one sync per device). Returns True."""
-        batch = self.statistics_batch
-        # Values reduced from ints cannot be infinite or NaN: no finite extremes to prepare for them.
-        extra = deferred_reductions if tensor.is_floating_point() else None
-        pending = batch.add(msprobe_reduced(tensor), extra=extra)
-        if type(pending) is not PendingDeviceStatistics:  # nothing to read back (no values)
-            fill_statistics(leaf, pending)
-            return True
-        with self._lock:
-            self._new_deferred.append((leaf, pending))
-        if batch.pending_count() >= MAX_PENDING_STATISTICS:  # bounded: read back now
-            batch.resolve()
-        return True
 
     def add_stack(self, name: str, lines: List[str]) -> None:
         """stack.json entry ``name`` -> its formatted frames."""
@@ -194,9 +175,13 @@ class MsprobeJsonWriter(object):
             self._space.measured(CONSTRUCT, self._entries.add_construct(name, parent))
             self._space.pending[CONSTRUCT] += 1
 
-    def save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
+    def save_tensor(self, stem: str, tensor: Any, statistics: Optional[CopyStatistics] = None,
+                    same_as: Optional[str] = None) -> Optional[str]:
         """Queue ``{tensor_dir}/{stem}.pt`` and return its data_name; None when tensors are not saved.
-        Raises :class:`DumpWriteError` after a write error."""
+        ``statistics`` (from :meth:`copy_statistics`; default None): the tensor's leaf, built next, takes
+        them, read by the writer thread from the copy. ``same_as`` (default None): the stem of a file this
+        writer saved the same unchanged tensor to (one call's output, the next call's input): the file is
+        then a hard link to it, and nothing is copied. Raises :class:`DumpWriteError` after a write error."""
         if not self.saves_tensors:
             return None
         if self._failed is not None:
@@ -204,7 +189,10 @@ class MsprobeJsonWriter(object):
         self._make_dirs()
         data_name = stem + PT_SUFFIX
         path = os.path.join(self.tensor_dir, data_name)
-        copy, nbytes = snapshot(tensor)
+        if statistics is not None:
+            self._late.expect(tensor, statistics)
+        first_path = None if same_as is None else os.path.join(self.tensor_dir, same_as + PT_SUFFIX)
+        copy, nbytes = snapshot(tensor) if first_path is None else (None, 0)
         with self._submit_lock:
             self._queued += 1
             number = self._queued
@@ -223,10 +211,15 @@ class MsprobeJsonWriter(object):
                         path, space.error_text(error, capital=False)))
                     return
                 try:
-                    save_pt(path, copy)  # a partial file is removed (fs.writes.replace_file)
+                    if first_path is None:
+                        save_pt(path, copy)  # a partial file is removed (fs.writes.replace_file)
+                    else:  # written by an earlier job (jobs run in order)
+                        link_file(first_path, path, "the tensor file")
                 except Exception as error:  # noqa: BLE001 - disk full, I/O error, torch's own
                     self._stop_after_error(tensor_error_text(path, error))
                     return
+                if statistics is not None and first_path is None:
+                    statistics.compute(copy)
                 self._written = number
 
             if self._background is not None:
@@ -236,6 +229,11 @@ class MsprobeJsonWriter(object):
             if self._failed is not None:
                 self._raise_failed()
         return data_name
+
+    def copy_statistics(self, tensor: Any) -> Optional[CopyStatistics]:
+        """Statistics for the writer thread to read from the copy of ``tensor`` it will save, or None where
+        they are read from ``tensor`` at the call (``LateStatistics.for_copy``; no writer thread)."""
+        return self._late.for_copy(tensor) if self._background is not None else None
 
     # -- writing ---------------------------------------------------------------------------------
     def flush(self, json_only: bool = False) -> None:
@@ -387,7 +385,7 @@ class MsprobeJsonWriter(object):
         with self._submit_lock:
             orphans, self._unclaimed = self._unclaimed, []
         orphans.extend(self._entries.drop_unfinished())
-        self._new_deferred = []  # leaves of an entry still being built: it is never added
+        self._late.forget_new()  # leaves of an entry still being built: it is never added
         return orphans
 
     def _on_disk_text(self) -> str:
@@ -413,7 +411,7 @@ class MsprobeJsonWriter(object):
         with self._lock, self._submit_lock:
             self._written = self._queued
             self._unclaimed = []
-            self._new_deferred = []
+            self._late.forget_new()
             self._failed = None
             self._reported = False
 

@@ -273,9 +273,19 @@ class MsprobeSink(RecordSink):
     def _leaf(self, value: Any, path: str, key: Optional[str] = None) -> Any:
         writer = self.writer
         saving = writer is not None and writer.saves_tensors
-        return value_leaf(value, path, writer.save_tensor if saving else None, self.md5, key,
+        return value_leaf(value, path, self._save_tensor if saving else None, self.md5, key,
                           defer=writer.defer_leaf if writer is not None else None, defer_cpu=self.defer_cpu,
                           statistics_of=self._statistics_of)
+
+
+    def _save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
+        """``value_leaf``'s ``save``: through the recorder's cache, so a tensor saved for the last call or
+        two and unchanged since is neither copied nor written again (a hard link to its first file), as in
+        the legacy format; the writer thread reads the statistics from the copy it saves."""
+        writer = self.writer
+        with self.lock:  # backward hooks may run on autograd's threads
+            statistics, same_as = self.statistics.saved(tensor, stem, writer.copy_statistics)
+        return writer.save_tensor(stem, tensor, statistics, same_as)
 
 
 class _TextBlocks(list):

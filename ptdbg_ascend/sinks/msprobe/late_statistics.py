@@ -1,0 +1,92 @@
+"""The leaves of an msprobe writer whose statistics arrive after the leaf is built (:class:`LateStatistics`):
+
+- those of tensors off the CPU, reduced on their device and read back in batches
+  (``dump/statistics.DeviceStatisticsBatch``): one host sync per batch instead of one per tensor;
+- those of saved CPU tensors, read by the writer thread from the copy it saves (``pt_files.CopyStatistics``):
+  the training thread takes the copy and nothing more.
+
+An entry holding such a leaf is unfinished until its numbers are in (``entries.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from ptdbg_ascend.dump.statistics import DEFERRAL, DeviceStatisticsBatch, PendingDeviceStatistics
+from ptdbg_ascend.msprobe.leaves import defer_candidate, deferred_reductions, fill_statistics, msprobe_reduced
+from ptdbg_ascend.sinks.msprobe.pt_files import CopyStatistics
+
+# Deferred statistics read back at once when this many wait (a bound on device memory between rewrites):
+# a pending float tensor holds ten 0-d tensors on its device (statistics.DeviceStatisticsBatch.add), which
+# a caching allocator rounds up to 512 bytes each, so at most ~40 MB; one read-back per 8192 tensors.
+MAX_PENDING_STATISTICS = 8192
+
+Leaves = List[Tuple[Dict[str, Any], Any]]  # (leaf, its pending numbers)
+
+
+class LateStatistics(object):
+    """The late leaves of one writer.
+
+    Args:
+        lock: the writer's lock, under which new leaves are collected (backward hooks may run on autograd's
+            threads) and :meth:`take_new` / :meth:`forget_new` are called.
+    """
+
+    def __init__(self, lock: Any) -> None:
+        self.batch = DeviceStatisticsBatch()
+        self._lock = lock
+        self._defer_cpu = DEFERRAL.on_cpu  # read once, as the sink does
+        self._new = []  # type: Leaves  # leaves deferred since the last take_new (an entry being built)
+        # id of a tensor just saved -> (tensor, the statistics the writer thread reads from its copy),
+        # until its leaf takes them (defer_leaf).
+        self._from_copies = {}  # type: Dict[int, Tuple[Any, CopyStatistics]]
+
+    def for_copy(self, tensor: Any) -> Optional[CopyStatistics]:
+        """New statistics for the writer thread to read from the copy of ``tensor`` it will save, or None
+        where they are read from ``tensor`` (``CopyStatistics.wanted``; and when CPU tensors take the
+        accelerator's path, as tests make them: ``DEFERRAL.on_cpu``)."""
+        return None if self._defer_cpu else CopyStatistics.of(tensor)
+
+    def expect(self, tensor: Any, statistics: CopyStatistics) -> None:
+        """The leaf of ``tensor``, built next (:meth:`defer_leaf`), takes ``statistics``: those the writer
+        thread reads from the copy of ``tensor`` it saves (or saved, for a tensor recorded again)."""
+        self._from_copies[id(tensor)] = (tensor, statistics)
+
+    def defer_leaf(self, leaf: Dict[str, Any], tensor: Any) -> bool:
+        """``msprobe.leaves.tensor_leaf``'s hook. A tensor just saved whose statistics come from its copy:
+        ``leaf`` waits for them. One off the CPU: its reductions are queued on its device and ``leaf`` is
+        filled when they are read back (next rewrite or flush: one sync per device). Returns whether
+        ``leaf`` was taken (False: its statistics are read now)."""
+        taken = self._from_copies.pop(id(tensor), None) if self._from_copies else None
+        if taken is not None and taken[0] is tensor:
+            with self._lock:
+                self._new.append((leaf, taken[1]))
+            return True
+        if not defer_candidate(tensor, self._defer_cpu):
+            return False
+        batch = self.batch
+        # Values reduced from ints cannot be infinite or NaN: no finite extremes to prepare for them.
+        extra = deferred_reductions if tensor.is_floating_point() else None
+        pending = batch.add(msprobe_reduced(tensor), extra=extra)
+        if type(pending) is not PendingDeviceStatistics:  # nothing to read back (no values)
+            fill_statistics(leaf, pending)
+            return True
+        with self._lock:
+            self._new.append((leaf, pending))
+        if batch.pending_count() >= MAX_PENDING_STATISTICS:  # bounded: read back now
+            batch.resolve()
+        return True
+
+    def take_new(self) -> Leaves:
+        """The leaves deferred since the last call: those of the entry being added (under the lock)."""
+        new = self._new
+        if new:
+            self._new = []
+        if self._from_copies:  # a saved tensor whose leaf read its statistics itself (a special kind)
+            self._from_copies.clear()
+        return new
+
+    def forget_new(self) -> None:
+        """Drop the leaves of an entry still being built: it is never added (a write error; under the lock)."""
+        self._new = []
+        self._from_copies.clear()
