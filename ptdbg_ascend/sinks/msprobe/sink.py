@@ -277,7 +277,6 @@ class MsprobeSink(RecordSink):
                           defer=writer.defer_leaf if writer is not None else None, defer_cpu=self.defer_cpu,
                           statistics_of=self._statistics_of)
 
-
     def _save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
         """``value_leaf``'s ``save``: through the recorder's cache, so a tensor saved for the last call or
         two and unchanged since is neither copied nor written again (a hard link to its first file), as in
