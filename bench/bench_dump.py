@@ -5,7 +5,8 @@
 Rows: ``hooks_off`` (wrappers installed, switch OFF), ``summary_only`` (statistics in the pkl, no npy,
 the default mode "all"), ``summary+stack`` (the same plus every call's stack line, mode api_stack),
 ``api_stack`` (every tensor to npy + stack lines), ``debugger_stats`` (``PrecisionDebugger(task="statistics",
-level="L1")``, start/stop/step around each step: dump.json + stack.json, as ``summary+stack`` records);
+level="L1")``, start/stop/step around each step: dump.json + stack.json, as ``summary+stack`` records),
+``debugger_tensors`` (the same with ``task="tensor"``: a ``.pt`` file per tensor, as ``api_stack`` writes npy files);
 then, on a model ~20x heavier, the MB/s of npy data the
 dumped run sustains against ``np.save`` writing the same arrays in a tight loop. Output goes under
 ``bench/out/dump/`` and is deleted afterwards.
@@ -123,7 +124,7 @@ def main() -> int:
     recorder = lambda: session.legacy.recorder  # noqa: E731
     # Rounds over every row, plain and hooks_off alternating (unwrap / wrap again) in each, so that load
     # from other processes on a shared machine hits all rows alike; each row reports its median round.
-    times = {name: [] for name in ["plain", "hooks_off"] + [row for row, _ in DUMPED_ROWS] + ["debugger_stats"]}
+    times = {name: [] for name in ["plain", "hooks_off"] + [row for row, _ in DUMPED_ROWS] + ["debugger_stats", "debugger_tensors"]}
     records_per_step = 0.0
     npy_floor = []  # seconds np.save takes for one step's npy files, measured after each api_stack row
     for _ in range(args.rounds):
@@ -145,6 +146,8 @@ def main() -> int:
                 # Right after the row it is compared with, before api_stack: the ~100 MB that row writes are
                 # still being written back to disk for a while, which slowed whatever row came next.
                 times["debugger_stats"].append(debugger_row(PrecisionDebugger, step, args.steps))
+            if name == "api_stack":  # right after the row it is compared with, as above
+                times["debugger_tensors"].append(debugger_row(PrecisionDebugger, step, args.steps, task="tensor"))
     plain = statistics.median(times["plain"])
 
     print("torch {}, {} thread(s), reference model batch 16, median of {} rounds of {} steps (each the median step)".format(
@@ -154,8 +157,9 @@ def main() -> int:
         print("{:<14} {:8.2f} ms/step  {:5.2f}x   rounds: {}".format(
             name, seconds * 1e3, seconds / plain, " ".join("{:.2f}x".format(value / plain) for value in values)))
     print("pkl lines per step (summary+stack): {:.0f}".format(records_per_step))
-    print("debugger_stats / summary+stack: {:.2f}x".format(
-        statistics.median(times["debugger_stats"]) / statistics.median(times["summary+stack"])))
+    print("debugger_stats / summary+stack: {:.2f}x   debugger_tensors / api_stack: {:.2f}x".format(
+        statistics.median(times["debugger_stats"]) / statistics.median(times["summary+stack"]),
+        statistics.median(times["debugger_tensors"]) / statistics.median(times["api_stack"])))
     # api_stack writes ~350 new npy files per step: where creating a file is slow, that, not the tool,
     # sets the step time (on the development VM `openat` of a new file took 0.9 ms median under strace
     # in phases after heavy writing, 25-45 us in quiet ones, whatever the number of files in the
@@ -173,10 +177,11 @@ def main() -> int:
     return 0
 
 
-def debugger_row(PrecisionDebugger, step, steps: int) -> float:
-    """Median seconds per step with ``PrecisionDebugger(task="statistics", level="L1")``, start/stop/step
-    around each step (dump.json + stack.json, as ``summary+stack`` records)."""
-    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=os.path.join(OUT, "debugger"))
+def debugger_row(PrecisionDebugger, step, steps: int, task: str = "statistics") -> float:
+    """Median seconds per step with ``PrecisionDebugger(task=task, level="L1")`` (default task "statistics"),
+    start/stop/step around each step (dump.json + stack.json, as ``summary+stack`` records; with "tensor",
+    the ``.pt`` files too, as ``api_stack`` writes npy files)."""
+    debugger = PrecisionDebugger(task=task, level="L1", dump_path=os.path.join(OUT, "debugger"))
 
     def debugger_step() -> None:
         debugger.start()
