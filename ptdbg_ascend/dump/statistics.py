@@ -54,6 +54,12 @@ def _torch_has(*path: str) -> bool:
 
 _HAS_AMINMAX = _torch_has("aminmax")
 _SMALL = 32768  # up to this many elements, numpy reduces a CPU tensor faster than torch
+# A tensor whose file a writer thread saves has its statistics read by that thread from the copy it saves when
+# it has at least this many elements: there the passes over the data (torch and numpy release the GIL) overlap
+# with training. Below it they stay on the training thread, where they cost a few microseconds: on the writer
+# thread their Python work competes with training for the GIL and slowed the writer, which sets the pace
+# of a dump of many small tensors.
+WRITER_STATISTICS_MIN_ELEMENTS = 65536
 
 
 def min_max(tensor: Any) -> Tuple[Any, Any]:

@@ -19,14 +19,15 @@ from ptdbg_ascend.sinks.msprobe import pt_files
 
 
 class _TensorMix(torch.nn.Module):
-    """Tensors of every layout and dtype the copy path sees or leaves alone: over numpy's size limit (torch
-    reduces them), contiguous views at an offset (chunk), non-contiguous views (t(), slices), float16,
-    bfloat16, float64, int64, inf and NaN, and AdamW's in-place updates (foreach=False)."""
+    """Tensors of every layout and dtype the copy path sees or leaves alone: large enough for the writer
+    thread to read their statistics (torch reduces them) and smaller ones, contiguous views at an offset
+    (chunk), non-contiguous views (t(), slices), float16, bfloat16, float64, int64, inf and NaN, and AdamW's
+    in-place updates (foreach=False)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.big = torch.nn.Linear(256, 200)  # its weight: 51200 elements
-        self.head = torch.nn.Linear(200, 8)
+        self.big = torch.nn.Linear(512, 256)  # its weight: 131072 elements, over WRITER_STATISTICS_MIN_ELEMENTS
+        self.head = torch.nn.Linear(256, 8)
 
     def forward(self, x):
         h = torch.relu(self.big(x))
@@ -44,7 +45,7 @@ def _tensor_dump(tmp_path, tag, steps=2):
     torch.manual_seed(0)
     model = _TensorMix()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, foreach=False)
-    x = torch.randn(160, 256)
+    x = torch.randn(300, 512)
     debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / tag))
     for _ in range(steps):
         debugger.start()
@@ -98,7 +99,7 @@ def test_a_tensor_dump_is_the_same_with_statistics_from_copies_and_linked_files(
             monkeypatch.setattr(StatisticsCache, "saved", lambda self, tensor, name, make: (make(tensor), None))
         dumps[tag] = _tensor_dump(tmp_path, tag)  # one line: stack.json names it
         if tag == "lean":
-            assert len(threads) > 50 and not any(threads)  # read from the copies, on the writer thread
+            assert len(threads) >= 30 and not any(threads)  # read from the copies, on the writer thread
     lean, eager = dumps["lean"], dumps["eager"]
     assert _texts(lean) == _texts(eager)
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.dump import statistics as statistics_module
 from ptdbg_ascend.dump.statistics import (DeviceStatisticsBatch, PendingDeviceStatistics, array_statistics,
-                                         scalar_statistics, tensor_statistics)
+                                         WRITER_STATISTICS_MIN_ELEMENTS, scalar_statistics, tensor_statistics)
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.formats import pkl
@@ -31,11 +31,10 @@ from ptdbg_ascend.fs.writes import FILE_MODE, open_new, own_dir, own_dirs, remov
 # StatisticsCache.lookup). write_call passes ``compute`` for the tensors whose statistics it defers.
 StatisticsLookup = Callable[..., Tuple[List[Optional[float]], Optional[str]]]
 
-# Statistics of CPU tensors of these dtypes and at least this many elements are computed on the writer
-# thread from the npy copy (float32 for bf16): there three passes over a large tensor overlap with
-# training instead of adding to it.
+# Statistics of CPU tensors of these dtypes and at least WRITER_STATISTICS_MIN_ELEMENTS elements are computed
+# on the writer thread from the npy copy (float32 for bf16): there three passes over a large tensor overlap
+# with training instead of adding to it.
 _DEFERRED_DTYPES = frozenset(("torch.float32", "torch.float64", "torch.bfloat16"))
-_DEFERRED_MIN_ELEMENTS = 65536
 
 
 class _PendingStatistics(list):
@@ -274,7 +273,7 @@ class LegacyPklWriter(object):
                     shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
                     if lookup is None:
                         statistics, same_as = tensor_statistics(value), None
-                    elif deferring and dtype in _DEFERRED_DTYPES and value.numel() >= _DEFERRED_MIN_ELEMENTS \
+                    elif deferring and dtype in _DEFERRED_DTYPES and value.numel() >= WRITER_STATISTICS_MIN_ELEMENTS \
                             and value.device.type == "cpu":  # an accelerator reduces on the device, nearly free
                         statistics, same_as = lookup(value, name, _new_pending)
                     elif defer_cpu or not value.is_cpu:

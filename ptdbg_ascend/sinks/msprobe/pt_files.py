@@ -8,6 +8,7 @@ import os
 from typing import Any, List, Optional, Tuple
 
 from ptdbg_ascend.dump.interception import Inside
+from ptdbg_ascend.dump.statistics import WRITER_STATISTICS_MIN_ELEMENTS
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.fs.writes import replace_file
 from ptdbg_ascend.log import logger
@@ -40,10 +41,12 @@ class CopyStatistics(list):
 
     @staticmethod
     def wanted(tensor: Any) -> bool:
-        """Whether the statistics of ``tensor`` (about to be saved) can be read from its copy: a contiguous
-        CPU tensor with values, a dimension and a real or integer dtype (not bool)."""
-        return (tensor.is_cpu and tensor.dim() > 0 and tensor.numel() > 0 and not tensor.is_complex()
-                and tensor.dtype is not _bool_dtype() and tensor.is_contiguous())
+        """Whether the statistics of ``tensor`` (about to be saved) are read from its copy: a contiguous CPU
+        tensor of a real or integer dtype (not bool) with a dimension and at least
+        ``WRITER_STATISTICS_MIN_ELEMENTS`` elements (smaller ones cost less at the call than on the writer
+        thread)."""
+        return (tensor.is_cpu and tensor.dim() > 0 and tensor.numel() >= WRITER_STATISTICS_MIN_ELEMENTS
+                and not tensor.is_complex() and tensor.dtype is not _bool_dtype() and tensor.is_contiguous())
 
     @classmethod
     def of(cls, tensor: Any) -> "Optional[CopyStatistics]":
