@@ -1,4 +1,4 @@
-"""Reading a dump.json back in tests: the tensor files its entries name."""
+"""Reading a dump.json back in tests: the tensor leaves of its entries and the tensor files they name."""
 
 from __future__ import annotations
 
@@ -15,3 +15,16 @@ def data_names(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from data_names(item)
+
+
+def tensor_leaves(value: Any) -> Iterator[dict]:
+    """Every tensor leaf (``"type": "torch.Tensor"``) in an entry or a whole ``data`` object, in order."""
+    if isinstance(value, dict):
+        if value.get("type") == "torch.Tensor":
+            yield value
+        else:
+            for item in value.values():
+                yield from tensor_leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from tensor_leaves(item)

@@ -10,24 +10,13 @@ import pytest
 import torch
 
 from ptdbg_ascend import PrecisionDebugger
+from dump_json_names import tensor_leaves
 
 FORWARD_L1 = ["Functional.conv2d.0.forward", "Torch.relu.0.forward", "Functional.leaky_relu.0.forward",
               "Tensor.flatten.0.forward", "Functional.linear.0.forward", "Tensor.sum.0.forward"]
 BACKWARD_L1 = ["Tensor.sum.0.backward", "Functional.linear.0.backward", "Tensor.flatten.0.backward",
                "Functional.leaky_relu.0.backward", "Torch.relu.0.backward", "Functional.conv2d.0.backward"]
 TENSOR_KEYS = ["type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad"]
-
-
-def _tensor_leaves(node):
-    if isinstance(node, dict):
-        if node.get("type") == "torch.Tensor":
-            yield node
-        else:
-            for value in node.values():
-                yield from _tensor_leaves(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _tensor_leaves(value)
 
 
 def _dump_once(tmp_path, net, one_step, **kwargs):
@@ -61,7 +50,7 @@ def test_tensor_task_l1_layout_names_and_statistics(session, tmp_path, tiny, one
     assert conv_backward["output"][0] is None  # the image needs no gradient
     assert conv_backward["output"][1]["data_name"] == "Functional.conv2d.0.backward.output.1.pt"
     # every tensor leaf: key order, a file that holds exactly the described tensor
-    leaves = list(_tensor_leaves(dump["data"]))
+    leaves = list(tensor_leaves(dump["data"]))
     assert len(leaves) > 20
     for leaf in leaves:
         assert list(leaf) == TENSOR_KEYS + ["data_name"]
@@ -87,7 +76,7 @@ def test_statistics_task_writes_no_tensors_and_md5_is_crc32(session, tmp_path, t
     dump, _, _ = read_dump(rank_dir)
     assert dump["dump_data_dir"] is None
     assert not os.path.exists(os.path.join(rank_dir, "dump_tensor_data"))
-    for leaf in _tensor_leaves(dump["data"]):
+    for leaf in tensor_leaves(dump["data"]):
         assert list(leaf) == TENSOR_KEYS
 
     config = tmp_path / "md5.json"
@@ -315,4 +304,4 @@ def test_run_ut_task_dumps_what_the_precheck_reruns(session, tmp_path, tiny, one
     leaky = dump["data"]["Functional.leaky_relu.0.forward"]
     assert leaky["input_args"][1] == {"type": "float", "value": 0.1}
     files = set(os.listdir(dump["dump_data_dir"]))
-    assert files == set(leaf["data_name"] for leaf in _tensor_leaves(dump["data"])) and len(files) > 20
+    assert files == set(leaf["data_name"] for leaf in tensor_leaves(dump["data"])) and len(files) > 20

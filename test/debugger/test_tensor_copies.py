@@ -16,6 +16,7 @@ from ptdbg_ascend import PrecisionDebugger
 from ptdbg_ascend.dump.statistics_cache import StatisticsCache
 from ptdbg_ascend.fs import writes
 from ptdbg_ascend.sinks.msprobe import pt_files
+from dump_json_names import tensor_leaves
 
 
 class _TensorMix(torch.nn.Module):
@@ -66,18 +67,6 @@ def _texts(rank_dirs):
     return texts
 
 
-def _tensor_leaves(node):
-    if isinstance(node, dict):
-        if node.get("type") == "torch.Tensor":
-            yield node
-        else:
-            for value in node.values():
-                yield from _tensor_leaves(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _tensor_leaves(value)
-
-
 def test_a_tensor_dump_is_the_same_with_statistics_from_copies_and_linked_files(session, tmp_path, monkeypatch):
     from fake_torch_npu.fixtures import clean_session
 
@@ -106,7 +95,7 @@ def test_a_tensor_dump_is_the_same_with_statistics_from_copies_and_linked_files(
     linked = 0
     for rank in lean:
         data = json.loads((rank / "dump.json").read_text())["data"]
-        leaves = [leaf for leaf in _tensor_leaves(data) if "data_name" in leaf]
+        leaves = [leaf for leaf in tensor_leaves(data) if "data_name" in leaf]
         assert len(leaves) > 100
         for leaf in leaves:
             path = rank / "dump_tensor_data" / leaf["data_name"]

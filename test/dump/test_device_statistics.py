@@ -18,6 +18,7 @@ from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_sw
 from ptdbg_ascend.dump import statistics
 from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
 from fake_torch_npu.fixtures import clean_session
+from dump_json_names import tensor_leaves
 
 
 @pytest.fixture
@@ -185,18 +186,6 @@ def _debugger_dump(tmp_path, tag, task):
     return load_json(str(tmp_path / tag / "step0" / "rank" / "dump.json"), "dump.json")["data"]
 
 
-def _leaves(node):
-    if isinstance(node, dict):
-        if node.get("type") == "torch.Tensor":
-            yield node
-        else:
-            for value in node.values():
-                yield from _leaves(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _leaves(value)
-
-
 @pytest.mark.parametrize("task", ["statistics", "tensor"])
 def test_a_precision_debugger_dump_is_the_same_with_batched_statistics(tmp_path, dump_session, deferred,
                                                                         monkeypatch, task):
@@ -207,7 +196,7 @@ def test_a_precision_debugger_dump_is_the_same_with_batched_statistics(tmp_path,
     clean_session(dump_session)
     batched = _debugger_dump(tmp_path, "batched", task)
     assert list(batched) == list(reference)
-    expected_leaves, got_leaves = list(_leaves(reference)), list(_leaves(batched))
+    expected_leaves, got_leaves = list(tensor_leaves(reference)), list(tensor_leaves(batched))
     assert len(got_leaves) == len(expected_leaves) > 10
     for expected, got in zip(expected_leaves, got_leaves):
         assert list(got) == list(expected)  # the same keys in the same order (*_except_inf_nan included)
