@@ -161,6 +161,7 @@ def link_file(source: str, path: str, what: str = "") -> None:
     file system has no hard links, ``path`` becomes a copy (:func:`replace_file`). Failure: a
     :class:`DumpWriteError` naming ``path`` (``what``, e.g. "the tensor file", prefixes it)."""
     directory, name = os.path.split(path)
+    label = what + " " if what else ""
     for _ in range(100):
         temporary = os.path.join(directory, ".{}.{}{}".format(name, secrets.token_hex(4), TEMP_SUFFIX))
         try:
@@ -168,7 +169,7 @@ def link_file(source: str, path: str, what: str = "") -> None:
             break
         except FileExistsError:
             continue
-        except OSError:  # no hard links here (EPERM, EXDEV, ENOTSUP...): a copy
+        except OSError:  # no hard links here (EPERM, EXDEV, ENOTSUP, EMLINK...): a copy
             def copy(descriptor: int) -> None:
                 with open(source, "rb") as original, os.fdopen(os.dup(descriptor), "wb") as target:
                     shutil.copyfileobj(original, target)
@@ -176,12 +177,12 @@ def link_file(source: str, path: str, what: str = "") -> None:
             replace_file(path, copy, what)
             return
     else:
-        raise DumpWriteError("Cannot write {}{}: no free temporary name beside it".format(what + " " if what else "", path))
+        raise DumpWriteError("Cannot write {}{}: no free temporary name beside it".format(label, path))
     try:
         os.replace(temporary, path)
     except OSError as error:
         remove_quietly(temporary)
-        raise DumpWriteError("Cannot write {}{}: {}".format(what + " " if what else "", path, error)) from error
+        raise DumpWriteError("Cannot write {}{}: {}".format(label, path, error)) from error
 
 
 def write_all(descriptor: int, data: Any) -> None:
