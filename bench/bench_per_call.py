@@ -1,6 +1,6 @@
 """Tool time per recorded call in statistics mode on CPU, for both front-ends, in one run.
 
-    python bench/bench_per_call.py [--calls 2000] [--rounds 5] [--size 16] [--tree CHECKOUT]
+    python bench/bench_per_call.py [--calls 2000] [--rounds 5] [--size 16] [--tree CHECKOUT] [--device-path]
 
 A loop of tiny API calls on small tensors (matmul, relu, add, mul, sum, ... on ``size`` x ``size`` float32,
 no autograd) is timed plain (wrappers removed) and dumped by each front-end:
@@ -9,6 +9,9 @@ no autograd) is timed plain (wrappers removed) and dumped by each front-end:
   summary_only=True)`` (statistics in the pkl plus each call's stack line, bench_dump.py's ``summary+stack``);
 * ``legacy_all``: the same with the default mode ``all`` (no stack lines, bench_dump.py's ``summary_only``);
 * ``debugger``: ``PrecisionDebugger(task="statistics", level="L1")`` with start()/stop() around the loop.
+
+``--device-path`` runs the accelerator's path on these CPU tensors (``dump/statistics.DEFERRAL.on_cpu``, as tests
+do): reductions queued and read back in batches, the host work a call costs on a GPU or NPU besides the launches.
 
 Tool time = (time with the tool, the flush of its files included) - (plain time), divided by the number
 of recorded calls counted from the dump itself (distinct call names in the pkl; entries of dump.json).
@@ -91,6 +94,8 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=16, help="side of the square float32 tensors (default 16)")
     parser.add_argument("--tree", default=os.path.dirname(HERE),
                         help="the checkout whose ptdbg_ascend is measured (default: this one)")
+    parser.add_argument("--device-path", action="store_true",
+                        help="take the accelerator's path (statistics read back in batches) on the CPU tensors")
     args = parser.parse_args()
     if not os.path.isdir(os.path.join(args.tree, "ptdbg_ascend")):
         parser.error("--tree {!r} has no ptdbg_ascend package".format(args.tree))
@@ -104,6 +109,11 @@ def main() -> int:
     from ptdbg_ascend.dump.session import get_session
 
     from ptdbg_ascend.log import logger
+
+    if args.device_path:
+        from ptdbg_ascend.dump import statistics as statistics_module
+
+        statistics_module.DEFERRAL.on_cpu = True  # read by every writer built from now on
 
     logger.setLevel(logging.WARNING)  # one INFO line per window would flood the output
     seed_all()
@@ -177,8 +187,9 @@ def main() -> int:
     base = statistics.median(wall for wall, _ in plains)
     base_cpu = statistics.median(cpu for _, cpu in plains)
     print("ptdbg_ascend from {}".format(os.path.abspath(args.tree)))
-    print("torch {}, 1 thread, {} API calls per loop on {}x{} float32, median of {} rounds".format(
-        torch.__version__, made, args.size, args.size, args.rounds))
+    print("torch {}, 1 thread, {} API calls per loop on {}x{} float32, median of {} rounds{}".format(
+        torch.__version__, made, args.size, args.size, args.rounds,
+        ", the accelerator's path (--device-path)" if args.device_path else ""))
     print("plain loop {:.2f} ms wall, {:.2f} ms CPU ({:.1f} us wall per API call)".format(
         base * 1e3, base_cpu * 1e3, base / made * 1e6))
     results, results_cpu = {}, {}

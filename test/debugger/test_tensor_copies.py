@@ -15,7 +15,7 @@ import torch
 from ptdbg_ascend import PrecisionDebugger
 from ptdbg_ascend.dump.statistics_cache import StatisticsCache
 from ptdbg_ascend.fs import writes
-from ptdbg_ascend.sinks.msprobe import pt_files
+from ptdbg_ascend.sinks.msprobe import late_statistics
 from dump_json_names import tensor_leaves
 
 
@@ -71,7 +71,7 @@ def test_a_tensor_dump_is_the_same_with_statistics_from_copies_and_linked_files(
     from fake_torch_npu.fixtures import clean_session
 
     threads = []
-    compute = pt_files.CopyStatistics.compute
+    compute = late_statistics.CopyStatistics.compute
 
     def counting(self, copy):
         threads.append(threading.current_thread() is threading.main_thread())
@@ -80,11 +80,11 @@ def test_a_tensor_dump_is_the_same_with_statistics_from_copies_and_linked_files(
     dumps = {}
     for tag in ("lean", "eager"):
         if tag == "lean":
-            monkeypatch.setattr(pt_files.CopyStatistics, "compute", counting)
+            monkeypatch.setattr(late_statistics.CopyStatistics, "compute", counting)
         else:  # before: every statistic read at the call, every file copied and written
             monkeypatch.undo()
             clean_session(session)
-            monkeypatch.setattr(pt_files.CopyStatistics, "wanted", staticmethod(lambda tensor: False))
+            monkeypatch.setattr(late_statistics.CopyStatistics, "wanted", staticmethod(lambda tensor: False))
             monkeypatch.setattr(StatisticsCache, "saved", lambda self, tensor, name, make: (make(tensor), None))
         dumps[tag] = _tensor_dump(tmp_path, tag)  # one line: stack.json names it
         if tag == "lean":

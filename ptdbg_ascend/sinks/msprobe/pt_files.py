@@ -1,18 +1,14 @@
 """The ``.pt`` files of an msprobe dump: taking a tensor's copy and writing it (the dump's writer and
-``ptdbg convert``), the statistics the writer thread reads from that copy, the message of a failed write, and
-the files an entry names. torch is imported only when used."""
+``ptdbg convert``), the message of a failed write, and the files an entry names. torch is imported only when
+used (``ptdbg convert`` runs without it)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, List, Optional, Tuple
 
-from ptdbg_ascend.dump.interception import Inside
-from ptdbg_ascend.dump.statistics import WRITER_STATISTICS_MIN_ELEMENTS
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.fs.writes import replace_file
-from ptdbg_ascend.log import logger
-from ptdbg_ascend.msprobe.leaves import eager_statistics
 
 
 def snapshot(tensor: Any) -> Tuple[Any, int]:
@@ -23,59 +19,6 @@ def snapshot(tensor: Any) -> Tuple[Any, int]:
     with torch.no_grad():
         copy = tensor.detach().clone(memory_format=torch.contiguous_format)
     return copy, copy.numel() * copy.element_size()
-
-
-class CopyStatistics(list):
-    """The statistics of a saved CPU tensor, read by the writer thread from the copy it saves
-    (:meth:`compute`), so the training thread takes the copy and nothing more, as the legacy writer does
-    for npy files. Pending until then (``values`` is not None): ``entries.py`` waits for it as for
-    statistics still on a device, and then fills the leaf with the list (:func:`eager_statistics`' numbers,
-    the same the training thread would have read: only a contiguous tensor is handed over, whose copy
-    has its layout, so every reduction runs in the same order)."""
-
-    __slots__ = ("values",)
-
-    def __init__(self) -> None:
-        super().__init__([None, None, None, None])
-        self.values = True
-
-    @staticmethod
-    def wanted(tensor: Any) -> bool:
-        """Whether the statistics of ``tensor`` (about to be saved) are read from its copy: a contiguous CPU
-        tensor of a real or integer dtype (not bool) with a dimension and at least
-        ``WRITER_STATISTICS_MIN_ELEMENTS`` elements (smaller ones cost less at the call than on the writer
-        thread)."""
-        return (tensor.is_cpu and tensor.dim() > 0 and tensor.numel() >= WRITER_STATISTICS_MIN_ELEMENTS
-                and not tensor.is_complex() and tensor.dtype is not _bool_dtype() and tensor.is_contiguous())
-
-    @classmethod
-    def of(cls, tensor: Any) -> "Optional[CopyStatistics]":
-        """New pending statistics for the copy of ``tensor``, or None where they are read from ``tensor``
-        itself (:meth:`wanted`)."""
-        return cls() if cls.wanted(tensor) else None
-
-    def compute(self, copy: Any) -> None:
-        """Read the statistics of ``copy`` (on the writer thread); never raises (a failure gives nulls)."""
-        try:
-            with Inside():  # the tool's own torch calls are not API calls of the script
-                numbers = eager_statistics(copy)
-        except Exception as error:  # noqa: BLE001 - a dump must never stop training
-            numbers = [None, None, None, None]
-            if not _WARNED:
-                _WARNED.append(error)
-                logger.warning("Statistics of a {} tensor cannot be computed ({}: {}); its leaf holds null "
-                               "statistics.".format(copy.dtype, type(error).__name__, error))
-        self[:] = numbers
-        self.values = None  # last: entries.py reads the numbers once this is None
-
-
-_WARNED = []  # type: List[BaseException]
-
-
-def _bool_dtype() -> Any:
-    import torch
-
-    return torch.bool
 
 
 def save_pt(path: str, tensor: Any) -> None:
