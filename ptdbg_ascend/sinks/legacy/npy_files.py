@@ -1,5 +1,6 @@
 """The npy side of the legacy format: host copies of tensors that later in-place changes cannot alter
-(special kinds of tensors as ``dump/tensor_kinds.py`` says), and npy files written whole or hard-linked."""
+(special kinds of tensors as ``dump/tensor_kinds.py`` says), and npy files written whole (a repeated one is
+hard-linked by ``fs.writes.link_file``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, List, Optional, Tuple
 
 from ptdbg_ascend.dump.statistics import EMPTY, tensor_statistics
 from ptdbg_ascend.formats.pkl import record_text, shape_text
-from ptdbg_ascend.fs.writes import link_file, replace_file, write_all
+from ptdbg_ascend.fs.writes import replace_file, write_all
 from ptdbg_ascend.numpy_view import numpy_wider
 
 
@@ -87,12 +88,6 @@ def host_copy(tensor: Any) -> Any:
         if data.device.type != "cpu":
             data = data.cpu()
         return data.resolve_conj().numpy() if hasattr(data, "resolve_conj") else data.numpy()
-
-
-def link_npy(source: str, target: str) -> None:
-    """``target`` as a hard link to the npy ``source`` (a copy where links are not supported;
-    :func:`~ptdbg_ascend.fs.writes.link_file`)."""
-    link_file(source, target)
 
 
 @functools.lru_cache(maxsize=4096)

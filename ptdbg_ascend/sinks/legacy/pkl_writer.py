@@ -23,8 +23,8 @@ from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.formats import pkl
 from ptdbg_ascend.formats.pkl import SCALAR_SHAPE_TEXT, line_head, numbers_text, record_text, stack_line
 from ptdbg_ascend.sinks.background import BackgroundWriter
-from ptdbg_ascend.sinks.legacy.npy_files import host_copy, link_npy, save_npy, take_special
-from ptdbg_ascend.fs.writes import FILE_MODE, open_new, own_dir, own_dirs, remove_quietly, write_all
+from ptdbg_ascend.sinks.legacy.npy_files import host_copy, save_npy, take_special
+from ptdbg_ascend.fs.writes import FILE_MODE, link_file, open_new, own_dir, own_dirs, remove_quietly, write_all
 
 # lookup(tensor, record name[, compute]) -> (statistics, name of an earlier record of the same unchanged
 # tensor or None); ``compute(tensor)`` makes the statistics of a tensor not seen before (see
@@ -228,7 +228,7 @@ class LegacyPklWriter(object):
             try:
                 for path, array, source in files:
                     if source is not None:
-                        link_npy(source, path)
+                        link_file(source, path)
                     else:
                         save_npy(path, array)
                     written.append(path)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+import torch
+
 from ptdbg_ascend.dump.interception import Inside
 from ptdbg_ascend.dump.statistics import (DEFERRAL, WRITER_STATISTICS_MIN_ELEMENTS, DeviceStatisticsBatch,
                                           PendingDeviceStatistics)
@@ -48,13 +50,7 @@ class CopyStatistics(list):
         ``WRITER_STATISTICS_MIN_ELEMENTS`` elements (smaller ones cost less at the call than on the writer
         thread)."""
         return (tensor.is_cpu and tensor.dim() > 0 and tensor.numel() >= WRITER_STATISTICS_MIN_ELEMENTS
-                and not tensor.is_complex() and tensor.dtype is not _bool_dtype() and tensor.is_contiguous())
-
-    @classmethod
-    def of(cls, tensor: Any) -> "Optional[CopyStatistics]":
-        """New pending statistics for the copy of ``tensor``, or None where they are read from ``tensor``
-        itself (:meth:`wanted`)."""
-        return cls() if cls.wanted(tensor) else None
+                and not tensor.is_complex() and tensor.dtype is not torch.bool and tensor.is_contiguous())
 
     def compute(self, copy: Any) -> None:
         """Read the statistics of ``copy`` (on the writer thread); never raises (a failure gives nulls)."""
@@ -72,12 +68,6 @@ class CopyStatistics(list):
 
 
 _WARNED = []  # type: List[BaseException]
-
-
-def _bool_dtype() -> Any:
-    import torch
-
-    return torch.bool
 
 
 class LateStatistics(object):
@@ -101,7 +91,7 @@ class LateStatistics(object):
         """New statistics for the writer thread to read from the copy of ``tensor`` it will save, or None
         where they are read from ``tensor`` (``CopyStatistics.wanted``; and when CPU tensors take the
         accelerator's path, as tests make them: ``DEFERRAL.on_cpu``)."""
-        return None if self._defer_cpu else CopyStatistics.of(tensor)
+        return None if self._defer_cpu or not CopyStatistics.wanted(tensor) else CopyStatistics()
 
     def expect(self, tensor: Any, statistics: CopyStatistics) -> None:
         """The leaf of ``tensor``, built next (:meth:`defer_leaf`), takes ``statistics``: those the writer
