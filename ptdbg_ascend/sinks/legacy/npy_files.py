@@ -13,6 +13,7 @@ from ptdbg_ascend.dump.statistics import EMPTY, tensor_statistics
 from ptdbg_ascend.formats.pkl import record_text, shape_text
 from ptdbg_ascend.fs.writes import replace_file, write_all
 from ptdbg_ascend.numpy_view import numpy_wider
+from ptdbg_ascend.sinks.host_copies import take_device_copy, takes_device_copy
 
 
 def take_special(name: str, value: Any, dtype: str, npy_dir: Optional[str], lines: List[Any],
@@ -66,11 +67,15 @@ def _kind_note(kind: str) -> Optional[str]:
 
 def host_copy(tensor: Any) -> Any:
     """A numpy copy of ``tensor`` that later in-place changes cannot alter (bf16 and float8 -> float32,
-    complex32 -> complex64: numpy has no such types)."""
+    complex32 -> complex64: numpy has no such types). An accelerator's tensor gives a
+    :class:`~ptdbg_ascend.sinks.host_copies.DeviceCopy` instead, launched on its device: the writer thread
+    turns it into the array (``host_copies.on_host``), and the training thread never waits for the device."""
     import torch
 
     data = tensor.detach()  # no autograd history: nothing below records a graph
     wider = numpy_wider(data.dtype)
+    if takes_device_copy(data):
+        return take_device_copy(data, wider)
     if wider is None and data.device.type == "cpu":
         try:
             # numpy's copy of the shared memory: one copy, C-ordered (the npy fast path), without

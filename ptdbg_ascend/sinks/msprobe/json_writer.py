@@ -46,7 +46,7 @@ from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.msprobe.entries import StepEntries
 from ptdbg_ascend.sinks.msprobe.json_text import member_text
 from ptdbg_ascend.sinks.msprobe.late_statistics import CopyStatistics, LateStatistics
-from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
+from ptdbg_ascend.sinks.msprobe.pt_files import host_tensor, save_pt, snapshot, tensor_error_text
 from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
 from ptdbg_ascend.fs.writes import link_file, own_dir, own_dirs, remove_quietly, replace_file, write_all
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
@@ -210,16 +210,18 @@ class MsprobeJsonWriter(object):
                     self._stop_after_error("Cannot write the tensor file {}: {}".format(
                         path, space.error_text(error, capital=False)))
                     return
+                host = None
                 try:
                     if first_path is None:
-                        save_pt(path, copy)  # a partial file is removed (fs.writes.replace_file)
+                        host = host_tensor(copy)  # an accelerator's copy reaches host memory here
+                        save_pt(path, host)  # a partial file is removed (fs.writes.replace_file)
                     else:  # written by an earlier job (jobs run in order)
                         link_file(first_path, path, "the tensor file")
                 except Exception as error:  # noqa: BLE001 - disk full, I/O error, torch's own
                     self._stop_after_error(tensor_error_text(path, error))
                     return
-                if statistics is not None and first_path is None:
-                    statistics.compute(copy)
+                if statistics is not None and host is not None:
+                    statistics.compute(host)
                 self._written = number
 
             if self._background is not None:

@@ -1,0 +1,204 @@
+"""Tensor files of accelerator tensors (issue 20, ``sinks/host_copies.py``): the copy is launched at the
+call on the stream the script runs on, an event marks its end, and the writer thread moves it to host
+memory on a copy stream made to wait for that event. The training thread never waits for the device.
+
+No accelerator here: ``DEVICE_COPIES.on_cpu`` sends CPU tensors down that path, and a recording stand-in
+for the accelerator's stream API (what ``torch.cuda`` and ``torch.npu`` offer: current_stream, Stream,
+Event, stream()) keeps the order of what each thread did. Both front-ends must write the files of the CPU
+path, and the order must be the one that makes the copy safe on a device: the event recorded at the call
+on the script's own (side) stream, waited for by the copy stream before the transfer, and nothing waited
+for on the training thread."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
+from ptdbg_ascend.sinks import host_copies
+from fake_torch_npu.fixtures import clean_session
+from dump_json_names import tensor_leaves
+
+
+class _Stream(object):
+    def __init__(self, streams: "_Streams", name: str) -> None:
+        self._streams, self.name = streams, name
+
+    def wait_event(self, event: "_Event") -> None:
+        self._streams.note("wait", self, event)
+
+
+class _Event(object):
+    def __init__(self, streams: "_Streams") -> None:
+        self._streams = streams
+        self.stream = None
+
+    def record(self, stream: "_Stream") -> None:
+        self.stream = stream
+        self._streams.note("record", stream, self)
+
+    def synchronize(self) -> None:
+        self._streams.note("synchronize", self.stream, self)
+
+
+class _Streams(object):
+    """The stream API of an accelerator module, recording ``(what, on the main thread, stream, event)``.
+    Each thread has its own current stream, as on CUDA."""
+
+    def __init__(self) -> None:
+        self.log = []
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self.default = _Stream(self, "default")
+
+    def note(self, what, stream, event) -> None:
+        with self._lock:
+            self.log.append((what, threading.current_thread() is threading.main_thread(), stream, event))
+
+    def current_stream(self, device=None) -> _Stream:
+        return getattr(self._local, "stream", None) or self.default
+
+    def Stream(self, device=None) -> _Stream:  # noqa: N802 - torch's name
+        return _Stream(self, "made")
+
+    def Event(self) -> _Event:  # noqa: N802 - torch's name
+        return _Event(self)
+
+    @contextlib.contextmanager
+    def stream(self, stream: _Stream):
+        self.note("enter", stream, None)
+        previous = getattr(self._local, "stream", None)
+        self._local.stream = stream
+        try:
+            yield
+        finally:
+            self._local.stream = previous
+
+
+@pytest.fixture
+def device_copies(monkeypatch):
+    """CPU tensors down the device path through a recording stream API; every other copy through a
+    stand-in for pinned memory (a plain CPU tensor), so both ways to host memory run. Returns the streams."""
+    streams = _Streams()
+    monkeypatch.setattr(host_copies.DEVICE_COPIES, "on_cpu", True)
+    monkeypatch.setitem(host_copies._STREAM_MODULES, "cpu", streams)
+    monkeypatch.setattr(host_copies, "_COPY_STREAMS", {})
+    turns = []
+
+    def pinned_stand_in(on_device):
+        turns.append(None)
+        return torch.empty(on_device.shape, dtype=on_device.dtype) if len(turns) % 2 else None
+
+    monkeypatch.setattr(host_copies, "_pinned_buffer", pinned_stand_in)
+    return streams
+
+
+def _check_order(streams: _Streams, user_stream: _Stream) -> int:
+    """The order that makes a device copy safe; returns the number of copies."""
+    log = streams.log
+    on_main = [entry for entry in log if entry[1] and entry[:3] != ("enter", True, user_stream)]  # not the script's
+    assert on_main and all(what == "record" for what, _, _, _ in on_main)  # the training thread never waits
+    recorded = [event for what, _, _, event in on_main]
+    assert all(event.stream is user_stream for event in recorded)  # after the copy, on the script's stream
+    waits = [(stream, event) for what, main, stream, event in log if what == "wait"]
+    assert all(stream.name == "made" for stream, _ in waits)  # a copy stream of the tool's own
+    assert sorted(map(id, (event for _, event in waits))) == sorted(map(id, recorded))  # each copy waited for
+    position = {id(entry[3]): index for index, entry in enumerate(log) if entry[0] == "record"}
+    assert all(position[id(event)] < log.index(("wait", False, stream, event)) for stream, event in waits)
+    # The pinned transfers: the writer waits for its own event, recorded on the copy stream.
+    synchronized = [event for what, _, _, event in log if what == "synchronize"]
+    assert synchronized and all(event.stream.name == "made" for event in synchronized)
+    return len(recorded)
+
+
+class _Net(torch.nn.Module):
+    """A linear layer, bf16 and float64 copies (the legacy npy widens bf16 to float32), an in-place update."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        y = torch.relu(self.fc(x))
+        torch.mul(y.bfloat16(), 3)
+        torch.sum(y.double(), dim=0)
+        z = y * 2
+        z.add_(1.0)  # in place: the input file holds the value before, the output the value after
+        return torch.tanh(z).sum()
+
+
+def _run(streams, user_stream, tag, dump):
+    torch.manual_seed(0)
+    net = _Net()
+    x = torch.randn(4, 16)
+    with dump(tag, net):
+        context = streams.stream(user_stream) if streams is not None else contextlib.nullcontext()
+        with context:  # the script runs on a side stream
+            net(x).backward()
+
+
+def test_a_precision_debugger_tensor_dump_copies_on_the_device_in_a_safe_order(session, tmp_path, device_copies,
+                                                                               monkeypatch):
+    @contextlib.contextmanager
+    def debugger_dump(tag, net):
+        debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / tag))
+        debugger.start()
+        yield
+        debugger.stop()
+
+    user_stream = _Stream(device_copies, "user")
+    _run(device_copies, user_stream, "device", debugger_dump)
+    copies = _check_order(device_copies, user_stream)
+
+    monkeypatch.setattr(host_copies.DEVICE_COPIES, "on_cpu", False)
+    clean_session(session)
+    _run(None, None, "cpu", debugger_dump)
+
+    rank = {tag: tmp_path / tag / "step0" / "rank" for tag in ("device", "cpu")}
+    texts = {tag: [line for line in (folder / "dump.json").read_text().splitlines() if "dump_data_dir" not in line]
+             for tag, folder in rank.items()}
+    assert texts["device"] == texts["cpu"]
+    assert (rank["device"] / "construct.json").read_text() == (rank["cpu"] / "construct.json").read_text()
+    leaves = [leaf for leaf in tensor_leaves(json.loads((rank["device"] / "dump.json").read_text())["data"])
+              if "data_name" in leaf]
+    assert len(leaves) > 20 and copies >= len(leaves) // 2  # links stand for the rest (unchanged tensors)
+    for leaf in leaves:
+        got = torch.load(str(rank["device"] / "dump_tensor_data" / leaf["data_name"]), weights_only=True)
+        expected = torch.load(str(rank["cpu"] / "dump_tensor_data" / leaf["data_name"]), weights_only=True)
+        assert got.dtype == expected.dtype and torch.equal(got, expected), leaf["data_name"]
+        assert got.device.type == "cpu"
+
+
+def test_a_legacy_npy_dump_copies_on_the_device_in_a_safe_order(session, tmp_path, device_copies, monkeypatch):
+    @contextlib.contextmanager
+    def legacy_dump(tag, net):
+        set_dump_path(str(tmp_path / tag / "npu_dump.pkl"), dump_tag=tag)
+        register_hook(net, acc_cmp_dump)
+        set_dump_switch("ON", mode="all")
+        yield
+        set_dump_switch("OFF")
+
+    user_stream = _Stream(device_copies, "user")
+    _run(device_copies, user_stream, "device", legacy_dump)
+    copies = _check_order(device_copies, user_stream)
+
+    monkeypatch.setattr(host_copies.DEVICE_COPIES, "on_cpu", False)
+    clean_session(session)
+    _run(None, None, "cpu", legacy_dump)
+
+    rank = {tag: tmp_path / tag / "{}_v1.0".format(tag) / "rank0" for tag in ("device", "cpu")}
+    lines = {tag: next(folder.glob("*.pkl")).read_text().splitlines() for tag, folder in rank.items()}
+    assert lines["device"] == lines["cpu"]
+    npy = {tag: sorted(path.name for path in (folder / "npu_dump").glob("*.npy")) for tag, folder in rank.items()}
+    assert npy["device"] == npy["cpu"] and copies >= len(npy["cpu"]) // 2 > 10
+    for name in npy["cpu"]:
+        got, expected = np.load(str(rank["device"] / "npu_dump" / name)), np.load(str(rank["cpu"] / "npu_dump" / name))
+        assert got.dtype == expected.dtype and np.array_equal(got, expected), name
+    bf16 = [json.loads(line)[0] for line in lines["device"] if json.loads(line)[3] == "torch.bfloat16"]
+    assert bf16 and all(np.load(str(rank["device"] / "npu_dump" / (name + ".npy"))).dtype == np.float32
+                        for name in bf16)  # widened on the device, before the transfer
