@@ -28,6 +28,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Optional, Tuple
 
+from ptdbg_ascend.dump.tensor_kinds import warn_once
+
 # Tensors up to this size are moved through pinned host memory. torch caches pinned blocks for reuse and
 # never returns them to the system: the bound keeps that cache to a few times this size.
 PINNED_MAX_BYTES = 64 * 1024 * 1024
@@ -92,6 +94,15 @@ class DeviceCopy(object):
         self._host: Any = None
         self.nbytes = on_device.numel() * on_device.element_size()
 
+    @classmethod
+    def of_host(cls, host: Any) -> "DeviceCopy":
+        """A copy already in host memory (``host``: a contiguous CPU tensor)."""
+        copy = cls.__new__(cls)
+        copy._on_device = copy._ready = None
+        copy._host = host
+        copy.nbytes = host.numel() * host.element_size()
+        return copy
+
     def host(self) -> Any:
         """The copy as a CPU tensor (contiguous); moved on the first call, from the writer thread, and kept.
         Raises what torch raises (an error of the device)."""
@@ -112,15 +123,31 @@ def take_device_copy(tensor: Any, dtype: Any = None) -> DeviceCopy:
     import torch
 
     module = _stream_module(tensor.device.type)
-    with torch.no_grad():
-        data = tensor.detach()
-        if dtype is not None and dtype != data.dtype:
-            copy = data.to(dtype=dtype, memory_format=torch.contiguous_format)
-        else:
-            copy = data.clone(memory_format=torch.contiguous_format)
+    data = tensor.detach()
+    try:
+        copy = _copy_on_device(data, dtype)
+    except RuntimeError as error:  # torch.OutOfMemoryError is one
+        if "out of memory" not in str(error).lower():
+            raise
+        # The script has the device's memory: a week-long run must not stop for a dump's copy. This one is
+        # read back now (the training thread waits), as copies were before.
+        warn_once("device copies", "{} memory is full: tensor files of its tensors are read back at the call "
+                  "while it is (slower; the files are the same).".format(tensor.device))
+        with torch.no_grad():
+            return DeviceCopy.of_host(data.to("cpu", dtype=dtype or data.dtype, copy=True).contiguous())
     ready = module.Event()
     ready.record(_current_stream(module, copy))
     return DeviceCopy(copy, ready)
+
+
+def _copy_on_device(data: Any, dtype: Any) -> Any:
+    """A contiguous copy of ``data`` on its device, in ``dtype`` when given, launched on the current stream."""
+    import torch
+
+    with torch.no_grad():
+        if dtype is not None and dtype != data.dtype:
+            return data.to(dtype=dtype, memory_format=torch.contiguous_format)
+        return data.clone(memory_format=torch.contiguous_format)
 
 
 def on_host(value: Any) -> Any:

@@ -202,3 +202,39 @@ def test_a_legacy_npy_dump_copies_on_the_device_in_a_safe_order(session, tmp_pat
     bf16 = [json.loads(line)[0] for line in lines["device"] if json.loads(line)[3] == "torch.bfloat16"]
     assert bf16 and all(np.load(str(rank["device"] / "npu_dump" / (name + ".npy"))).dtype == np.float32
                         for name in bf16)  # widened on the device, before the transfer
+
+
+def test_a_full_device_memory_reads_copies_back_at_the_call(session, tmp_path, device_copies, monkeypatch, capsys):
+    """A copy the device has no memory for is read back at the call (the script's run must go on): the
+    files are the same, the log says why the dump is slower, once."""
+    copy_on_device = host_copies._copy_on_device
+    calls = []
+
+    def full_every_other_time(data, dtype):
+        calls.append(None)
+        if len(calls) % 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+        return copy_on_device(data, dtype)
+
+    monkeypatch.setattr(host_copies, "_copy_on_device", full_every_other_time)
+
+    @contextlib.contextmanager
+    def debugger_dump(tag, net):
+        debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / tag))
+        debugger.start()
+        yield
+        debugger.stop()
+
+    _run(device_copies, _Stream(device_copies, "user"), "full", debugger_dump)
+    monkeypatch.setattr(host_copies.DEVICE_COPIES, "on_cpu", False)
+    clean_session(session)
+    _run(None, None, "cpu", debugger_dump)
+    assert len(calls) > 10
+    assert capsys.readouterr().out.count("memory is full: tensor files of its tensors are read back at the call") == 1
+    rank = {tag: tmp_path / tag / "step0" / "rank" for tag in ("full", "cpu")}
+    names = sorted(path.name for path in (rank["cpu"] / "dump_tensor_data").iterdir())
+    assert names == sorted(path.name for path in (rank["full"] / "dump_tensor_data").iterdir())
+    for name in names:
+        got = torch.load(str(rank["full"] / "dump_tensor_data" / name), weights_only=True)
+        expected = torch.load(str(rank["cpu"] / "dump_tensor_data" / name), weights_only=True)
+        assert got.dtype == expected.dtype and torch.equal(got, expected), name
