@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy
 
 from ptdbg_ascend.dump.interception import Inside
+from ptdbg_ascend.streams import LAUNCH_STREAMS
 
 Statistics = List[Optional[float]]
 EMPTY: Statistics = [None, None, None, None]
@@ -250,6 +251,7 @@ class DeviceStatisticsBatch(object):
             pending = PendingDeviceStatistics([None] * len(parts))
             pending.values = parts
             pending.count = count if square_sum is not None else 0
+        LAUNCH_STREAMS.note(tensor.device)  # the read waits for this stream (a side stream's work too)
         with self._lock:
             if not self._pending:
                 self._since = time.monotonic()
@@ -281,7 +283,8 @@ class DeviceStatisticsBatch(object):
             by_device = {}  # type: dict
             for item in pending:
                 by_device.setdefault(item.values[0].device, []).append(item)
-            for items in by_device.values():
+            for device, items in by_device.items():
+                LAUNCH_STREAMS.wait(device)  # on the device: the reductions may be on another stream
                 host = _read_back(torch, [part for item in items for part in item.values])
                 self.transfers += 1
                 start = 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Union
 
 from ptdbg_ascend.dump.statistics import min_max
+from ptdbg_ascend.streams import LAUNCH_STREAMS
 
 Flag = Union[bool, Any]  # a Python bool, or a 0-d bool tensor on the device (read later)
 
@@ -119,6 +120,7 @@ def overflow_flag(value: Any) -> Flag:
     target = flags[0].device
     if any(flag.device != target for flag in flags):  # a call spanning devices: gather on the first
         flags = [flag.to(target, non_blocking=True) for flag in flags]
+    LAUNCH_STREAMS.note(target)  # read_flags waits for this stream (a side stream's work too)
     return flags[0] if len(flags) == 1 else torch.stack(flags).any()
 
 
@@ -132,7 +134,8 @@ def read_flags(flags: List[Flag]) -> List[bool]:
     for index, flag in enumerate(flags):
         if not isinstance(flag, bool):
             by_device.setdefault(flag.device, []).append(index)
-    for indices in by_device.values():
+    for device, indices in by_device.items():
+        LAUNCH_STREAMS.wait(device)  # on the device: the flags may be on another stream
         host = torch.stack([flags[index] for index in indices]).cpu().tolist()
         for index, value in zip(indices, host):
             values[index] = bool(value)

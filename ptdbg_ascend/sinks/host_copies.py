@@ -29,6 +29,7 @@ import threading
 from typing import Any, Dict, Optional, Tuple
 
 from ptdbg_ascend.dump.tensor_kinds import warn_once
+from ptdbg_ascend.streams import current_stream, stream_module
 
 # Tensors up to this size are moved through pinned host memory. torch caches pinned blocks for reuse and
 # never returns them to the system: the bound keeps that cache to a few times this size.
@@ -50,8 +51,6 @@ class DeviceCopies(object):
 
 DEVICE_COPIES = DeviceCopies()
 
-# Per device type: torch's stream module (torch.cuda, torch.npu, torch.cpu), or None when it has no streams.
-_STREAM_MODULES: Dict[str, Any] = {}
 # The writer threads' copy streams, per (device type, index): made on first use and kept (a stream is cheap).
 _COPY_STREAMS: Dict[Tuple[str, Optional[int]], Any] = {}
 _COPY_STREAMS_LOCK = threading.Lock()
@@ -59,24 +58,12 @@ _COPY_STREAMS_LOCK = threading.Lock()
 _NO_PINNED = set()
 
 
-def _stream_module(device_type: str) -> Optional[Any]:
-    """``torch.<device_type>`` when it has the stream and event API this module uses, else None."""
-    if device_type not in _STREAM_MODULES:
-        import torch
-
-        module = getattr(torch, device_type, None)
-        wanted = ("current_stream", "Stream", "Event", "stream")
-        _STREAM_MODULES[device_type] = (module if module is not None and all(hasattr(module, name) for name in wanted)
-                                        else None)
-    return _STREAM_MODULES[device_type]
-
-
 def takes_device_copy(tensor: Any) -> bool:
     """Whether ``tensor``'s copy takes the device path: off the CPU (or any, with ``DEVICE_COPIES.on_cpu``),
     on a device type with streams and events."""
     if tensor.is_cpu and not DEVICE_COPIES.on_cpu:
         return False
-    return _stream_module(tensor.device.type) is not None
+    return stream_module(tensor.device.type) is not None
 
 
 class DeviceCopy(object):
@@ -122,7 +109,7 @@ def take_device_copy(tensor: Any, dtype: Any = None) -> DeviceCopy:
     :func:`takes_device_copy` accepts. Nothing waits for the device."""
     import torch
 
-    module = _stream_module(tensor.device.type)
+    module = stream_module(tensor.device.type)
     data = tensor.detach()
     try:
         copy = _copy_on_device(data, dtype)
@@ -136,7 +123,7 @@ def take_device_copy(tensor: Any, dtype: Any = None) -> DeviceCopy:
         with torch.no_grad():
             return DeviceCopy.of_host(data.to("cpu", dtype=dtype or data.dtype, copy=True).contiguous())
     ready = module.Event()
-    ready.record(_current_stream(module, copy))
+    ready.record(current_stream(module, copy.device))
     return DeviceCopy(copy, ready)
 
 
@@ -155,12 +142,6 @@ def on_host(value: Any) -> Any:
     return value.numpy() if type(value) is DeviceCopy else value
 
 
-def _current_stream(module: Any, tensor: Any) -> Any:
-    if tensor.is_cpu:
-        return module.current_stream()  # torch.cpu's takes no device
-    return module.current_stream(tensor.device)
-
-
 def _copy_stream(module: Any, tensor: Any) -> Any:
     device = tensor.device
     key = (device.type, device.index)
@@ -172,7 +153,7 @@ def _copy_stream(module: Any, tensor: Any) -> Any:
 
 
 def _to_host(on_device: Any, ready: Any) -> Any:
-    module = _stream_module(on_device.device.type)
+    module = stream_module(on_device.device.type)
     stream = _copy_stream(module, on_device)
     with module.stream(stream):  # the writer thread's current stream (and device) for what follows
         stream.wait_event(ready)  # on the device: the copy stream starts once the call's copy is complete

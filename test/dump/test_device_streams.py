@@ -20,6 +20,9 @@ import pytest
 import torch
 
 from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
+from ptdbg_ascend import streams as streams_module
+from ptdbg_ascend.dump import statistics
+from ptdbg_ascend.streams import LAUNCH_STREAMS, LaunchStreams
 from ptdbg_ascend.sinks import host_copies
 from fake_torch_npu.fixtures import clean_session
 from dump_json_names import tensor_leaves
@@ -31,6 +34,9 @@ class _Stream(object):
 
     def wait_event(self, event: "_Event") -> None:
         self._streams.note("wait", self, event)
+
+    def wait_stream(self, stream: "_Stream") -> None:
+        self._streams.note("wait_stream", self, stream)
 
 
 class _Event(object):
@@ -86,7 +92,7 @@ def device_copies(monkeypatch):
     stand-in for pinned memory (a plain CPU tensor), so both ways to host memory run. Returns the streams."""
     streams = _Streams()
     monkeypatch.setattr(host_copies.DEVICE_COPIES, "on_cpu", True)
-    monkeypatch.setitem(host_copies._STREAM_MODULES, "cpu", streams)
+    monkeypatch.setitem(streams_module._STREAM_MODULES, "cpu", streams)
     monkeypatch.setattr(host_copies, "_COPY_STREAMS", {})
     turns = []
 
@@ -238,3 +244,57 @@ def test_a_full_device_memory_reads_copies_back_at_the_call(session, tmp_path, d
         got = torch.load(str(rank["full"] / "dump_tensor_data" / name), weights_only=True)
         expected = torch.load(str(rank["cpu"] / "dump_tensor_data" / name), weights_only=True)
         assert got.dtype == expected.dtype and torch.equal(got, expected), name
+
+
+def test_deferred_statistics_are_read_after_the_stream_they_were_launched_on(session, tmp_path, device_copies,
+                                                                            monkeypatch):
+    """Statistics of device tensors are reduced at the call, on the script's stream, and read back in a batch
+    later, here at stop() outside the script's side stream: the reading stream waits for the side stream on
+    the device first (a side stream's work is not ordered with the reader's otherwise: FSDP's all-gather
+    stream, a prefetch stream)."""
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(LAUNCH_STREAMS, "_streams", {})
+    read_back = statistics._read_back
+
+    def noted_read(torch_module, parts):
+        device_copies.note("read", device_copies.current_stream(), None)
+        return read_back(torch_module, parts)
+
+    monkeypatch.setattr(statistics, "_read_back", noted_read)
+    user_stream = _Stream(device_copies, "user")
+
+    @contextlib.contextmanager
+    def debugger_dump(tag, net):
+        debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / tag))
+        debugger.start()
+        yield
+        debugger.stop()  # the batch is read here, on the default stream
+
+    _run(device_copies, user_stream, "statistics", debugger_dump)
+    log = device_copies.log
+    reads = [index for index, entry in enumerate(log) if entry[0] == "read"]
+    assert reads and all(log[index][2] is device_copies.default for index in reads)
+    for index in reads:  # each read: the reader waited for the side stream just before
+        assert ("wait_stream", True, device_copies.default, user_stream) in log[max(0, index - 3):index]
+    data = json.loads((tmp_path / "statistics" / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert all(leaf["Max"] is not None for leaf in tensor_leaves(data))  # every batch was read
+
+
+def test_a_script_with_ever_new_streams_is_read_after_a_whole_device_synchronisation(device_copies, monkeypatch):
+    launches = LaunchStreams()
+    monkeypatch.setattr(LaunchStreams, "MAX_STREAMS", 2)
+    synchronized = []
+    monkeypatch.setattr(device_copies, "synchronize", lambda device=None: synchronized.append(device), raising=False)
+    cpu = torch.device("cpu")
+    made = [_Stream(device_copies, "script's {}".format(number)) for number in range(3)]
+    for stream in made[:2]:
+        with device_copies.stream(stream):
+            launches.note(cpu)
+            launches.note(cpu)  # noted once
+    launches.wait(cpu)
+    waited = [entry[3] for entry in device_copies.log if entry[0] == "wait_stream"]
+    assert waited == made[:2] and not synchronized
+    with device_copies.stream(made[2]):
+        launches.note(cpu)  # one too many: not kept
+    launches.wait(cpu)
+    assert synchronized == [None]
