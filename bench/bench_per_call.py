@@ -227,8 +227,9 @@ def device_launches(size: int) -> str:
 
     tensor = torch.randn(size, size)
     counts = []
-    for extra in (None, deferred_reductions):  # a batch each: a writer reads back one kind of leaf
-        batch = DeviceStatisticsBatch()
+    # A batch each, as each front-end's writer has: the PrecisionDebugger's keeps each tensor's numbers stacked.
+    for extra, stacked in ((None, False), (deferred_reductions, True)):
+        batch = DeviceStatisticsBatch(stacked=stacked)
         with Counting() as adding:
             for _ in range(10):
                 batch.add(tensor, extra=extra)

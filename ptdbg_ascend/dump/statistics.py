@@ -215,13 +215,20 @@ class DeviceStatisticsBatch(object):
     BATCH_RECORDS = 64
     BATCH_SECONDS = 1.0
 
-    def __init__(self) -> None:
+    def __init__(self, stacked: bool = False) -> None:
+        """``stacked`` (default False): keep each tensor's numbers as one tensor (``torch.stack`` of its
+        4-8 0-d parts: one launch more per tensor), for a batch whose tensors wait long to be read (the
+        PrecisionDebugger's wait until dump.json is next written, thousands of them): Python's garbage
+        collector walks every tensor kept, and 8 per tensor cost ~60 us per call on the emulated device
+        path of ``bench/bench_per_call.py`` (197 -> 121 us). torch.stack promotes a bf16 extreme to the
+        float32 of the statistics, exactly."""
         import threading
 
         self._pending = []  # type: List[PendingDeviceStatistics]
         self._lock = threading.Lock()
         self._since = 0.0
         self.transfers = 0  # host syncs done (one per device per resolve): tests and benchmarks read it
+        self._stacked = stacked
 
     def add(self, tensor: Any, extra: "Optional[Callable[[Any], List[Any]]]" = None) -> Statistics:
         """The statistics of ``tensor``: pending when it lives on an accelerator and needs reductions,
@@ -249,7 +256,7 @@ class DeviceStatisticsBatch(object):
             if extra is not None:
                 parts.extend(extra(tensor))
             pending = PendingDeviceStatistics([None] * len(parts))
-            pending.values = parts
+            pending.values = types.torch.stack(parts) if self._stacked else parts
             pending.count = count if square_sum is not None else 0
         LAUNCH_STREAMS.note(tensor.device)  # the read waits for this stream (a side stream's work too)
         with self._lock:
@@ -281,23 +288,28 @@ class DeviceStatisticsBatch(object):
                 return
             torch = _torch_types().torch
             by_device = {}  # type: dict
+            stacked = self._stacked
             for item in pending:
-                by_device.setdefault(item.values[0].device, []).append(item)
+                by_device.setdefault((item.values if stacked else item.values[0]).device, []).append(item)
             for device, items in by_device.items():
                 LAUNCH_STREAMS.wait(device)  # on the device: the reductions may be on another stream
-                host = _read_back(torch, [part for item in items for part in item.values])
+                host = _read_back(torch, [item.values for item in items] if stacked
+                                  else [part for item in items for part in item.values], stacked)
                 self.transfers += 1
                 start = 0
                 for item in items:
-                    end = start + len(item.values)
+                    end = start + len(item)
                     item[:] = _finalised(host[start:end], item.count)
                     start = end
                     item.values = None  # the device memory goes now
 
 
-def _read_back(torch: Any, parts: List[Any]) -> List[float]:
+def _read_back(torch: Any, parts: List[Any], stacked: bool = False) -> List[float]:
     """The values of the 0-d tensors ``parts`` (all on one device) with one device->host copy: stacked per
-    dtype (a float32 statistic and a bfloat16 extreme), widened to float64 (exact) and joined."""
+    dtype (a float32 statistic and a bfloat16 extreme), widened to float64 (exact) and joined. ``stacked``
+    (default False): ``parts`` are 1-d tensors, joined (float32 and float64 ones as float64: exact)."""
+    if stacked:
+        return torch.cat(parts).tolist()
     groups: Dict[Any, List[int]] = {}
     for index, part in enumerate(parts):
         groups.setdefault(part.dtype, []).append(index)

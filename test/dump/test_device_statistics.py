@@ -253,18 +253,20 @@ class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
 
 def test_a_deferred_tensor_launches_few_operators(deferred):
     """On an accelerator the host pays per launch (~5 us), not per element: a deferred tensor launches
-    the four reductions of its statistics (legacy) and six more for msprobe's finite extremes; the
-    mean's division, the square root and the stacking happen once per batch."""
+    the four reductions of its statistics (legacy) and six more for msprobe's finite extremes, plus one
+    stack in the PrecisionDebugger's batch (its tensors wait long: one tensor kept each, not eight); the
+    mean's division, the square root and the joining happen once per batch."""
     from ptdbg_ascend.msprobe.leaves import deferred_reductions
 
     tensor = torch.randn(64, 64)
-    batch = DeviceStatisticsBatch()
-    with _CountOps() as legacy:
-        batch.add(tensor)
-    with _CountOps() as msprobe:
-        batch.add(tensor, extra=deferred_reductions)
-    assert len(legacy.ops) <= 4, legacy.ops
-    assert len(msprobe.ops) <= 10, msprobe.ops
-    with _CountOps() as reading:
-        batch.resolve()
-    assert len(reading.ops) <= 4, reading.ops  # one stack and one copy for the whole batch
+    for stacked, extra, most in ((False, None, 4), (True, deferred_reductions, 11)):
+        batch = DeviceStatisticsBatch(stacked=stacked)
+        with _CountOps() as adding:
+            batch.add(tensor, extra=extra)
+            pending = batch.add(tensor * 2, extra=extra)
+        assert len(adding.ops) <= 2 * most + 1, adding.ops  # (+1: the multiplication)
+        with _CountOps() as reading:
+            batch.resolve()
+        assert len(reading.ops) <= 4, reading.ops  # one stack (or cat) and one copy for the whole batch
+        expected = statistics.tensor_statistics(tensor * 2)
+        np.testing.assert_allclose(pending[:4], expected, rtol=2e-6)

@@ -256,9 +256,9 @@ def test_deferred_statistics_are_read_after_the_stream_they_were_launched_on(ses
     monkeypatch.setattr(LAUNCH_STREAMS, "_streams", {})
     read_back = statistics._read_back
 
-    def noted_read(torch_module, parts):
+    def noted_read(torch_module, parts, *stacked):
         device_copies.note("read", device_copies.current_stream(), None)
-        return read_back(torch_module, parts)
+        return read_back(torch_module, parts, *stacked)
 
     monkeypatch.setattr(statistics, "_read_back", noted_read)
     user_stream = _Stream(device_copies, "user")
