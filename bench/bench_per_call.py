@@ -229,7 +229,10 @@ def device_launches(size: int) -> str:
     counts = []
     # A batch each, as each front-end's writer has: the PrecisionDebugger's keeps each tensor's numbers stacked.
     for extra, stacked in ((None, False), (deferred_reductions, True)):
-        batch = DeviceStatisticsBatch(stacked=stacked)
+        try:
+            batch = DeviceStatisticsBatch(stacked=stacked)
+        except TypeError:  # --tree: a checkout from before stacked batches
+            batch = DeviceStatisticsBatch()
         with Counting() as adding:
             for _ in range(10):
                 batch.add(tensor, extra=extra)
