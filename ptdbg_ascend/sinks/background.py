@@ -133,3 +133,4 @@ class BackgroundWriter(object):
                     self._busy = False
                     self._pending_bytes -= nbytes
                     self._condition.notify_all()
+            job = None  # what it holds (copies of tensors) goes now, not when the next job comes

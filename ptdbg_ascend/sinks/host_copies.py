@@ -98,6 +98,11 @@ class DeviceCopy(object):
             self._on_device = self._ready = None  # the device memory goes back to torch's cache
         return self._host
 
+    def release(self) -> None:
+        """Drop the copy (device and host memory) once it is written: pinned host memory goes back to
+        torch's cache for the next copy."""
+        self._on_device = self._ready = self._host = None
+
     def numpy(self) -> Any:
         """:meth:`host` as a numpy array (the copy's dtype is one numpy has: the caller widened it)."""
         return self.host().resolve_conj().resolve_neg().numpy()  # a lazily conjugated view's clone is one too

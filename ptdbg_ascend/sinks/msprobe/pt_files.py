@@ -32,6 +32,13 @@ def host_tensor(copy: Any) -> Any:
     return copy.host() if type(copy) is DeviceCopy else copy
 
 
+def release_copy(copy: Any) -> None:
+    """Drop a written :func:`snapshot`'s memory now (an accelerator copy's pinned host buffer goes back to
+    torch's cache for the next copy)."""
+    if type(copy) is DeviceCopy:
+        copy.release()
+
+
 def save_pt(path: str, tensor: Any) -> None:
     """``torch.save`` of ``tensor`` to ``path``, atomically (:func:`~ptdbg_ascend.fs.writes.replace_file`:
     a partial file is removed)."""
