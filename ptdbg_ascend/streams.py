@@ -4,8 +4,9 @@ The tool launches work on a device at a call (statistics reductions, overflow fl
 it back later, in a batch, maybe on another thread. A read is ordered after the work only when both run on
 one stream; a script may run on a side stream (FSDP's all-gather stream, a prefetch stream, its own
 ``torch.cuda.stream(s)`` block), and torch's streams do not wait for each other. So every launch notes the
-stream it went to (:meth:`LaunchStreams.note`), and a read first makes its own stream wait for each noted
-one on the device (:meth:`LaunchStreams.wait`): no host sync, and the read's own sync then covers the work.
+stream it went to (:meth:`LaunchStreams.note`), and a read runs on a stream of the tool's own that first
+waits for each noted one on the device (:meth:`LaunchStreams.reading`): no host sync, no wait put on the
+script's streams, and the read's own sync then covers the work.
 
 Works with any ``torch.<device type>`` module that has ``current_stream``, ``Stream``, ``Event`` and
 ``stream`` (CUDA, NPU with torch_npu, XPU; torch's CPU stand-ins for tests). torch is imported on first use.
@@ -13,11 +14,14 @@ Works with any ``torch.<device type>`` module that has ``current_stream``, ``Str
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 # Per device type: torch's stream module, or None when it has no streams.
 _STREAM_MODULES: Dict[str, Any] = {}
+_TOOL_STREAMS: Dict[Tuple[str, Optional[int], str], Any] = {}
+_TOOL_STREAMS_LOCK = threading.Lock()
 _CUDA_RAW: List[Any] = []  # [torch._C._cuda_getCurrentStream or None], filled on first use
 
 
@@ -61,6 +65,18 @@ def _cuda_current() -> Optional[Any]:
     return _CUDA_RAW[0]
 
 
+def tool_stream(module: Any, device: Any, purpose: str) -> Any:
+    """The tool's own stream of ``device`` for ``purpose`` ("read": read-backs; "copy": the writer's
+    transfers of tensor copies), made on first use and kept. Separate purposes keep a short read from
+    queuing behind a large transfer."""
+    key = (device.type, device.index, purpose)
+    with _TOOL_STREAMS_LOCK:
+        stream = _TOOL_STREAMS.get(key)
+        if stream is None:
+            stream = _TOOL_STREAMS[key] = module.Stream() if device.type == "cpu" else module.Stream(device=device)
+    return stream
+
+
 class LaunchStreams(object):
     """The streams the tool's device work was launched on, per device, for reads to wait for.
 
@@ -96,19 +112,24 @@ class LaunchStreams(object):
             streams.append(stream)
             self._seen.add(seen)
 
-    def wait(self, device: Any) -> None:
-        """Make the calling thread's current stream of ``device`` wait, on the device, for the work launched
-        so far on every noted stream (a whole-device synchronisation past ``MAX_STREAMS``)."""
+    @contextlib.contextmanager
+    def reading(self, device: Any) -> Iterator[None]:
+        """Run the block (the read-back of work launched on ``device``) on a stream of the tool's own, made to
+        wait, on the device, for the work launched so far on every noted stream: the read sees that work,
+        and no stream of the script is made to wait for anything (a wait put on the script's stream would
+        hold its later kernels behind, say, a prefetch on another stream). Past ``MAX_STREAMS``: a
+        synchronisation of the whole device first. On a device type without streams: the block as it is."""
         module = stream_module(device.type)
         if module is None:
+            yield
             return
         if device in self._overflowed and hasattr(module, "synchronize"):
             module.synchronize(device if device.type != "cpu" else None)
-            return
-        reader = current_stream(module, device)
+        reader = tool_stream(module, device, "read")
         for stream in list(self._streams.get(device, ())):
-            if stream != reader:
-                reader.wait_stream(stream)
+            reader.wait_stream(stream)
+        with module.stream(reader):
+            yield
 
 
 LAUNCH_STREAMS = LaunchStreams()

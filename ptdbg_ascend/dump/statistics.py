@@ -292,9 +292,9 @@ class DeviceStatisticsBatch(object):
             for item in pending:
                 by_device.setdefault((item.values if stacked else item.values[0]).device, []).append(item)
             for device, items in by_device.items():
-                LAUNCH_STREAMS.wait(device)  # on the device: the reductions may be on another stream
-                host = _read_back(torch, [item.values for item in items] if stacked
-                                  else [part for item in items for part in item.values], stacked)
+                with LAUNCH_STREAMS.reading(device):  # after the streams the reductions went to
+                    host = _read_back(torch, [item.values for item in items] if stacked
+                                      else [part for item in items for part in item.values], stacked)
                 self.transfers += 1
                 start = 0
                 for item in items:

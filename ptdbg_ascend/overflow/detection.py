@@ -135,8 +135,8 @@ def read_flags(flags: List[Flag]) -> List[bool]:
         if not isinstance(flag, bool):
             by_device.setdefault(flag.device, []).append(index)
     for device, indices in by_device.items():
-        LAUNCH_STREAMS.wait(device)  # on the device: the flags may be on another stream
-        host = torch.stack([flags[index] for index in indices]).cpu().tolist()
+        with LAUNCH_STREAMS.reading(device):  # after the streams the flags were made on
+            host = torch.stack([flags[index] for index in indices]).cpu().tolist()
         for index, value in zip(indices, host):
             values[index] = bool(value)
     return [bool(value) for value in values]

@@ -25,11 +25,10 @@ an accelerator. torch is imported on first use (``ptdbg convert`` runs without i
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional
 
 from ptdbg_ascend.dump.tensor_kinds import warn_once
-from ptdbg_ascend.streams import current_stream, stream_module
+from ptdbg_ascend.streams import current_stream, stream_module, tool_stream
 
 # Tensors up to this size are moved through pinned host memory. torch caches pinned blocks for reuse and
 # never returns them to the system: the bound keeps that cache to a few times this size.
@@ -51,9 +50,6 @@ class DeviceCopies(object):
 
 DEVICE_COPIES = DeviceCopies()
 
-# The writer threads' copy streams, per (device type, index): made on first use and kept (a stream is cheap).
-_COPY_STREAMS: Dict[Tuple[str, Optional[int]], Any] = {}
-_COPY_STREAMS_LOCK = threading.Lock()
 # Device types whose pinned allocation failed once (no accelerator allocator): pageable copies from then on.
 _NO_PINNED = set()
 
@@ -147,19 +143,9 @@ def on_host(value: Any) -> Any:
     return value.numpy() if type(value) is DeviceCopy else value
 
 
-def _copy_stream(module: Any, tensor: Any) -> Any:
-    device = tensor.device
-    key = (device.type, device.index)
-    with _COPY_STREAMS_LOCK:
-        stream = _COPY_STREAMS.get(key)
-        if stream is None:
-            stream = _COPY_STREAMS[key] = module.Stream() if tensor.is_cpu else module.Stream(device=device)
-    return stream
-
-
 def _to_host(on_device: Any, ready: Any) -> Any:
     module = stream_module(on_device.device.type)
-    stream = _copy_stream(module, on_device)
+    stream = tool_stream(module, on_device.device, "copy")
     with module.stream(stream):  # the writer thread's current stream (and device) for what follows
         stream.wait_event(ready)  # on the device: the copy stream starts once the call's copy is complete
         host = _pinned_buffer(on_device)

@@ -96,7 +96,7 @@ def device_copies(monkeypatch):
     streams = _Streams()
     monkeypatch.setattr(host_copies.DEVICE_COPIES, "on_cpu", True)
     monkeypatch.setitem(streams_module._STREAM_MODULES, "cpu", streams)
-    monkeypatch.setattr(host_copies, "_COPY_STREAMS", {})
+    monkeypatch.setattr(streams_module, "_TOOL_STREAMS", {})
     turns = []
 
     def pinned_stand_in(on_device):
@@ -261,9 +261,9 @@ def test_a_full_device_memory_reads_copies_back_at_the_call(session, tmp_path, d
 def test_deferred_statistics_are_read_after_the_stream_they_were_launched_on(session, tmp_path, device_copies,
                                                                             monkeypatch):
     """Statistics of device tensors are reduced at the call, on the script's stream, and read back in a batch
-    later, here at stop() outside the script's side stream: the reading stream waits for the side stream on
-    the device first (a side stream's work is not ordered with the reader's otherwise: FSDP's all-gather
-    stream, a prefetch stream)."""
+    later, here at stop() outside the script's side stream: the read runs on a stream of the tool's own that
+    waits for the side stream on the device first (a side stream's work is not ordered with another stream's
+    otherwise: FSDP's all-gather stream, a prefetch stream)."""
     monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
     monkeypatch.setattr(LAUNCH_STREAMS, "_streams", {})
     read_back = statistics._read_back
@@ -285,9 +285,13 @@ def test_deferred_statistics_are_read_after_the_stream_they_were_launched_on(ses
     _run(device_copies, user_stream, "statistics", debugger_dump)
     log = device_copies.log
     reads = [index for index, entry in enumerate(log) if entry[0] == "read"]
-    assert reads and all(log[index][2] is device_copies.default for index in reads)
-    for index in reads:  # each read: the reader waited for the side stream just before
-        assert ("wait_stream", True, device_copies.default, user_stream) in log[max(0, index - 3):index]
+    assert reads
+    for index in reads:  # on a stream of the tool's own, made to wait for the side stream first
+        reader = log[index][2]
+        assert reader.name == "made"
+        assert ("wait_stream", True, reader, user_stream) in log[:index]
+    # Nothing was put on the script's streams: they wait for nothing of the tool's.
+    assert not [entry for entry in log if entry[0] == "wait_stream" and entry[2].name != "made"]
     data = json.loads((tmp_path / "statistics" / "step0" / "rank" / "dump.json").read_text())["data"]
     assert all(leaf["Max"] is not None for leaf in tensor_leaves(data))  # every batch was read
 
@@ -303,10 +307,12 @@ def test_a_script_with_ever_new_streams_is_read_after_a_whole_device_synchronisa
         with device_copies.stream(stream):
             launches.note(cpu)
             launches.note(cpu)  # noted once
-    launches.wait(cpu)
+    with launches.reading(cpu):
+        pass
     waited = [entry[3] for entry in device_copies.log if entry[0] == "wait_stream"]
     assert waited == made[:2] and not synchronized
     with device_copies.stream(made[2]):
         launches.note(cpu)  # one too many: not kept
-    launches.wait(cpu)
+    with launches.reading(cpu):
+        pass
     assert synchronized == [None]
