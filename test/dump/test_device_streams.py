@@ -160,22 +160,33 @@ def _run(streams, user_stream, tag, dump):
             net(x).backward()
 
 
-def test_a_precision_debugger_tensor_dump_copies_on_the_device_in_a_safe_order(session, tmp_path, device_copies,
-                                                                               monkeypatch):
+def _debugger_dump(tmp_path, task):
+    """A ``dump(tag, net)`` context for :func:`_run`: PrecisionDebugger(task) start() ... stop()."""
     @contextlib.contextmanager
-    def debugger_dump(tag, net):
-        debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / tag))
+    def dump(tag, net):
+        debugger = PrecisionDebugger(task=task, level="L1", dump_path=str(tmp_path / tag))
         debugger.start()
         yield
-        debugger.stop()
+        debugger.stop()  # (a batch of device statistics is read here, on the default stream)
 
-    user_stream = _Stream(device_copies, "user")
-    _run(device_copies, user_stream, "device", debugger_dump)
-    copies = _check_order(device_copies, user_stream)
+    return dump
 
+
+def _on_device_then_on_cpu(session, monkeypatch, streams, dump) -> int:
+    """The run on the device path (on a side stream), its order checked, then the CPU path's run (tags
+    "device" and "cpu"); returns the number of device copies."""
+    user_stream = _Stream(streams, "user")
+    _run(streams, user_stream, "device", dump)
+    copies = _check_order(streams, user_stream)
     monkeypatch.setattr(host_copies.DEVICE_COPIES, "on_cpu", False)
     clean_session(session)
-    _run(None, None, "cpu", debugger_dump)
+    _run(None, None, "cpu", dump)
+    return copies
+
+
+def test_a_precision_debugger_tensor_dump_copies_on_the_device_in_a_safe_order(session, tmp_path, device_copies,
+                                                                               monkeypatch):
+    copies = _on_device_then_on_cpu(session, monkeypatch, device_copies, _debugger_dump(tmp_path, "tensor"))
 
     rank = {tag: tmp_path / tag / "step0" / "rank" for tag in ("device", "cpu")}
     texts = {tag: [line for line in (folder / "dump.json").read_text().splitlines() if "dump_data_dir" not in line]
@@ -201,13 +212,7 @@ def test_a_legacy_npy_dump_copies_on_the_device_in_a_safe_order(session, tmp_pat
         yield
         set_dump_switch("OFF")
 
-    user_stream = _Stream(device_copies, "user")
-    _run(device_copies, user_stream, "device", legacy_dump)
-    copies = _check_order(device_copies, user_stream)
-
-    monkeypatch.setattr(host_copies.DEVICE_COPIES, "on_cpu", False)
-    clean_session(session)
-    _run(None, None, "cpu", legacy_dump)
+    copies = _on_device_then_on_cpu(session, monkeypatch, device_copies, legacy_dump)
 
     rank = {tag: tmp_path / tag / "{}_v1.0".format(tag) / "rank0" for tag in ("device", "cpu")}
     lines = {tag: next(folder.glob("*.pkl")).read_text().splitlines() for tag, folder in rank.items()}
@@ -236,13 +241,7 @@ def test_a_full_device_memory_reads_copies_back_at_the_call(session, tmp_path, d
 
     monkeypatch.setattr(host_copies, "_copy_on_device", full_every_other_time)
 
-    @contextlib.contextmanager
-    def debugger_dump(tag, net):
-        debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / tag))
-        debugger.start()
-        yield
-        debugger.stop()
-
+    debugger_dump = _debugger_dump(tmp_path, "tensor")
     _run(device_copies, _Stream(device_copies, "user"), "full", debugger_dump)
     monkeypatch.setattr(host_copies.DEVICE_COPIES, "on_cpu", False)
     clean_session(session)
@@ -274,15 +273,7 @@ def test_deferred_statistics_are_read_after_the_stream_they_were_launched_on(ses
 
     monkeypatch.setattr(statistics, "_read_back", noted_read)
     user_stream = _Stream(device_copies, "user")
-
-    @contextlib.contextmanager
-    def debugger_dump(tag, net):
-        debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / tag))
-        debugger.start()
-        yield
-        debugger.stop()  # the batch is read here, on the default stream
-
-    _run(device_copies, user_stream, "statistics", debugger_dump)
+    _run(device_copies, user_stream, "statistics", _debugger_dump(tmp_path, "statistics"))
     log = device_copies.log
     reads = [index for index, entry in enumerate(log) if entry[0] == "read"]
     assert reads
