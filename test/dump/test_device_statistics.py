@@ -253,13 +253,15 @@ class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
 
 def test_a_deferred_tensor_launches_few_operators(deferred):
     """On an accelerator the host pays per launch (~5 us), not per element: a deferred tensor launches
-    the four reductions of its statistics (legacy) and six more for msprobe's finite extremes, plus one
-    stack in the PrecisionDebugger's batch (its tensors wait long: one tensor kept each, not eight); the
-    mean's division, the square root and the joining happen once per batch."""
+    the three reductions of its statistics (aminmax, sum, vector_norm; half types accumulate in float32
+    inside them, with no float32 copy) and six more for msprobe's finite extremes, plus one stack in the
+    PrecisionDebugger's batch (its tensors wait long: one tensor kept each, not eight); the mean's
+    division and the joining happen once per batch."""
     from ptdbg_ascend.msprobe.leaves import deferred_reductions
 
-    tensor = torch.randn(64, 64)
-    for stacked, extra, most in ((False, None, 4), (True, deferred_reductions, 11)):
+    for tensor, stacked, extra, most in ((torch.randn(64, 64), False, None, 3),
+                                         (torch.randn(64, 64).bfloat16(), False, None, 3),
+                                         (torch.randn(64, 64), True, deferred_reductions, 10)):
         batch = DeviceStatisticsBatch(stacked=stacked)
         with _CountOps() as adding:
             batch.add(tensor, extra=extra)
@@ -267,6 +269,27 @@ def test_a_deferred_tensor_launches_few_operators(deferred):
         assert len(adding.ops) <= 2 * most + 1, adding.ops  # (+1: the multiplication)
         with _CountOps() as reading:
             batch.resolve()
-        assert len(reading.ops) <= 4, reading.ops  # one stack (or cat) and one copy for the whole batch
+        # For the whole batch: a stack per dtype (bf16 extremes, float32 sums), widened and joined, one copy.
+        assert len(reading.ops) <= 5, reading.ops
         expected = statistics.tensor_statistics(tensor * 2)
-        np.testing.assert_allclose(pending[:4], expected, rtol=2e-6)
+        np.testing.assert_allclose(pending[:4], expected, rtol=2e-6, atol=1e-6)
+
+
+def test_a_device_without_fused_half_reductions_reads_the_same_numbers(deferred, monkeypatch):
+    """The deferred path reduces bf16/fp16 in float32 inside the kernels (no float32 copy); a device or
+    torch build without such a kernel gets the float32 copy's launches instead, and the same numbers (not
+    the synchronous special path, which would read every tensor back)."""
+    real = torch.linalg.vector_norm
+
+    def refusing(tensor, *args, **kwargs):
+        if tensor.dtype == torch.bfloat16:
+            raise RuntimeError('"norm_cpu" not implemented for \'BFloat16\'')
+        return real(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "vector_norm", refusing)
+    tensor = (torch.randn(64, 64) * 3).bfloat16()
+    batch = DeviceStatisticsBatch()
+    pending = batch.add(tensor)
+    assert type(pending) is PendingDeviceStatistics  # still deferred
+    batch.resolve()
+    np.testing.assert_allclose(pending, statistics.tensor_statistics(tensor), rtol=2e-6)
