@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 # Per device type: torch's stream module, or None when it has no streams.
 _STREAM_MODULES: Dict[str, Any] = {}
 _TOOL_STREAMS: Dict[Tuple[str, Optional[int], str], Any] = {}
 _TOOL_STREAMS_LOCK = threading.Lock()
-_CUDA_RAW: List[Any] = []  # [torch._C._cuda_getCurrentStream or None], filled on first use
 
 
 def stream_module(device_type: str) -> Optional[Any]:
@@ -45,24 +44,22 @@ def current_stream(module: Any, device: Any) -> Any:
     return module.current_stream(device)
 
 
-def _stream_key(module: Any, device: Any) -> Any:
-    """A hashable key of the calling thread's current stream of ``device``. On CUDA the raw
-    ``(id, device index, device type)`` torch keeps, without a Stream object (called for every tensor
-    whose statistics wait on the device: a few microseconds less each)."""
-    if device.type == "cuda":
-        raw = _cuda_current()
-        if raw is not None:
-            return raw(device.index)
-    return current_stream(module, device)
-
-
-def _cuda_current() -> Optional[Any]:
-    """torch's ``_cuda_getCurrentStream(device index)`` (None in a build without CUDA)."""
-    if not _CUDA_RAW:
+def _stream_key_function(device_type: str) -> Optional[Callable[[Any], Any]]:
+    """``key(device)``: a hashable key of the calling thread's current stream of a ``device_type`` device, or
+    None when the type has no streams. Called for every tensor whose statistics wait on its device, so it is
+    chosen once per type: on CUDA torch's raw ``(id, device index, device type)``, without a Stream object."""
+    module = stream_module(device_type)
+    if module is None:
+        return None
+    if device_type == "cuda":
         import torch
 
-        _CUDA_RAW.append(getattr(torch._C, "_cuda_getCurrentStream", None))
-    return _CUDA_RAW[0]
+        raw = getattr(torch._C, "_cuda_getCurrentStream", None)
+        if raw is not None:
+            return lambda device: raw(device.index)
+    if device_type == "cpu":
+        return lambda device: module.current_stream()  # torch.cpu's takes no device
+    return module.current_stream
 
 
 def tool_stream(module: Any, device: Any, purpose: str) -> Any:
@@ -91,17 +88,19 @@ class LaunchStreams(object):
         self._streams: Dict[Any, List[Any]] = {}
         self._seen: Set[Tuple[Any, Any]] = set()  # (device, stream key): the check of every note()
         self._overflowed: Set[Any] = set()
+        self._keys: Dict[str, Optional[Callable[[Any], Any]]] = {}  # per device type: _stream_key_function's
 
     def note(self, device: Any) -> None:
         """Remember the calling thread's current stream of ``device`` (an accelerator's, or any device type
         with streams): call it when launching work there that is read later."""
-        module = stream_module(device.type)
-        if module is None:
+        kind = device.type
+        key = self._keys[kind] if kind in self._keys else self._keys.setdefault(kind, _stream_key_function(kind))
+        if key is None:
             return
-        seen = (device, _stream_key(module, device))
+        seen = (device, key(device))
         if seen in self._seen:
             return
-        stream = current_stream(module, device)
+        stream = current_stream(stream_module(kind), device)
         with self._lock:
             if seen in self._seen:
                 return

@@ -97,6 +97,8 @@ def device_copies(monkeypatch):
     monkeypatch.setattr(host_copies.DEVICE_COPIES, "on_cpu", True)
     monkeypatch.setitem(streams_module._STREAM_MODULES, "cpu", streams)
     monkeypatch.setattr(streams_module, "_TOOL_STREAMS", {})
+    for name, empty in (("_streams", {}), ("_seen", set()), ("_keys", {}), ("_overflowed", set())):
+        monkeypatch.setattr(LAUNCH_STREAMS, name, empty)  # what earlier tests noted with torch's own streams
     turns = []
 
     def pinned_stand_in(on_device):
@@ -264,7 +266,6 @@ def test_deferred_statistics_are_read_after_the_stream_they_were_launched_on(ses
     waits for the side stream on the device first (a side stream's work is not ordered with another stream's
     otherwise: FSDP's all-gather stream, a prefetch stream)."""
     monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
-    monkeypatch.setattr(LAUNCH_STREAMS, "_streams", {})
     read_back = statistics._read_back
 
     def noted_read(torch_module, parts, *stacked):
