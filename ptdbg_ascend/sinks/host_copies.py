@@ -15,12 +15,13 @@ stop the host until the device has caught up: once per saved tensor, hundreds of
   pageable memory. Only the writer thread waits for the transfer.
 
 The device memory these copies take is bounded by the writer's backlog (256 MiB by default; ``submit``
-blocks beyond it). Where a device type has no streams or events in torch (``torch.<type>.Event``...), the
-copy is read back at the call, as before.
+blocks beyond it); a copy the device has no memory for is read back at the call instead (logged once).
+Where a device type has no streams or events in torch (``torch.<type>.Event``...), the copy is read back at
+the call, as before.
 
 ``DEVICE_COPIES.on_cpu`` (default False) takes this path for CPU tensors too, through torch's CPU stand-ins
-for streams and events: how tests and ``bench/bench_per_call.py --device-path`` run it on a machine without
-an accelerator. torch is imported on first use (``ptdbg convert`` runs without it).
+for streams and events: how tests and ``bench/device_stream_check.py --emulate`` run it on a machine
+without an accelerator. torch is imported on first use (``ptdbg convert`` runs without it).
 """
 
 from __future__ import annotations
