@@ -128,9 +128,12 @@ class BackgroundWriter(object):
                     if self._error is None:
                         self._error = error
             finally:
+                # What the job holds (copies of tensors) goes now, not when the next job comes, and before
+                # flush() can return: torch memory freed on this thread while the interpreter exits aborts the
+                # process ("terminate called without an active exception").
+                job = None
                 with self._condition:
                     self.busy_seconds += time.perf_counter() - started
                     self._busy = False
                     self._pending_bytes -= nbytes
                     self._condition.notify_all()
-            job = None  # what it holds (copies of tensors) goes now, not when the next job comes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -106,6 +107,25 @@ def test_background_writer_counts_the_seconds_it_runs_jobs():
     writer.submit(lambda: time.sleep(0.02))
     writer.close()
     assert writer.busy_seconds >= first + 0.02
+
+
+def test_what_a_job_holds_is_freed_before_flush_returns():
+    """A job's closure (its tensor copies) is dropped before flush() returns: freed later, on the writer thread,
+    it could be freed while the interpreter exits after the dump's last flush, which aborts the process
+    ("terminate called without an active exception", seen in CI)."""
+    class Held(object):
+        def __del__(self):
+            time.sleep(0.05)  # a slow free (a large copy), during which the weak reference still answers
+
+    writer = BackgroundWriter()
+    for _ in range(3):
+        held = Held()
+        alive = weakref.ref(held)
+        writer.submit(lambda held=held: None)
+        del held
+        writer.flush()
+        assert alive() is None
+    writer.close()
 
 
 def test_background_writer_bounds_memory_and_keeps_order(tmp_path):
