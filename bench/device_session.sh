@@ -11,6 +11,9 @@
 # Output:  printed, and kept under $OUT (the device tool's folder) or bench/out/device_session/.
 # A baseline must travel with the working tree: e.g. `mkdir -p baseline && git archive b131b55 | tar -x -C
 # baseline`, then pass `baseline` here (untracked, not ignored: it is copied to the device machine).
+# Against b131b55, on a device, the statistics rows' files are expected to differ in the last digits: the
+# deferred device statistics since then reduce with vector_norm and float32-accumulating sums (the same
+# numbers to float32 rounding); the tensor rows' files must hold the same tensors.
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/out/device_session}"
