@@ -269,14 +269,14 @@ class DeviceStatisticsBatch(object):
                 return special_statistics(tensor)
             if not isinstance(reduced, tuple):
                 return reduced
-            high, low, total, square_sum, count = reduced
+            high, low, total, norm, count = reduced  # the deferred path's fourth value is the norm itself
             # A 0-d value's norm is its magnitude (no v*v overflow): read |low| then, see _finalised.
-            parts = [high, low, total, low if square_sum is None else square_sum]
+            parts = [high, low, total, low if norm is None else norm]
             if extra is not None:
                 parts.extend(extra(tensor))
             pending = PendingDeviceStatistics([None] * len(parts))
             pending.values = types.torch.stack(parts) if self._stacked else parts
-            pending.count = count if square_sum is not None else 0
+            pending.count = count if norm is not None else 0
         LAUNCH_STREAMS.note(tensor.device)  # the read waits for this stream (a side stream's work too)
         with self._lock:
             if not self._pending:

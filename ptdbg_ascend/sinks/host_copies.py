@@ -144,6 +144,18 @@ def on_host(value: Any) -> Any:
     return value.numpy() if type(value) is DeviceCopy else value
 
 
+def host_tensor(value: Any) -> Any:
+    """``value`` with a :class:`DeviceCopy` replaced by its CPU tensor (anything else as it is)."""
+    return value.host() if type(value) is DeviceCopy else value
+
+
+def release_copy(value: Any) -> None:
+    """Drop a written :class:`DeviceCopy`'s memory now (its pinned host buffer goes back to torch's cache for
+    the next copy); anything else is left to the garbage collector."""
+    if type(value) is DeviceCopy:
+        value.release()
+
+
 def _to_host(on_device: Any, ready: Any) -> Any:
     module = stream_module(on_device.device.type)
     stream = tool_stream(module, on_device.device, "copy")

@@ -23,7 +23,7 @@ from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.formats import pkl
 from ptdbg_ascend.formats.pkl import SCALAR_SHAPE_TEXT, line_head, numbers_text, record_text, stack_line
 from ptdbg_ascend.sinks.background import BackgroundWriter
-from ptdbg_ascend.sinks.host_copies import DeviceCopy, on_host
+from ptdbg_ascend.sinks.host_copies import on_host, release_copy
 from ptdbg_ascend.sinks.legacy.npy_files import host_copy, save_npy, take_special
 from ptdbg_ascend.fs.writes import FILE_MODE, link_file, open_new, own_dir, own_dirs, remove_quietly, write_all
 
@@ -232,8 +232,7 @@ class LegacyPklWriter(object):
                         link_file(source, path)
                     else:
                         save_npy(path, on_host(array))  # an accelerator's copy reaches host memory here
-                        if type(array) is DeviceCopy:
-                            array.release()  # its pinned host memory, for the call's next copy
+                        release_copy(array)  # its pinned host memory, for the call's next copy
                     written.append(path)
                 # Jobs run in order: a pending list named here was filled by this job or an earlier one.
                 self._write_line("".join(line if isinstance(line, str) else record_text(*line, head) for line in lines))

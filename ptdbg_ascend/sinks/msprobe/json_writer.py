@@ -46,7 +46,8 @@ from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.msprobe.entries import StepEntries
 from ptdbg_ascend.sinks.msprobe.json_text import member_text
 from ptdbg_ascend.sinks.msprobe.late_statistics import CopyStatistics, LateStatistics
-from ptdbg_ascend.sinks.msprobe.pt_files import host_tensor, release_copy, save_pt, snapshot, tensor_error_text
+from ptdbg_ascend.sinks.host_copies import host_tensor, release_copy
+from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
 from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
 from ptdbg_ascend.fs.writes import link_file, own_dir, own_dirs, remove_quietly, replace_file, write_all
 from ptdbg_ascend.fs.locks import RankDirectoryClaim

@@ -9,12 +9,12 @@ from typing import Any, List, Optional, Tuple
 
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.fs.writes import replace_file
-from ptdbg_ascend.sinks.host_copies import DeviceCopy, take_device_copy, takes_device_copy
+from ptdbg_ascend.sinks.host_copies import take_device_copy, takes_device_copy
 
 
 def snapshot(tensor: Any) -> Tuple[Any, int]:
     """``(copy, bytes)``: a detached contiguous copy of ``tensor``, in its dtype, to be saved later (give it
-    to :func:`host_tensor` on the writer thread). The saved value is the one at call time, whatever the
+    to ``host_copies.host_tensor`` on the writer thread). The saved value is the one at call time, whatever the
     training loop does next. A CPU tensor's copy is a clone; an accelerator's is a
     :class:`~ptdbg_ascend.sinks.host_copies.DeviceCopy`, launched now and moved to host memory by the writer."""
     if takes_device_copy(tensor):
@@ -25,18 +25,6 @@ def snapshot(tensor: Any) -> Tuple[Any, int]:
     with torch.no_grad():
         copy = tensor.detach().clone(memory_format=torch.contiguous_format)
     return copy, copy.numel() * copy.element_size()
-
-
-def host_tensor(copy: Any) -> Any:
-    """The CPU tensor of a :func:`snapshot` (an accelerator's copy is moved to host memory here)."""
-    return copy.host() if type(copy) is DeviceCopy else copy
-
-
-def release_copy(copy: Any) -> None:
-    """Drop a written :func:`snapshot`'s memory now (an accelerator copy's pinned host buffer goes back to
-    torch's cache for the next copy)."""
-    if type(copy) is DeviceCopy:
-        copy.release()
 
 
 def save_pt(path: str, tensor: Any) -> None:
