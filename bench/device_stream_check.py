@@ -102,7 +102,7 @@ def _print_syncs(syncs) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cuda", "cpu"),
                         help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--emulate", action="store_true",
                         help="on the CPU, take the accelerator's paths (copies and statistics as on a device)")
