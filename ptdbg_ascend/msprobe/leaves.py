@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 from ptdbg_ascend import numpy_view
 from ptdbg_ascend.dump import tensor_kinds
-from ptdbg_ascend.dump.statistics import min_max, small_float32_statistics, tensor_statistics
+from ptdbg_ascend.dump.statistics import small_float32_statistics, tensor_statistics
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.log import logger
 
@@ -140,20 +140,50 @@ def defer_candidate(tensor: Any, on_cpu: bool = False) -> bool:
 
 def deferred_reductions(tensor: Any) -> List[Any]:
     """Besides the four statistics, what a deferred leaf may need once its values are known, as 0-d
-    tensors on the device: the max over finite elements, the min over them, and the largest and smallest
-    of the elements' signs with NaN as 0 (which :func:`fill_statistics` turns into msprobe's
-    ``*_except_inf_nan`` with :func:`_finite_extremes`' rule). Called with the data in the dtype
-    :func:`tensor_statistics_msprobe` reduces (float32 for ints and float64).
+    tensors on the device: a pair from which :func:`fill_statistics` reads msprobe's ``*_except_inf_nan``
+    (:func:`_finite_extremes`' rule). Called with the data in the dtype :func:`tensor_statistics_msprobe`
+    reduces (float32 for ints and float64).
 
-    Six kernels (three ``nan_to_num`` and three reductions), launched for every deferred float tensor
-    because whether they are needed is known only when the batch is read back: on an accelerator each
-    launch costs the training thread microseconds (eleven launches and six full-size temporaries before)."""
+    The pair is the max with NaN and -inf as -inf and +inf as the dtype's lowest finite value, and the min
+    with NaN and +inf as +inf and -inf as the highest finite value. With a finite element, those stand-ins
+    never pass it: the pair is the finite max and min (max >= min). With none, the max is at most the
+    lowest finite value and the min at least the highest (max < min), and a finite stand-in in the pair
+    says an infinity of that sign is there: what the non-NaN extremes need (:func:`_except_inf_nan`).
+
+    Four kernels (two ``nan_to_num`` and two reductions), launched for every deferred float tensor because
+    whether they are needed is known only when the batch is read back: on an accelerator each launch costs
+    the training thread microseconds (six before the fifth round of issue 20, eleven launches and six
+    full-size temporaries before the first)."""
     inf = float("inf")
-    finite_max = tensor.nan_to_num(nan=-inf, posinf=-inf, neginf=-inf).amax()
-    finite_min = tensor.nan_to_num(nan=inf, posinf=inf, neginf=inf).amin()
-    # Used only when no element is finite: then every element is +inf (1), -inf (-1) or NaN (0).
-    sign_min, sign_max = min_max(tensor.nan_to_num(nan=0.0, posinf=1.0, neginf=-1.0))
-    return [finite_max, finite_min, sign_max, sign_min]
+    largest = _finfo_max(tensor.dtype)
+    finite_max = tensor.nan_to_num(nan=-inf, posinf=-largest, neginf=-inf).amax()
+    finite_min = tensor.nan_to_num(nan=inf, posinf=inf, neginf=largest).amin()
+    return [finite_max, finite_min]
+
+
+_FINFO_MAX = {}  # type: Dict[Any, float]
+
+
+def _finfo_max(dtype: Any) -> float:
+    """The largest finite value of a float dtype, looked up once per dtype."""
+    largest = _FINFO_MAX.get(dtype)
+    if largest is None:
+        import torch
+
+        largest = _FINFO_MAX[dtype] = float(torch.finfo(dtype).max)
+    return largest
+
+
+def _except_inf_nan(high: float, low: float) -> List[float]:
+    """msprobe's ``[Max_except_inf_nan, Min_except_inf_nan]`` from the pair :func:`deferred_reductions`
+    read back, or from :func:`_finite_extremes` (returned as they are: their max is never below their min)."""
+    if not high < low:  # a finite element (its extremes), or the eager path's values, or NaN
+        return [high, low]
+    # No finite element: over the non-NaN ones, all infinite (NaN when every element is NaN). A finite
+    # stand-in says an infinity of that sign is there.
+    inf, nan = float("inf"), float("nan")
+    positive, negative = math.isfinite(high), math.isfinite(low)
+    return [inf if positive else -inf if negative else nan, -inf if negative else inf if positive else nan]
 
 
 def msprobe_reduced(tensor: Any) -> Any:
@@ -166,22 +196,14 @@ def msprobe_reduced(tensor: Any) -> Any:
 
 
 def fill_statistics(leaf: Dict[str, Any], numbers: List[Any]) -> None:
-    """Put a leaf's statistics into it: ``numbers`` are Max, Min, Mean, Norm, then nothing, or msprobe's
-    ``Max_except_inf_nan`` and ``Min_except_inf_nan`` themselves (six numbers: :func:`eager_statistics`), or
-    the four of :func:`deferred_reductions` read back (eight). A non-finite Max or Min adds the
+    """Put a leaf's statistics into it: ``numbers`` are Max, Min, Mean, Norm, then nothing, or a pair:
+    msprobe's ``Max_except_inf_nan`` and ``Min_except_inf_nan`` themselves (:func:`eager_statistics`) or
+    the pair of :func:`deferred_reductions` read back. A non-finite Max or Min adds the
     ``*_except_inf_nan`` keys right after ``requires_grad`` (before ``md5`` and ``data_name``)."""
     leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"] = numbers[:4]
     if len(numbers) < 6 or not (_not_finite(numbers[0]) or _not_finite(numbers[1])):
         return
-    if len(numbers) == 6:
-        extremes = list(numbers[4:6])
-    else:
-        finite_max, finite_min, sign_max, sign_min = numbers[4:8]
-        if finite_max != float("-inf"):  # some element is finite
-            extremes = [finite_max, finite_min]
-        else:  # over the non-NaN elements, all infinite (as _finite_extremes); NaN when every element is NaN
-            extremes = [float("inf") if sign_max == 1 else float("-inf") if sign_min == -1 else float("nan"),
-                        float("-inf") if sign_min == -1 else float("inf") if sign_max == 1 else float("nan")]
+    extremes = _except_inf_nan(numbers[4], numbers[5])
     tail = [(key, leaf.pop(key)) for key in ("md5", "data_name") if key in leaf]
     leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = extremes
     leaf.update(tail)

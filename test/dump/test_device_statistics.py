@@ -220,13 +220,24 @@ _INF, _NAN = float("inf"), float("nan")
     [_INF, _NAN],
     [_INF, -_INF, _NAN],
     [_NAN, _NAN],  # all NaN: NaN
+    [_INF],
+    [-_INF, _NAN, _NAN],
+    # The dtype's largest finite values, which the deferred pair uses as stand-ins for infinities: a
+    # finite element equal to one is still a finite element.
+    ["lowest", _INF],
+    ["highest", -_INF, _NAN],
+    ["lowest", "highest", _INF, -_INF],
+    ["highest", "lowest", _NAN],
 ])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_a_deferred_leaf_has_the_finite_extremes_of_the_eager_path(deferred, values, dtype):
     from ptdbg_ascend.msprobe.leaves import (_finite_extremes, deferred_reductions, fill_statistics,
                                              msprobe_reduced)
 
-    tensor = torch.tensor(values, dtype=dtype)
+    # float64 is reduced in float32 (msprobe's rule): its stand-ins are float32's largest values
+    largest = torch.finfo(torch.float32 if dtype == torch.float64 else dtype).max
+    tensor = torch.tensor([{"lowest": -largest, "highest": largest}.get(value, value) for value in values],
+                          dtype=dtype)
     batch = DeviceStatisticsBatch()
     pending = batch.add(msprobe_reduced(tensor), extra=deferred_reductions)
     batch.resolve()
@@ -254,14 +265,14 @@ class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
 def test_a_deferred_tensor_launches_few_operators(deferred):
     """On an accelerator the host pays per launch (~5 us), not per element: a deferred tensor launches
     the three reductions of its statistics (aminmax, sum, vector_norm; half types accumulate in float32
-    inside them, with no float32 copy) and six more for msprobe's finite extremes, plus one stack in the
+    inside them, with no float32 copy) and four more for msprobe's finite extremes, plus one stack in the
     PrecisionDebugger's batch (its tensors wait long: one tensor kept each, not eight); the mean's
     division and the joining happen once per batch."""
     from ptdbg_ascend.msprobe.leaves import deferred_reductions
 
     for tensor, stacked, extra, most in ((torch.randn(64, 64), False, None, 3),
                                          (torch.randn(64, 64).bfloat16(), False, None, 3),
-                                         (torch.randn(64, 64), True, deferred_reductions, 10)):
+                                         (torch.randn(64, 64), True, deferred_reductions, 8)):
         batch = DeviceStatisticsBatch(stacked=stacked)
         with _CountOps() as adding:
             batch.add(tensor, extra=extra)
