@@ -18,7 +18,8 @@ set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/out/device_session}"
 mkdir -p "$out"
-python="${PYTHON:-python}"
+# The device machines' torch is the plain `python3` (their `python` may not exist); here: PYTHON=.venv/bin/python.
+python="${PYTHON:-python3}"
 status=0
 
 run() {  # run NAME SECONDS ARGS...: one step, bounded, its output printed and kept
