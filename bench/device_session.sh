@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The accelerator checks of issue 20 in one run, for a session lent a GPU (about 8 minutes on an H100/H200;
+# The accelerator checks of issue 20 in one run, for a session lent a GPU (about 8 minutes on an H100/H200,
+# at most 580 s by the limits below: run it with timeout_s=600;
 # the device machine allows 10 per command and 15 in all, start-up included):
 #
 #   1. bench/device_stream_check.py   tensor files, statistics and overflow flags of calls made on a side
@@ -35,11 +36,11 @@ run() {  # run NAME SECONDS ARGS...: one step, bounded, its output printed and k
 
 "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
-run stream_check 90 bench/device_stream_check.py
+run stream_check 80 bench/device_stream_check.py
 # BENCH_ARGS: more device_bench.py options (a CPU smoke run: BENCH_ARGS="--vocab 2000 --configs plain,legacy_stats").
-run bench_small 200 bench/device_bench.py --quick --sizes small ${BENCH_ARGS:-}
+run bench_small 190 bench/device_bench.py --quick --sizes small ${BENCH_ARGS:-}
 run bench_large 160 bench/device_bench.py --quick --sizes large ${BENCH_ARGS:-}
 if [ $# -ge 1 ]; then
-    run device_ab 200 bench/device_ab.py --baseline "$1" --steps 3
+    run device_ab 150 bench/device_ab.py --baseline "$1" --steps 3
 fi
 exit $status
