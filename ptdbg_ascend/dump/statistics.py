@@ -236,11 +236,11 @@ class DeviceStatisticsBatch(object):
 
     def __init__(self, stacked: bool = False) -> None:
         """``stacked`` (default False): keep each tensor's numbers as one tensor (``torch.stack`` of its
-        4-8 0-d parts: one launch more per tensor), for a batch whose tensors wait long to be read (the
-        PrecisionDebugger's wait until dump.json is next written, thousands of them): Python's garbage
-        collector walks every tensor kept, and 8 per tensor cost ~60 us per call on the emulated device
-        path of ``bench/bench_per_call.py`` (197 -> 121 us). torch.stack promotes a bf16 extreme to the
-        float32 of the statistics, exactly."""
+        0-d parts, six with msprobe's extremes: one launch more per tensor), for a batch whose tensors wait
+        long to be read (the PrecisionDebugger's wait until dump.json is next written, thousands of them):
+        Python's garbage collector walks every tensor kept, and 8 per tensor cost ~60 us per call on the
+        emulated device path of ``bench/bench_per_call.py`` (197 -> 121 us). torch.stack promotes a bf16
+        extreme to the float32 of the statistics, exactly."""
         import threading
 
         self._pending = []  # type: List[PendingDeviceStatistics]

@@ -22,8 +22,8 @@ from ptdbg_ascend.msprobe.leaves import (defer_candidate, deferred_reductions, e
                                          msprobe_reduced)
 
 # Deferred statistics read back at once when this many wait (a bound on device memory between rewrites):
-# a pending float tensor holds ten 0-d tensors on its device (statistics.DeviceStatisticsBatch.add), which
-# a caching allocator rounds up to 512 bytes each, so at most ~40 MB; one read-back per 8192 tensors.
+# a pending float tensor holds one tensor of six numbers on its device (statistics.DeviceStatisticsBatch.add,
+# stacked), which a caching allocator rounds up to 512 bytes, so at most ~4 MB; one read-back per 8192 tensors.
 MAX_PENDING_STATISTICS = 8192
 
 Leaves = List[Tuple[Dict[str, Any], Any]]  # (leaf, its pending numbers)
