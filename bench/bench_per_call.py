@@ -182,6 +182,7 @@ def main() -> int:
                 recorded[name] = count
                 per_call[name].append((seconds[0] - base[0]) / count)
                 per_call_cpu[name].append((seconds[1] - base[1]) / count)
+        deferred = deferred_per_call(rows) if args.device_path else ""
     finally:
         shutil.rmtree(out, ignore_errors=True)
     base = statistics.median(wall for wall, _ in plains)
@@ -203,7 +204,34 @@ def main() -> int:
         print("ratio debugger/legacy ({}): {:.2f}x (api_stack), {:.2f}x (all)".format(
             label, numbers["debugger"] / numbers["legacy"], numbers["debugger"] / numbers["legacy_all"]))
     print(device_launches(args.size))
+    if deferred:
+        print(deferred)
     return 0
+
+
+def deferred_per_call(rows: "tuple") -> str:
+    """Tensors whose statistics each front-end queues on the device per recorded call (one run of each row,
+    untimed, counting ``DeviceStatisticsBatch.add``): a tensor recorded as one call's output and the next
+    call's input, unchanged, is reduced once when the front-end's cache serves it."""
+    from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch
+
+    original = DeviceStatisticsBatch.add
+    added = [0]
+
+    def counting_add(self, *args, **kwargs):
+        added[0] += 1
+        return original(self, *args, **kwargs)
+
+    DeviceStatisticsBatch.add = counting_add
+    parts = []
+    try:
+        for name, run in rows:
+            added[0] = 0
+            _, count = run()
+            parts.append("{} {:.2f}".format(name, added[0] / count))
+    finally:
+        DeviceStatisticsBatch.add = original
+    return "device path, tensors reduced on the device per recorded call: " + ", ".join(parts)
 
 
 def device_launches(size: int) -> str:

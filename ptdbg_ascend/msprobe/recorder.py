@@ -64,7 +64,8 @@ class MsprobeRecorder(Recorder):
     def switch(self, on: bool) -> None:
         if on:
             # A new window: the files an earlier one saved may be in another step's directory, or removed
-            # after a write error; a tensor recorded again is saved again, not linked to them.
+            # after a write error; a tensor recorded again is saved again, not linked to them. Likewise its
+            # statistics are taken again: those pending in an earlier writer's batch may never be read back.
             with self._lock:
                 self.statistics.clear()
         self.on = on

@@ -304,3 +304,75 @@ def test_a_device_without_fused_half_reductions_reads_the_same_numbers(deferred,
     assert type(pending) is PendingDeviceStatistics  # still deferred
     batch.resolve()
     np.testing.assert_allclose(pending, statistics.tensor_statistics(tensor), rtol=2e-6)
+
+
+def test_a_precision_debugger_reduces_a_tensor_recorded_twice_once(tmp_path, dump_session, deferred, monkeypatch):
+    """On an accelerator each deferred float tensor costs the host 8 launches. A tensor recorded as one
+    call's output and the next call's input, unchanged, shares its pending numbers (as the legacy dump's
+    cache does); one changed in place in between (a new version) is reduced again, and its leaves hold
+    the numbers of each moment."""
+    from ptdbg_ascend import PrecisionDebugger
+    from ptdbg_ascend.jsonfile import load_json
+
+    reduced = []
+    original = DeviceStatisticsBatch.add
+
+    def counting(self, tensor, extra=None):
+        reduced.append(tuple(tensor.shape))
+        return original(self, tensor, extra)
+
+    monkeypatch.setattr(DeviceStatisticsBatch, "add", counting)
+    x = torch.tensor([[1.0, -2.0], [3.0, 4.0]])
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    debugger.start()
+    y = torch.relu(x)  # x in, y out: 2 reductions
+    z = torch.mul(y, 2.0)  # y again (shared), z out: 1
+    z.add_(1.0)  # z again before the change (shared), then z changed in place: 1
+    torch.neg(z)  # z again (shared), its output: 1
+    debugger.stop()
+    assert len(reduced) == 5, reduced  # 8 tensors recorded
+    data = load_json(str(tmp_path / "step0" / "rank" / "dump.json"), "dump.json")["data"]
+    relu, mul = data["Torch.relu.0.forward"], data["Torch.mul.0.forward"]
+    add, neg = data["Tensor.add_.0.forward"], data["Torch.neg.0.forward"]
+    numbers = ("Max", "Min", "Mean", "Norm")
+
+    def read(leaf):
+        return [leaf[key] for key in numbers]
+
+    # float32 norms: to float32's rounding
+    assert read(relu["output"][0]) == read(mul["input_args"][0]) == pytest.approx([4, 0, 2, math.sqrt(26)], 1e-6)
+    assert read(mul["output"][0]) == read(add["input_args"][0]) == pytest.approx([8, 0, 4, math.sqrt(104)], 1e-6)
+    assert read(add["output"][0]) == read(neg["input_args"][0]) == pytest.approx([9, 1, 5, math.sqrt(140)], 1e-6)
+    assert read(neg["output"][0]) == pytest.approx([-1, -9, -5, math.sqrt(140)], 1e-6)
+
+
+def test_a_new_step_never_waits_for_numbers_of_the_last(tmp_path, dump_session, deferred, monkeypatch):
+    """A step whose numbers were never read back (its last flush failed: simulated by a read that does
+    nothing) must not hand them to the next step: a tensor recorded at the end of one step and again at
+    the start of the next is reduced again, so the next step's dump.json shows every entry."""
+    from ptdbg_ascend import PrecisionDebugger
+    from ptdbg_ascend.jsonfile import load_json
+
+    original = DeviceStatisticsBatch.resolve
+    failing = []
+
+    def first_never_read(self):
+        if not failing:
+            failing.append(self)
+        if self is not failing[0]:
+            original(self)
+
+    monkeypatch.setattr(DeviceStatisticsBatch, "resolve", first_never_read)
+    x = torch.tensor([1.0, -2.0])
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    debugger.start()
+    torch.relu(x)
+    debugger.stop()
+    debugger.step()
+    debugger.start()
+    torch.neg(x)  # x again, unchanged, one call later
+    debugger.stop()
+    first = load_json(str(tmp_path / "step0" / "rank" / "dump.json"), "dump.json")["data"]
+    second = load_json(str(tmp_path / "step1" / "rank" / "dump.json"), "dump.json")["data"]
+    assert first == {}  # its numbers never came: its entry is left out, not written with nulls
+    assert second["Torch.neg.0.forward"]["input_args"][0]["Max"] == 1.0

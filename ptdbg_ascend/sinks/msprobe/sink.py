@@ -65,6 +65,8 @@ class MsprobeSink(RecordSink):
         self._forward_parent = {}  # type: Dict[str, Optional[str]]
         self._statistics_of = None  # type: Optional[Callable[[Any], List[Optional[float]]]]
         self._texts = None  # type: Optional[EntryTexts]
+        self._cached = None  # type: Optional[Callable[[Any, Callable[[Any], Any]], Any]]
+        self._defer = None  # type: Optional[Callable[[Dict[str, Any], Any], bool]]  # the writer's, with the cache
 
     def bind(self, statistics: StatisticsCache, lock: Any) -> None:
         super().bind(statistics, lock)
@@ -73,8 +75,13 @@ class MsprobeSink(RecordSink):
             with lock:  # backward hooks may run on autograd's threads
                 return statistics.lookup(tensor, "", tensor_statistics_msprobe)[0]
 
+        def cached(tensor: Any, reduce: Callable[[Any], Any]) -> Any:
+            with lock:
+                return statistics.lookup(tensor, "", reduce)[0]
+
         self._statistics_of = statistics_of
         self._texts = EntryTexts(statistics_of)
+        self._cached = cached
 
     @property
     def overflows(self) -> int:
@@ -84,6 +91,9 @@ class MsprobeSink(RecordSink):
         if self.overflow is not None:
             self.overflow.flush()  # calls still pending belong to the previous step's writer
         self.writer = writer
+        cached = self._cached
+        defer = writer.defer_leaf
+        self._defer = (lambda leaf, tensor: defer(leaf, tensor, cached)) if cached is not None else defer
         self._forward_parent.clear()
         self.module_stack = []
 
@@ -274,7 +284,7 @@ class MsprobeSink(RecordSink):
         writer = self.writer
         saving = writer is not None and writer.saves_tensors
         return value_leaf(value, path, self._save_tensor if saving else None, self.md5, key,
-                          defer=writer.defer_leaf if writer is not None else None, defer_cpu=self.defer_cpu,
+                          defer=self._defer if writer is not None else None, defer_cpu=self.defer_cpu,
                           statistics_of=self._statistics_of)
 
     def _save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
