@@ -24,6 +24,7 @@ median round. Output goes to a temporary directory, deleted afterwards.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -173,9 +174,14 @@ def main() -> int:
     recorded = {}
     try:
         for _ in range(args.rounds):
+            # A full collection before each row: one started by what earlier rows kept (the wrappers each row
+            # installs again, above all) would land in whichever row comes next. What a front-end keeps
+            # itself, which is what makes full collections come in a long run, is counted below.
+            gc.collect()
             base = plain()
             plains.append(base)
             for name, run in rows:
+                gc.collect()
                 seconds, count = run()
                 if count == 0:
                     raise RuntimeError("row {}: the dump holds no recorded call".format(name))
@@ -183,6 +189,9 @@ def main() -> int:
                 per_call[name].append((seconds[0] - base[0]) / count)
                 per_call_cpu[name].append((seconds[1] - base[1]) / count)
         deferred = deferred_per_call(rows) if args.device_path else ""
+        kept = kept_per_call(session, lambda: PrecisionDebugger(task="statistics", level="L1",
+                                                                dump_path=tempfile.mkdtemp(dir=out)),
+                             lambda calls: work(x, w, calls), args.calls)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     base = statistics.median(wall for wall, _ in plains)
@@ -206,7 +215,28 @@ def main() -> int:
     print(device_launches(args.size))
     if deferred:
         print(deferred)
+    print(kept)
     return 0
+
+
+def kept_per_call(session: "object", make_debugger: "object", loop: "object", calls: int) -> str:
+    """Objects the garbage collector tracks that the PrecisionDebugger keeps per recorded call until its files
+    are next written (up to a second, or ``stop()``): in a long run they make Python's full collections
+    come, each walking every object of the process (~0.1 s with torch imported here). Counted in one window
+    of ``calls`` calls after a warm-up of 80 (the legacy front-end writes a call's lines at once, but for
+    statistics waiting for a device batch of 64 tensors)."""
+    debugger = make_debugger()
+    session.ensure_wrapped()
+    debugger.start()
+    loop(80)
+    gc.collect()
+    before = len(gc.get_objects())
+    recorded = loop(calls)
+    gc.collect()
+    after = len(gc.get_objects())
+    debugger.stop()
+    return "PrecisionDebugger, objects kept per recorded call until dump.json is next written: {:.1f}".format(
+        (after - before) / recorded)
 
 
 def deferred_per_call(rows: "tuple") -> str:

@@ -257,3 +257,95 @@ def test_a_tensor_whose_statistics_raise_is_written_as_the_dicts_write_it(sessio
     assert leaf["shape"] == [5] and leaf["Max"] == 2.0 and leaf["Min"] == 0.0  # special leaf: its own numbers
     assert data["Torch.exp.0.forward"]["output"][0]["Max"] == float(torch.exp(torch.tensor(1.0)))
     assert y.tolist() == [0.0, 0.0, 0.0, 1.0, 2.0]
+
+
+def test_entries_waiting_for_device_statistics_are_the_entries_the_dicts_give(session, tmp_path, monkeypatch):
+    """On an accelerator (emulated: ``DEFERRAL.on_cpu``) an entry whose tensors' statistics are read back
+    later is kept as its text with a placeholder per such leaf (``entry_text.EntryTemplate``), not as dicts.
+    Once read, the files must be those the dicts give, byte for byte: the same model, with inf/NaN
+    (msprobe's ``*_except_inf_nan`` keys), int tensors, backward entries and in-place updates."""
+    from fake_torch_npu.fixtures import clean_session
+
+    from ptdbg_ascend.dump import statistics
+    from ptdbg_ascend.sinks.msprobe import entry_text
+
+    templates = []
+    original = entry_text.EntryTemplate.__init__
+
+    def counting(self, text, late):
+        templates.append(len(late))
+        original(self, text, late)
+
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(entry_text.EntryTemplate, "__init__", counting)
+    texts, text_stacks = _mixed_dump(tmp_path, "text", monkeypatch, text_path=True)  # (undoes the patches)
+    assert len(templates) > 20 and sum(templates) > 50
+    clean_session(session)
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    dicts, dict_stacks = _mixed_dump(tmp_path, "dicts", monkeypatch, text_path=False)
+    assert texts == dicts
+    data = json.loads(texts[0])["data"]
+    assert any("Max_except_inf_nan" in json.dumps(entry) for entry in data.values())
+    assert [sorted(stack) for stack in text_stacks] == [sorted(stack) for stack in dict_stacks]
+
+
+def test_an_entry_template_extended_later_is_written_whole(tmp_path):
+    """An entry added again under its name (an in-place collective's output after its input) while its
+    first part still waits for device statistics: both parts are written, each leaf with its numbers, and
+    the entry is shown only once every number is in."""
+    from ptdbg_ascend.dump.statistics import PendingDeviceStatistics
+    from ptdbg_ascend.sinks.msprobe.entries import StepEntries
+    from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, EntryTexts, LateLeaf
+
+    numbers = {}
+
+    def pending(values):
+        waiting = PendingDeviceStatistics([None] * len(values))
+        waiting.values, waiting.count = True, 1  # not read yet
+        numbers[id(waiting)] = values
+        return waiting
+
+    def read(waiting):
+        waiting[:] = numbers[id(waiting)]
+        waiting.values = None
+
+    first, second = pending([2.0, -1.0, 0.5, 3.0]), pending([float("inf"), 1.0, float("inf"), float("inf"), 4.0, 1.0])
+    texts = EntryTexts(lambda tensor: [0.0, 0.0, 0.0, 0.0])
+    late = [LateLeaf(4, "torch.float32", (2,), False, first), LateLeaf(4, "torch.float16", (), True, second)]
+    blocks = [("input_args", "[\n    \x00,\n    \x00\n   ]")]
+    entries = StepEntries()
+    entries.add("Torch.x.0.forward", EntryTemplate(texts.entry("Torch.x.0.forward", blocks), late), None, [])
+    third = pending([5.0, 5.0, 5.0, 5.0])
+    output_leaf = dict(LEAF, shape=[1])
+    entries.add("Torch.x.0.forward", {"output": [output_leaf]}, None, [(output_leaf, third)])
+
+    def shown():
+        return json.loads(entries.finished_text(0)[0])
+
+    assert shown() == {}  # nothing read yet
+    read(first)
+    read(second)
+    assert shown() == {}  # the output's numbers are still to come
+    read(third)
+    entry = shown()["Torch.x.0.forward"]
+    leaf = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 2.0, "Min": -1.0, "Mean": 0.5,
+            "Norm": 3.0, "requires_grad": False}
+    assert entry["input_args"][0] == leaf
+    inf = float("inf")
+    assert entry["input_args"][1] == {"type": "torch.Tensor", "dtype": "torch.float16", "shape": [], "Max": inf,
+                                      "Min": 1.0, "Mean": inf, "Norm": inf, "requires_grad": True,
+                                      "Max_except_inf_nan": 4.0, "Min_except_inf_nan": 1.0}
+    assert entry["output"] == [dict(LEAF, shape=[1], Max=5.0, Min=5.0, Mean=5.0, Norm=5.0)]
+
+
+def test_a_waiting_leaf_never_outgrows_the_length_the_disk_reserve_counts():
+    """The JSON reserve holds room for each entry before it exists (safety_guide.md, disk full); for an entry
+    still waiting for its numbers, its length is an upper bound that the finished text must stay within."""
+    from ptdbg_ascend.sinks.msprobe.entry_text import LateLeaf
+
+    inf, nan, tiny = float("inf"), float("nan"), -2.2250738585072014e-308
+    for numbers in ([1.0, 2.0, 3.0, 4.0], [tiny, tiny, tiny, tiny], [inf, tiny, nan, inf, tiny, tiny],
+                    [nan, nan, nan, nan, -inf, inf], [-1.2345678901234567e-300] * 4 + [tiny, tiny]):
+        for shape in ((), (1,), (1024, 1024, 3)):
+            leaf = LateLeaf(4, "torch.bfloat16", shape, True, list(numbers))
+            assert len(leaf.text()) <= leaf.longest(), (numbers, shape)

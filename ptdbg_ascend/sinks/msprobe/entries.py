@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, STACK_FILE
 from ptdbg_ascend.msprobe.leaves import fill_statistics
+from ptdbg_ascend.sinks.msprobe.entry_text import PLACEHOLDER, EntryTemplate
 from ptdbg_ascend.sinks.msprobe.json_text import (document_text, encode_missing, list_of_texts, member_of_text,
                                                     member_text, members_object, object_text)
 from ptdbg_ascend.sinks.msprobe.pt_files import data_names
@@ -25,6 +26,15 @@ from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonRese
 # An entry kept as its text only (``StepEntries.encoded``): finished, and never changed again but by an
 # in-place collective, which decodes it back.
 _AS_TEXT = object()
+
+
+def entry_length(name: str, entry: Any) -> int:
+    """The length of entry ``name``'s member text (of a template: an upper bound), for the disk reserve."""
+    if type(entry) is str:
+        return len(entry)
+    if type(entry) is EntryTemplate:
+        return entry.longest()
+    return len(member_text(name, entry, 1))
 
 
 class StepEntries(object):
@@ -50,7 +60,8 @@ class StepEntries(object):
 
     def add(self, name: str, entry: Any, waits_for: Optional[int], deferred: List[Tuple[Dict[str, Any], Any]]) -> None:
         """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``: a dict,
-        or its finished member text (``entry_text.py``: no file, nothing deferred). ``waits_for``: the number
+        its finished member text (``entry_text.py``: no file, nothing deferred), or an ``EntryTemplate`` (no
+        file; finished when its late leaves' numbers are read back). ``waits_for``: the number
         of the last ``.pt`` job queued, when it is not written yet (None: all are); ``deferred``: its leaves
         whose statistics are still on the device. An entry finished now is kept as its text only
         (:meth:`_keep_text`)."""
@@ -59,12 +70,27 @@ class StepEntries(object):
                 self._store_text(name, entry)
                 return
             entry = json.loads("{" + entry + "}")[name]  # extending an entry: as a dict (rare)
+        elif type(entry) is EntryTemplate:
+            if name not in self.data and waits_for is None and not deferred:
+                if entry.read():  # its numbers were read back meanwhile (a batch that was full)
+                    self._store_text(name, entry.render())
+                else:
+                    self.data[name] = entry
+                    self.stat_waiting[name] = [(entry, entry)]  # (target, pending): finished when entry.read()
+                return
+            deferred = list(deferred)  # (take_new may hand over its own empty list)
+            entry = _as_dict(name, entry, deferred)  # extending an entry (rare): as a dict, its leaves waiting
         if deferred:
             self.stat_waiting.setdefault(name, []).extend(deferred)
         current = self.data.get(name)
         if current is not None:
             if current is _AS_TEXT:  # back to a dict to extend it (rare: an in-place collective's output)
                 current = self.data[name] = json.loads("{" + self.encoded[name] + "}")[name]
+            elif type(current) is EntryTemplate:  # the same, from a template (its leaves then wait as dicts)
+                waiting = [pair for pair in self.stat_waiting.pop(name, ()) if pair[1] is not current]
+                current = self.data[name] = _as_dict(name, current, waiting)
+                if waiting:
+                    self.stat_waiting[name] = waiting
             current.update(entry)
             old = self.encoded.pop(name, None)
             if (waits_for is not None or deferred) and old is not None:  # encoded holds finished versions only
@@ -130,9 +156,10 @@ class StepEntries(object):
         ready_at = self.ready_at
         stat_waiting = self.stat_waiting
         if stat_waiting:
-            for name in [name for name, items in stat_waiting.items() if all(p.values is None for _, p in items)]:
+            for name in [name for name, items in stat_waiting.items() if all(_read(p) for _, p in items)]:
                 for leaf, pending in stat_waiting.pop(name):
-                    fill_statistics(leaf, list(pending))
+                    if type(leaf) is dict:  # (a template is rendered below)
+                        fill_statistics(leaf, list(pending))
                 if name not in ready_at:
                     self.previous.pop(name, None)
         if ready_at:
@@ -155,7 +182,7 @@ class StepEntries(object):
                 text = encoded.get(name)
                 if text is None:
                     before = time.perf_counter()
-                    text = encoded[name] = member_text(name, entry, 1)
+                    text = encoded[name] = entry.render() if type(entry) is EntryTemplate else member_text(name, entry, 1)
                     data[name] = _AS_TEXT  # finished: its text is all that is needed from now on
                     encoding += time.perf_counter() - before
                     longest = max(longest, len(text))
@@ -183,3 +210,36 @@ class StepEntries(object):
         self.ready_at.clear()
         self.stat_waiting.clear()
         return orphans
+
+
+def _read(pending: Any) -> bool:
+    """Whether a waiting leaf's numbers are in: a device batch's pending list, a copy's statistics, a template."""
+    return pending.read() if type(pending) is EntryTemplate else pending.values is None
+
+
+def _as_dict(name: str, template: EntryTemplate, waiting: List[Tuple[Dict[str, Any], Any]]) -> Dict[str, Any]:
+    """The entry of ``template`` as dicts: each late leaf a leaf dict (``msprobe.leaves.tensor_leaf``'s, its
+    statistics filled once read), appended to ``waiting`` with its pending numbers."""
+    pieces = template.text.split(PLACEHOLDER)
+    # An object keyed by NUL stands for late leaf i: no value the text path writes is such an object.
+    text = pieces[0] + "".join('{"\\u0000": %d}' % index + piece for index, piece in enumerate(pieces[1:]))
+    entry = json.loads("{" + text + "}")[name]
+    late = template.late
+
+    def leaf_of(value: Any) -> Any:
+        if type(value) is dict:
+            if len(value) == 1 and "\x00" in value:
+                item = late[value["\x00"]]
+                leaf = {"type": "torch.Tensor", "dtype": item.dtype, "shape": list(item.shape), "Max": None,
+                        "Min": None, "Mean": None, "Norm": None, "requires_grad": item.requires_grad}
+                if item.read():
+                    fill_statistics(leaf, list(item.pending))
+                else:
+                    waiting.append((leaf, item.pending))
+                return leaf
+            return {key: leaf_of(item) for key, item in value.items()}
+        if type(value) is list:
+            return [leaf_of(item) for item in value]
+        return value
+
+    return leaf_of(entry)

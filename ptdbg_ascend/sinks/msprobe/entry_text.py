@@ -15,6 +15,13 @@ the caller builds the dicts as before:
 
 Not used when tensors are saved, with ``summary_mode="md5"``, with the overflow check or inside a
 ``torch.func`` transform (the sink checks); an entry made under autocast takes the dicts too.
+
+A tensor whose statistics are read back later (off the CPU, ``dump/statistics.DeviceStatisticsBatch``) is
+written as :data:`PLACEHOLDER` when the caller collects :class:`LateLeaf` objects (``late``): the entry is then
+an :class:`EntryTemplate`, its text with a placeholder per such leaf, finished once their numbers are read
+(``entries.py``). Without ``late`` (an in-place call's inputs, taken before the call) such a tensor raises
+:class:`NotPlain`. Why: on an accelerator the dicts of every entry waited for their batch (up to a second, or
+thousands of entries) and were walked again and again by Python's garbage collector, then encoded.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ptdbg_ascend.msprobe.leaves import dtype_text
+from ptdbg_ascend.dump.statistics import PendingDeviceStatistics
+from ptdbg_ascend.msprobe.leaves import defer_candidate, dtype_text, fill_statistics
 from ptdbg_ascend.sinks.msprobe.json_text import (indented_text, list_of_texts, member_of_text, object_of_texts,
                                                   tensor_leaf_text)
 
@@ -36,37 +44,116 @@ _SCALAR_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}  # value_
 _KEYED = ("device", "dtype")  # value_leaf types a str under these keys as a torch.device / torch.dtype
 
 
+# Stands for a late leaf's text in an entry's text: a NUL never occurs in JSON text (json escapes it in strings).
+PLACEHOLDER = "\x00"
+# The longest number a statistic is written with (its text length bounds a late leaf's, for the disk reserve).
+_LONGEST_NUMBER = -2.2250738585072014e-308
+
+
 class NotPlain(Exception):
     """A value :class:`EntryTexts` leaves to the dicts (see the module docstring)."""
+
+
+class LateLeaf(object):
+    """A tensor leaf at ``level`` whose statistics (``pending``: ``DeviceStatisticsBatch.add``'s list, with
+    the pair of ``msprobe.leaves.deferred_reductions`` after the four numbers of a float tensor) are read
+    back later."""
+
+    __slots__ = ("level", "dtype", "shape", "requires_grad", "pending")
+
+    def __init__(self, level: int, dtype: str, shape: Tuple[int, ...], requires_grad: bool, pending: Any) -> None:
+        self.level, self.dtype, self.shape, self.requires_grad, self.pending = level, dtype, shape, requires_grad, \
+            pending
+
+    def read(self) -> bool:
+        """Whether its numbers are in."""
+        pending = self.pending
+        return type(pending) is not PendingDeviceStatistics or pending.values is None
+
+    def text(self) -> str:
+        """The leaf's text once :meth:`read`: ``msprobe.leaves.tensor_leaf``'s leaf filled by
+        ``fill_statistics``, as ``json_text`` writes it."""
+        numbers = list(self.pending)
+        text = tensor_leaf_text(self.level, self.dtype, list(self.shape), self.requires_grad, numbers[:4])
+        if text is not None:
+            return text
+        leaf = {"type": "torch.Tensor", "dtype": self.dtype, "shape": list(self.shape), "Max": None, "Min": None,
+                "Mean": None, "Norm": None, "requires_grad": self.requires_grad}  # type: Dict[str, Any]
+        fill_statistics(leaf, numbers)
+        return indented_text(leaf, self.level)
+
+    def longest(self) -> int:
+        """An upper bound of its text's length (six statistics of the longest form)."""
+        leaf = {"type": "torch.Tensor", "dtype": self.dtype, "shape": list(self.shape)}  # type: Dict[str, Any]
+        leaf.update((key, _LONGEST_NUMBER) for key in ("Max", "Min", "Mean", "Norm"))
+        leaf["requires_grad"] = False
+        leaf.update((key, _LONGEST_NUMBER) for key in ("Max_except_inf_nan", "Min_except_inf_nan"))
+        return len(indented_text(leaf, self.level))
+
+
+class EntryTemplate(object):
+    """An entry's member text with a :data:`PLACEHOLDER` for each of its ``late`` leaves, in order."""
+
+    __slots__ = ("text", "late")
+
+    def __init__(self, text: str, late: List[LateLeaf]) -> None:
+        self.text, self.late = text, late
+
+    def read(self) -> bool:
+        """Whether every late leaf's numbers are in."""
+        return all(leaf.read() for leaf in self.late)
+
+    def render(self) -> str:
+        """The finished member text (once :meth:`read`)."""
+        parts = self.text.split(PLACEHOLDER)
+        pieces = [parts[0]]
+        for leaf, part in zip(self.late, parts[1:]):
+            pieces.append(leaf.text())
+            pieces.append(part)
+        return "".join(pieces)
+
+    def longest(self) -> int:
+        """An upper bound of :meth:`render`'s length."""
+        return len(self.text) - len(self.late) + sum(leaf.longest() for leaf in self.late)
 
 
 class EntryTexts(object):
     """Texts of a sink's entries. ``statistics_of(tensor)`` gives a tensor's ``[Max, Min, Mean, Norm]`` (the
     sink's cache, as ``value_leaf`` uses it)."""
 
-    def __init__(self, statistics_of: Callable[[Any], List[Optional[float]]]) -> None:
+    def __init__(self, statistics_of: Callable[[Any], List[Optional[float]]], defer_cpu: bool = False) -> None:
+        """``defer_cpu`` (default False): CPU tensors take the late path too (as tests emulate an accelerator:
+        ``dump/statistics.DEFERRAL.on_cpu``)."""
         self._statistics_of = statistics_of
+        self._defer_cpu = defer_cpu
+        # ``pending_of(tensor)``: the statistics of a tensor read back later (the current writer's batch,
+        # through the sink's cache); None: such tensors raise NotPlain.
+        self.pending_of = None  # type: Optional[Callable[[Any], Any]]
 
     def entry(self, name: str, blocks: Sequence[Tuple[str, str]]) -> str:
         """The member text of entry ``name`` with ``blocks``, ``(key, text)`` pairs from the methods below."""
         return member_of_text(name, object_of_texts(blocks, BLOCK_LEVEL - 1), ENTRY_DEPTH)
 
-    def values_block(self, values: Sequence[Any]) -> str:
-        """A block that is a list of values (``input_args``, ``output``, a backward ``input``)."""
-        return list_of_texts([self.value(value, LEAF_LEVEL, None) for value in values], BLOCK_LEVEL)
+    def values_block(self, values: Sequence[Any], late: Optional[List[LateLeaf]] = None) -> str:
+        """A block that is a list of values (``input_args``, ``output``, a backward ``input``). ``late``
+        (default None) collects the leaves whose statistics come later (see the module docstring)."""
+        return list_of_texts([self.value(value, LEAF_LEVEL, None, late) for value in values], BLOCK_LEVEL)
 
-    def keywords_block(self, kwargs: Dict[str, Any]) -> str:
+    def keywords_block(self, kwargs: Dict[str, Any], late: Optional[List[LateLeaf]] = None) -> str:
         """``input_kwargs``."""
-        return object_of_texts([(key, self.value(value, LEAF_LEVEL, key)) for key, value in kwargs.items()],
+        return object_of_texts([(key, self.value(value, LEAF_LEVEL, key, late)) for key, value in kwargs.items()],
                                BLOCK_LEVEL)
 
-    def value(self, value: Any, level: int, key: Optional[str]) -> str:
+    def value(self, value: Any, level: int, key: Optional[str], late: Optional[List[LateLeaf]] = None) -> str:
         """The text of ``value`` nested at ``level`` (``key``: its kwarg name), as ``value_leaf`` then
-        ``json_text`` would write it. Raises :class:`NotPlain`."""
+        ``json_text`` would write it, or :data:`PLACEHOLDER` for a leaf appended to ``late``. Raises
+        :class:`NotPlain`."""
         kind = type(value)
         if kind is _TENSOR or kind is _PARAMETER:
-            if not value.is_cpu or value.layout is not _STRIDED or value.is_nested or value.is_quantized:
+            if value.layout is not _STRIDED or value.is_nested or value.is_quantized:
                 raise NotPlain()
+            if not value.is_cpu or self._defer_cpu:
+                return self._late_leaf(value, level, late)
             try:
                 statistics = self._statistics_of(value)
             except (RuntimeError, TypeError, ValueError, NotImplementedError):  # value_leaf's special leaf then
@@ -82,5 +169,14 @@ class EntryTexts(object):
         if type_name is not None and not (kind is str and key in _KEYED):
             return indented_text({"type": type_name, "value": value}, level)
         if kind is list or kind is tuple:
-            return list_of_texts([self.value(item, level + 1, None) for item in value], level)
+            return list_of_texts([self.value(item, level + 1, None, late) for item in value], level)
         raise NotPlain()
+
+    def _late_leaf(self, tensor: Any, level: int, late: Optional[List[LateLeaf]]) -> str:
+        pending_of = self.pending_of
+        # 0-d, bool, complex, empty and meta tensors take msprobe's other rules (the dicts: value_leaf).
+        if late is None or pending_of is None or not defer_candidate(tensor, True):
+            raise NotPlain()
+        late.append(LateLeaf(level, dtype_text(tensor.dtype), tuple(tensor.shape), bool(tensor.requires_grad),
+                             pending_of(tensor)))
+        return PLACEHOLDER

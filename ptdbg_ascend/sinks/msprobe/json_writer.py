@@ -43,8 +43,7 @@ from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, PT_SUFFIX, STACK_FILE, tensor_dir
 from ptdbg_ascend.sinks import background as background_module
 from ptdbg_ascend.sinks.background import BackgroundWriter
-from ptdbg_ascend.sinks.msprobe.entries import StepEntries
-from ptdbg_ascend.sinks.msprobe.json_text import member_text
+from ptdbg_ascend.sinks.msprobe.entries import StepEntries, entry_length
 from ptdbg_ascend.sinks.msprobe.late_statistics import CopyStatistics, LateStatistics
 from ptdbg_ascend.sinks.host_copies import host_tensor, release_copy
 from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
@@ -117,23 +116,23 @@ class MsprobeJsonWriter(object):
         self.rewrite_seconds = 0.0
         # Leaves whose statistics come later (late_statistics.py): read back from a device in batches at the
         # rewrites, or read by the writer thread from the copy it saves. An entry waiting for them is not
-        # finished. ``defer_leaf`` is msprobe.leaves.tensor_leaf's hook.
+        # finished. ``defer_leaf`` is msprobe.leaves.tensor_leaf's hook, ``pending_of`` entry_text.EntryTexts'.
         self._late = LateStatistics(self._lock)
-        self.statistics_batch = self._late.batch
-        self.defer_leaf = self._late.defer_leaf
+        self.statistics_batch, self.defer_leaf, self.pending_of = self._late.batch, self._late.defer_leaf, \
+            self._late.pending_of
 
     # -- adding ----------------------------------------------------------------------------------
     def add_entry(self, name: str, entry: Any) -> None:
         """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``: a dict,
-        or its finished member text (``entry_text.py``). May rewrite the JSON files (see the module
-        docstring). Raises :class:`DumpWriteError` after a write error (the entry is not added)."""
+        or its member text (``entry_text.py``: finished, or an EntryTemplate). May rewrite the JSON files (see
+        the module docstring). Raises :class:`DumpWriteError` after a write error (the entry is not added)."""
         if self._failed is not None:
             self._raise_failed()
         if not self._made_dirs:
             self._make_dirs()
         space = self._space
         if space.unmeasured[ENTRY]:  # before any rewrite has measured entries
-            space.measured(ENTRY, len(entry if type(entry) is str else member_text(name, entry, 1)))
+            space.measured(ENTRY, entry_length(name, entry))
         if not self.saves_tensors:  # (with tensor files, each file's job grows the reserve first)
             try:
                 space.ensure(1, 1)  # the reserve covers this entry and its stack before it exists

@@ -117,16 +117,22 @@ class LateStatistics(object):
             return True
         if not defer_candidate(tensor, self._defer_cpu):
             return False
-        batch = self.batch
-        pending = self._reduce(tensor) if cached is None else cached(tensor, self._reduce)
+        pending = self.pending_of(tensor, cached)
         if type(pending) is not PendingDeviceStatistics:  # nothing to read back (no values)
             fill_statistics(leaf, pending)
             return True
         with self._lock:
             self._new.append((leaf, pending))
+        return True
+
+    def pending_of(self, tensor: Any, cached: Optional[CachedReduce] = None) -> Any:
+        """The statistics of ``tensor`` (``defer_candidate``): pending in the batch until it is read back, or
+        read now where there is nothing to read back. ``cached``: see :meth:`defer_leaf`."""
+        pending = self._reduce(tensor) if cached is None else cached(tensor, self._reduce)
+        batch = self.batch
         if batch.pending_count() >= MAX_PENDING_STATISTICS:  # bounded: read back now
             batch.resolve()
-        return True
+        return pending
 
     def _reduce(self, tensor: Any) -> Any:
         """The statistics of ``tensor`` from the batch: pending, or read now when there is nothing to read back."""

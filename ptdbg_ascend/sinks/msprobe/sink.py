@@ -29,7 +29,7 @@ from ptdbg_ascend.msprobe.leaves import tensor_statistics_msprobe, value_leaf
 from ptdbg_ascend.msprobe.selection import block_wanted, dotted
 from ptdbg_ascend.overflow import detection
 from ptdbg_ascend.overflow.policy import OverflowPolicy
-from ptdbg_ascend.sinks.msprobe.entry_text import EntryTexts, NotPlain
+from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, EntryTexts, LateLeaf, NotPlain
 from ptdbg_ascend.sinks.msprobe.json_text import object_of_texts
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
@@ -80,7 +80,7 @@ class MsprobeSink(RecordSink):
                 return statistics.lookup(tensor, "", reduce)[0]
 
         self._statistics_of = statistics_of
-        self._texts = EntryTexts(statistics_of)
+        self._texts = EntryTexts(statistics_of, self.defer_cpu)
         self._cached = cached
 
     @property
@@ -92,8 +92,10 @@ class MsprobeSink(RecordSink):
             self.overflow.flush()  # calls still pending belong to the previous step's writer
         self.writer = writer
         cached = self._cached
-        defer = writer.defer_leaf
+        defer, pending_of = writer.defer_leaf, writer.pending_of
         self._defer = (lambda leaf, tensor: defer(leaf, tensor, cached)) if cached is not None else defer
+        if self._texts is not None:
+            self._texts.pending_of = lambda tensor: pending_of(tensor, cached)
         self._forward_parent.clear()
         self.module_stack = []
 
@@ -150,11 +152,12 @@ class MsprobeSink(RecordSink):
         autocast = autocast_state(args, kwargs)  # now, at the call: the entry may be built later (overflow)
         texts = self._entry_texts() if autocast is None else None
         if texts is not None and (before is None or type(before) is _TextBlocks):
+            late = []  # type: List[LateLeaf]
             try:
-                blocks = list(before) if before is not None else self._input_texts(texts, args, kwargs)
+                blocks = list(before) if before is not None else self._input_texts(texts, args, kwargs, late)
                 if block_wanted(self.config.data_mode, FORWARD, "output"):
-                    blocks.append(("output", texts.values_block(_as_list(output))))
-                self._add_text(name, texts.entry(name, blocks), stack)
+                    blocks.append(("output", texts.values_block(_as_list(output), late)))
+                self._add_text(name, texts.entry(name, blocks), stack, late)
                 return
             except NotPlain:
                 pass
@@ -181,11 +184,12 @@ class MsprobeSink(RecordSink):
         name = dotted(call, BACKWARD)
         texts = self._entry_texts()
         if texts is not None:
+            late = []  # type: List[LateLeaf]
             try:
-                blocks = [(block, texts.values_block(list(values)))
+                blocks = [(block, texts.values_block(list(values), late))
                           for block, values in (("input", backward_input), ("output", backward_output))
                           if block_wanted(self.config.data_mode, BACKWARD, block)]
-                self._add_text(name, texts.entry(name, blocks), stack)
+                self._add_text(name, texts.entry(name, blocks), stack, late)
                 return
             except NotPlain:
                 pass
@@ -229,22 +233,25 @@ class MsprobeSink(RecordSink):
 
     # -- the text path (entry_text.py) ---------------------------------------------------------------
     def _entry_texts(self) -> Optional[EntryTexts]:
-        """The entry texts when this call's entry may be written as text at once: a statistics dump (no
-        tensor files, no md5, no overflow check, nothing deferred) outside any torch.func transform."""
+        """The entry texts when this call's entry may be written as text: a statistics dump (no tensor files,
+        no md5, no overflow check) outside any torch.func transform."""
         writer = self.writer
         if (writer is None or self._texts is None or writer.saves_tensors or self.md5 or self.overflow_task
-                or self.defer_cpu or transforms_active()):
+                or transforms_active()):
             return None
         return self._texts
 
-    def _input_texts(self, texts: EntryTexts, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Tuple[str, str]]:
+    def _input_texts(self, texts: EntryTexts, args: Sequence[Any], kwargs: Dict[str, Any],
+                     late: Optional[List[LateLeaf]] = None) -> List[Tuple[str, str]]:
+        """The input blocks; ``late`` (default None: an in-place call's inputs, whose text may have to be read
+        back as dicts) collects the leaves whose statistics come later."""
         if not block_wanted(self.config.data_mode, FORWARD, "input"):
             return []
-        return [("input_args", texts.values_block(args)), ("input_kwargs", texts.keywords_block(kwargs))]
+        return [("input_args", texts.values_block(args, late)), ("input_kwargs", texts.keywords_block(kwargs, late))]
 
-    def _add_text(self, name: str, text: str, stack: bool) -> None:
+    def _add_text(self, name: str, text: str, stack: bool, late: List[LateLeaf]) -> None:
         writer = self.writer
-        writer.add_entry(name, text)
+        writer.add_entry(name, EntryTemplate(text, late) if late else text)
         if stack:
             writer.add_stack_literals(name, user_stack_literals(2))
 
