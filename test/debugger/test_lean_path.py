@@ -349,3 +349,44 @@ def test_a_waiting_leaf_never_outgrows_the_length_the_disk_reserve_counts():
         for shape in ((), (1,), (1024, 1024, 3)):
             leaf = LateLeaf(4, "torch.bfloat16", shape, True, list(numbers))
             assert len(leaf.text()) <= leaf.longest(), (numbers, shape)
+
+
+def _in_place_dump(tmp_path, tag, monkeypatch, text_path):
+    """In-place calls on the emulated device path, some under autocast (whose entries take the dicts after
+    their inputs were taken as text), and a call whose bool output the text path leaves to the dicts."""
+    from ptdbg_ascend.dump import statistics
+
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    if not text_path:
+        monkeypatch.setattr(sink_module.MsprobeSink, "_entry_texts", lambda self: None)
+    x = torch.tensor([[1.0, -2.0], [3.0, float("inf")]])
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / tag))
+    debugger.start()
+    y = torch.relu(x)
+    y.mul_(2.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y.add_(torch.ones(2, 2))
+        torch.mm(y, y).sub_(1.0)
+    z = torch.ones(3)
+    z.lt_(2.0)
+    torch.lt(z, 2.0)  # a bool output: the dicts
+    debugger.stop()
+    monkeypatch.undo()
+    return (tmp_path / tag / "step0" / "rank" / "dump.json").read_text()
+
+
+def test_in_place_entries_taken_as_text_are_the_entries_the_dicts_give(session, tmp_path, monkeypatch):
+    """An in-place call's inputs are taken before the call, as text with placeholders for the leaves whose
+    numbers are still on the device; when the rest of its entry must be dicts (under autocast), those texts
+    become dicts that wait for the same numbers. Byte for byte the dicts' dump."""
+    from fake_torch_npu.fixtures import clean_session
+
+    texts = _in_place_dump(tmp_path, "text", monkeypatch, text_path=True)
+    clean_session(session)
+    dicts = _in_place_dump(tmp_path, "dicts", monkeypatch, text_path=False)
+    assert texts == dicts
+    data = json.loads(texts)["data"]
+    assert data["Tensor.add_.0.forward"]["autocast"]  # the fallback was taken
+    assert data["Tensor.add_.0.forward"]["input_args"][0]["Max"] == math.inf
+    assert data["Tensor.add_.0.forward"]["input_args"][0]["Max_except_inf_nan"] == 6.0  # before the add
+    assert data["Tensor.add_.0.forward"]["output"][0]["Max_except_inf_nan"] == 7.0

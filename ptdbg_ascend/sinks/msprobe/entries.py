@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, STACK_FILE
 from ptdbg_ascend.msprobe.leaves import fill_statistics
-from ptdbg_ascend.sinks.msprobe.entry_text import PLACEHOLDER, EntryTemplate
+from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, late_text_value
 from ptdbg_ascend.sinks.msprobe.json_text import (document_text, encode_missing, list_of_texts, member_of_text,
                                                     member_text, members_object, object_text)
 from ptdbg_ascend.sinks.msprobe.pt_files import data_names
@@ -51,10 +51,10 @@ class StepEntries(object):
         # An entry that may still wait for a file is in ``ready_at`` (name -> the number of the last ``.pt``
         # job queued when it last changed); ``previous`` keeps the member text of the finished version of
         # an entry extended since; ``stat_waiting``: per entry the leaves whose statistics are still on
-        # the device (with their pending reads).
+        # the device (with their pending reads), or its EntryTemplate (which knows its own).
         self.ready_at = {}  # type: Dict[str, int]
         self.previous = {}  # type: Dict[str, str]
-        self.stat_waiting = {}  # type: Dict[str, List[Tuple[Dict[str, Any], Any]]]
+        self.stat_waiting = {}  # type: Dict[str, Any]
         # The length of the longest member encoded by add() since the last texts() (for the reserve).
         self.longest_new = 0
 
@@ -75,22 +75,24 @@ class StepEntries(object):
                 if entry.read():  # its numbers were read back meanwhile (a batch that was full)
                     self._store_text(name, entry.render())
                 else:
-                    self.data[name] = entry
-                    self.stat_waiting[name] = [(entry, entry)]  # (target, pending): finished when entry.read()
+                    # Waits as itself, not as a list of (leaf, pending) pairs: two objects fewer per entry for
+                    # the garbage collector to walk while thousands of entries wait for their batch.
+                    self.data[name] = self.stat_waiting[name] = entry
                 return
             deferred = list(deferred)  # (take_new may hand over its own empty list)
             entry = _as_dict(name, entry, deferred)  # extending an entry (rare): as a dict, its leaves waiting
+        current = self.data.get(name)
+        if type(current) is EntryTemplate:  # extending a template (rare): as a dict, its leaves waiting as dicts
+            waiting = []  # type: List[Tuple[Dict[str, Any], Any]]
+            current = self.data[name] = _as_dict(name, current, waiting)
+            self.stat_waiting.pop(name, None)
+            if waiting:
+                self.stat_waiting[name] = waiting
         if deferred:
             self.stat_waiting.setdefault(name, []).extend(deferred)
-        current = self.data.get(name)
         if current is not None:
             if current is _AS_TEXT:  # back to a dict to extend it (rare: an in-place collective's output)
                 current = self.data[name] = json.loads("{" + self.encoded[name] + "}")[name]
-            elif type(current) is EntryTemplate:  # the same, from a template (its leaves then wait as dicts)
-                waiting = [pair for pair in self.stat_waiting.pop(name, ()) if pair[1] is not current]
-                current = self.data[name] = _as_dict(name, current, waiting)
-                if waiting:
-                    self.stat_waiting[name] = waiting
             current.update(entry)
             old = self.encoded.pop(name, None)
             if (waits_for is not None or deferred) and old is not None:  # encoded holds finished versions only
@@ -156,9 +158,10 @@ class StepEntries(object):
         ready_at = self.ready_at
         stat_waiting = self.stat_waiting
         if stat_waiting:
-            for name in [name for name, items in stat_waiting.items() if all(_read(p) for _, p in items)]:
-                for leaf, pending in stat_waiting.pop(name):
-                    if type(leaf) is dict:  # (a template is rendered below)
+            for name in [name for name, items in stat_waiting.items() if _all_read(items)]:
+                items = stat_waiting.pop(name)
+                if type(items) is not EntryTemplate:  # (a template is rendered below)
+                    for leaf, pending in items:
                         fill_statistics(leaf, list(pending))
                 if name not in ready_at:
                     self.previous.pop(name, None)
@@ -212,34 +215,14 @@ class StepEntries(object):
         return orphans
 
 
-def _read(pending: Any) -> bool:
-    """Whether a waiting leaf's numbers are in: a device batch's pending list, a copy's statistics, a template."""
-    return pending.read() if type(pending) is EntryTemplate else pending.values is None
+def _all_read(items: Any) -> bool:
+    """Whether the numbers an entry waits for are in: its template's, or those of its ``(leaf, pending)`` pairs
+    (a device batch's pending list, a copy's statistics)."""
+    if type(items) is EntryTemplate:
+        return items.read()
+    return all(pending.values is None for _, pending in items)
 
 
 def _as_dict(name: str, template: EntryTemplate, waiting: List[Tuple[Dict[str, Any], Any]]) -> Dict[str, Any]:
-    """The entry of ``template`` as dicts: each late leaf a leaf dict (``msprobe.leaves.tensor_leaf``'s, its
-    statistics filled once read), appended to ``waiting`` with its pending numbers."""
-    pieces = template.text.split(PLACEHOLDER)
-    # An object keyed by NUL stands for late leaf i: no value the text path writes is such an object.
-    text = pieces[0] + "".join('{"\\u0000": %d}' % index + piece for index, piece in enumerate(pieces[1:]))
-    entry = json.loads("{" + text + "}")[name]
-    late = template.late
-
-    def leaf_of(value: Any) -> Any:
-        if type(value) is dict:
-            if len(value) == 1 and "\x00" in value:
-                item = late[value["\x00"]]
-                leaf = {"type": "torch.Tensor", "dtype": item.dtype, "shape": list(item.shape), "Max": None,
-                        "Min": None, "Mean": None, "Norm": None, "requires_grad": item.requires_grad}
-                if item.read():
-                    fill_statistics(leaf, list(item.pending))
-                else:
-                    waiting.append((leaf, item.pending))
-                return leaf
-            return {key: leaf_of(item) for key, item in value.items()}
-        if type(value) is list:
-            return [leaf_of(item) for item in value]
-        return value
-
-    return leaf_of(entry)
+    """The entry of ``template`` as dicts (``entry_text.late_text_value``: leaves still waiting go to ``waiting``)."""
+    return late_text_value("{" + template.text + "}", template.late, waiting)[name]

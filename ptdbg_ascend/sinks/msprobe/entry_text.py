@@ -26,6 +26,7 @@ thousands of entries) and were walked again and again by Python's garbage collec
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -115,6 +116,34 @@ class EntryTemplate(object):
     def longest(self) -> int:
         """An upper bound of :meth:`render`'s length."""
         return len(self.text) - len(self.late) + sum(leaf.longest() for leaf in self.late)
+
+
+def late_text_value(text: str, late: List[LateLeaf], waiting: List[Tuple[Dict[str, Any], Any]]) -> Any:
+    """The value that JSON ``text`` with a :data:`PLACEHOLDER` per leaf of ``late`` (in order) stands for, as
+    dicts: each late leaf is ``msprobe.leaves.tensor_leaf``'s leaf dict, filled now when its numbers are
+    in, else appended to ``waiting`` with its pending numbers (to be filled when they are read back)."""
+    pieces = text.split(PLACEHOLDER)
+    # An object keyed by NUL stands for late leaf i: no value the text path writes is such an object.
+    value = json.loads(pieces[0] + "".join('{"\\u0000": %d}' % index + piece
+                                           for index, piece in enumerate(pieces[1:])))
+
+    def leaf_of(item: Any) -> Any:
+        if type(item) is dict:
+            if len(item) == 1 and PLACEHOLDER in item:
+                late_leaf = late[item[PLACEHOLDER]]
+                leaf = {"type": "torch.Tensor", "dtype": late_leaf.dtype, "shape": list(late_leaf.shape), "Max": None,
+                        "Min": None, "Mean": None, "Norm": None, "requires_grad": late_leaf.requires_grad}
+                if late_leaf.read():
+                    fill_statistics(leaf, list(late_leaf.pending))
+                else:
+                    waiting.append((leaf, late_leaf.pending))
+                return leaf
+            return {key: leaf_of(member) for key, member in item.items()}
+        if type(item) is list:
+            return [leaf_of(member) for member in item]
+        return item
+
+    return leaf_of(value)
 
 
 class EntryTexts(object):

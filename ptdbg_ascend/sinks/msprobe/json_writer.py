@@ -117,9 +117,9 @@ class MsprobeJsonWriter(object):
         # Leaves whose statistics come later (late_statistics.py): read back from a device in batches at the
         # rewrites, or read by the writer thread from the copy it saves. An entry waiting for them is not
         # finished. ``defer_leaf`` is msprobe.leaves.tensor_leaf's hook, ``pending_of`` entry_text.EntryTexts'.
-        self._late = LateStatistics(self._lock)
-        self.statistics_batch, self.defer_leaf, self.pending_of = self._late.batch, self._late.defer_leaf, \
-            self._late.pending_of
+        late = self._late = LateStatistics(self._lock)
+        self.statistics_batch, self.defer_leaf, self.pending_of, self.wait_for = late.batch, late.defer_leaf, \
+            late.pending_of, late.wait_for
 
     # -- adding ----------------------------------------------------------------------------------
     def add_entry(self, name: str, entry: Any) -> None:

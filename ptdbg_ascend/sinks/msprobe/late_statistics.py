@@ -125,6 +125,12 @@ class LateStatistics(object):
             self._new.append((leaf, pending))
         return True
 
+    def wait_for(self, leaves: Leaves) -> None:
+        """Leaves of the entry being built, filled when their pending numbers are read (an in-place call's
+        input texts turned into dicts: ``entry_text.late_text_value``)."""
+        with self._lock:
+            self._new.extend(leaves)
+
     def pending_of(self, tensor: Any, cached: Optional[CachedReduce] = None) -> Any:
         """The statistics of ``tensor`` (``defer_candidate``): pending in the batch until it is read back, or
         read now where there is nothing to read back. ``cached``: see :meth:`defer_leaf`."""

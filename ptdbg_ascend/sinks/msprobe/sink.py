@@ -11,7 +11,6 @@ the end of the step and exit), and the ``overflow_nums``-th overflow raises
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.config import DebuggerConfig
@@ -29,7 +28,7 @@ from ptdbg_ascend.msprobe.leaves import tensor_statistics_msprobe, value_leaf
 from ptdbg_ascend.msprobe.selection import block_wanted, dotted
 from ptdbg_ascend.overflow import detection
 from ptdbg_ascend.overflow.policy import OverflowPolicy
-from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, EntryTexts, LateLeaf, NotPlain
+from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, EntryTexts, LateLeaf, NotPlain, late_text_value
 from ptdbg_ascend.sinks.msprobe.json_text import object_of_texts
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
@@ -140,8 +139,9 @@ class MsprobeSink(RecordSink):
             return None
         texts = self._entry_texts()
         if texts is not None:
+            late = []  # type: List[LateLeaf]
             try:
-                return _TextBlocks(self._input_texts(texts, args, kwargs))
+                return _TextBlocks(self._input_texts(texts, args, kwargs, late), late)
             except NotPlain:
                 pass
         return self._inputs_block(dotted(call, FORWARD), args, kwargs)
@@ -152,7 +152,7 @@ class MsprobeSink(RecordSink):
         autocast = autocast_state(args, kwargs)  # now, at the call: the entry may be built later (overflow)
         texts = self._entry_texts() if autocast is None else None
         if texts is not None and (before is None or type(before) is _TextBlocks):
-            late = []  # type: List[LateLeaf]
+            late = list(before.late) if before is not None else []  # type: List[LateLeaf]
             try:
                 blocks = list(before) if before is not None else self._input_texts(texts, args, kwargs, late)
                 if block_wanted(self.config.data_mode, FORWARD, "output"):
@@ -162,7 +162,10 @@ class MsprobeSink(RecordSink):
             except NotPlain:
                 pass
         if type(before) is _TextBlocks:  # the inputs' text, taken before the call changed them: as dicts
-            before = json.loads(object_of_texts(before, 0))
+            waiting = []  # type: List[Tuple[Dict[str, Any], Any]]
+            before = late_text_value(object_of_texts(before, 0), before.late, waiting)
+            if waiting and self.writer is not None:
+                self.writer.wait_for(waiting)  # the entry added next waits for them
         if not call.inplace:
             def build_entry() -> Dict[str, Any]:
                 return _with_autocast(self.forward_entry(name, args, kwargs, output), autocast)
@@ -242,9 +245,8 @@ class MsprobeSink(RecordSink):
         return self._texts
 
     def _input_texts(self, texts: EntryTexts, args: Sequence[Any], kwargs: Dict[str, Any],
-                     late: Optional[List[LateLeaf]] = None) -> List[Tuple[str, str]]:
-        """The input blocks; ``late`` (default None: an in-place call's inputs, whose text may have to be read
-        back as dicts) collects the leaves whose statistics come later."""
+                     late: List[LateLeaf]) -> List[Tuple[str, str]]:
+        """The input blocks; ``late`` collects the leaves whose statistics come later."""
         if not block_wanted(self.config.data_mode, FORWARD, "input"):
             return []
         return [("input_args", texts.values_block(args, late)), ("input_kwargs", texts.keywords_block(kwargs, late))]
@@ -305,7 +307,12 @@ class MsprobeSink(RecordSink):
 
 
 class _TextBlocks(list):
-    """An in-place call's input blocks as ``(key, text)`` pairs (``inputs_before`` on the text path)."""
+    """An in-place call's input blocks as ``(key, text)`` pairs (``inputs_before`` on the text path), and the
+    late leaves their placeholders stand for (``late``)."""
+
+    def __init__(self, blocks: List[Tuple[str, str]], late: List[LateLeaf]) -> None:
+        super().__init__(blocks)
+        self.late = late
 
 
 def _is_tensor(value: Any) -> bool:
