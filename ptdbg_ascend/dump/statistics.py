@@ -274,10 +274,16 @@ class DeviceStatisticsBatch(object):
             parts = [high, low, total, low if norm is None else norm]
             if extra is not None:
                 parts.extend(extra(tensor))
-            pending = PendingDeviceStatistics([None] * len(parts))
-            pending.values = types.torch.stack(parts) if self._stacked else parts
-            pending.count = count if norm is not None else 0
-        LAUNCH_STREAMS.note(tensor.device)  # the read waits for this stream (a side stream's work too)
+            return self.enqueue(parts, count if norm is not None else 0, tensor.device)
+
+    def enqueue(self, parts: List[Any], count: int, device: Any) -> "PendingDeviceStatistics":
+        """Queue the 0-d tensors ``parts`` on ``device`` (max, min, sum, norm, extras) of a tensor of ``count``
+        elements (0: a 0-d value, see :func:`_finalised`) and return their pending list (:meth:`add`). Call it
+        inside ``Inside()`` (its stack is the tool's own call)."""
+        pending = PendingDeviceStatistics([None] * len(parts))
+        pending.values = _torch_types().torch.stack(parts) if self._stacked else parts
+        pending.count = count
+        LAUNCH_STREAMS.note(device)  # the read waits for this stream (a side stream's work too)
         with self._lock:
             if not self._pending:
                 self._since = time.monotonic()

@@ -130,12 +130,11 @@ def eager_statistics(tensor: Any, statistics_of: Optional[Callable[[Any], List[O
 
 def defer_candidate(tensor: Any, on_cpu: bool = False) -> bool:
     """Whether msprobe's statistics of ``tensor`` can be read back in a batch: a tensor with values off
-    the CPU (``on_cpu``, default False: on it too) taking the float path of
-    :func:`tensor_statistics_msprobe` (not bool, complex, 0-d or empty)."""
+    the CPU (``on_cpu``, default False: on it too) taking the float or 0-d path of
+    :func:`tensor_statistics_msprobe` (not bool, complex or empty)."""
     if tensor.is_cpu and not on_cpu:
         return False
-    return not (tensor.is_meta or tensor.dim() == 0 or tensor.numel() == 0 or tensor.is_complex()
-                or str(tensor.dtype) == "torch.bool")
+    return not (tensor.is_meta or tensor.numel() == 0 or tensor.is_complex() or str(tensor.dtype) == "torch.bool")
 
 
 def deferred_reductions(tensor: Any) -> List[Any]:

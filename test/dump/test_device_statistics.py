@@ -8,6 +8,7 @@ far fewer read-backs than records.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -376,3 +377,49 @@ def test_a_new_step_never_waits_for_numbers_of_the_last(tmp_path, dump_session, 
     second = load_json(str(tmp_path / "step1" / "rank" / "dump.json"), "dump.json")["data"]
     assert first == {}  # its numbers never came: its entry is left out, not written with nulls
     assert second["Torch.neg.0.forward"]["input_args"][0]["Max"] == 1.0
+
+
+def _zero_dim_dump(tmp_path, tag):
+    from ptdbg_ascend import PrecisionDebugger
+
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / tag), task="statistics", level="L1")
+    debugger.start()
+    torch.neg(torch.tensor(-2.5))  # msprobe's Norm of a 0-d tensor is its value, sign and all
+    torch.add(torch.tensor(2 ** 40 + 1), 1)  # int64: exact, not through float32
+    torch.mul(torch.tensor(1 / 3, dtype=torch.float64), 1.0)  # float64: exact, not through float32
+    torch.relu(torch.tensor(1.5, dtype=torch.bfloat16))
+    torch.div(torch.tensor(1.0), torch.tensor(0.0))  # inf: the *_except_inf_nan keys
+    torch.log(torch.tensor(-1.0))  # NaN
+    torch.neg(torch.tensor(float("inf")))
+    torch.sum(torch.tensor([[3.0, 0.0], [0.0, -4.0]]))  # a loss-like reduction to 0-d (a norm exact in float32)
+    debugger.stop()
+    return (tmp_path / tag / "step0" / "rank" / "dump.json").read_text()
+
+
+def test_a_zero_dim_tensor_is_read_back_with_its_batch_not_at_once(tmp_path, dump_session, deferred, monkeypatch):
+    """A 0-d tensor off the CPU (a loss, a scale, a step count) was read at once: a host sync each, on a
+    device that must then catch up with everything queued before it. It is queued with the others now, and
+    dump.json is byte for byte the one the eager path writes (msprobe's 0-d rule: the value four times,
+    exact, its Norm signed; inf/NaN with their *_except_inf_nan keys)."""
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", False)
+    eager = _zero_dim_dump(tmp_path, "eager")
+    assert deferred == []
+    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    clean_session(dump_session)
+    queued = []
+    original = DeviceStatisticsBatch.enqueue
+
+    def counting(self, parts, count, device):
+        if parts[0].dim() == 0 and count == 1 and len(parts) >= 4 and parts[0] is parts[3]:
+            queued.append(parts[0].dtype)
+        return original(self, parts, count, device)
+
+    monkeypatch.setattr(DeviceStatisticsBatch, "enqueue", counting)
+    batched = _zero_dim_dump(tmp_path, "batched")
+    assert batched == eager
+    assert len(queued) >= 12 and torch.int64 not in queued  # an int goes as float64 (exact)
+    data = json.loads(batched)["data"]
+    assert data["Torch.neg.0.forward"]["input_args"][0]["Norm"] == -2.5
+    assert data["Torch.add.0.forward"]["output"][0]["Max"] == 2 ** 40 + 2
+    assert data["Torch.mul.0.forward"]["input_args"][0]["Mean"] == 1 / 3
+    assert data["Torch.div.0.forward"]["output"][0]["Max_except_inf_nan"] == float("inf")

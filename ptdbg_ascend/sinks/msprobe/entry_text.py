@@ -203,7 +203,7 @@ class EntryTexts(object):
 
     def _late_leaf(self, tensor: Any, level: int, late: Optional[List[LateLeaf]]) -> str:
         pending_of = self.pending_of
-        # 0-d, bool, complex, empty and meta tensors take msprobe's other rules (the dicts: value_leaf).
+        # Bool, complex, empty and meta tensors take msprobe's other rules (the dicts: value_leaf).
         if late is None or pending_of is None or not defer_candidate(tensor, True):
             raise NotPlain()
         late.append(LateLeaf(level, dtype_text(tensor.dtype), tuple(tensor.shape), bool(tensor.requires_grad),

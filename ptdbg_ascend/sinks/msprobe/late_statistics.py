@@ -142,9 +142,17 @@ class LateStatistics(object):
 
     def _reduce(self, tensor: Any) -> Any:
         """The statistics of ``tensor`` from the batch: pending, or read now when there is nothing to read back."""
+        floating = tensor.is_floating_point()
+        if tensor.dim() == 0:
+            # msprobe's rule for a 0-d tensor: its value, exact, four times (the Norm too, sign and all), and
+            # not reduced in float32. Queued rather than read now: reading it would stop the host until the
+            # device has caught up with everything queued before it.
+            with Inside():
+                value = tensor.detach() if floating else tensor.detach().double()  # an int: exact to 2**53
+                parts = [value, value, value, value] + (deferred_reductions(value) if floating else [])
+                return self.batch.enqueue(parts, 1, value.device)
         # Values reduced from ints cannot be infinite or NaN: no finite extremes to prepare for them.
-        extra = deferred_reductions if tensor.is_floating_point() else None
-        return self.batch.add(msprobe_reduced(tensor), extra=extra)
+        return self.batch.add(msprobe_reduced(tensor), extra=deferred_reductions if floating else None)
 
     def take_new(self) -> Leaves:
         """The leaves deferred since the last call: those of the entry being added (under the lock)."""
