@@ -141,7 +141,8 @@ def deferred_reductions(tensor: Any) -> List[Any]:
     """Besides the four statistics, what a deferred leaf may need once its values are known, as 0-d
     tensors on the device: a pair from which :func:`fill_statistics` reads msprobe's ``*_except_inf_nan``
     (:func:`_finite_extremes`' rule). Called with the data in the dtype :func:`tensor_statistics_msprobe`
-    reduces (float32 for ints and float64).
+    reduces (float32 for ints and float64; a 0-d value in its own dtype, which is its own max and min: the
+    two mapped values, no reduction).
 
     The pair is the max with NaN and -inf as -inf and +inf as the dtype's lowest finite value, and the min
     with NaN and +inf as +inf and -inf as the highest finite value. With a finite element, those stand-ins
@@ -155,9 +156,11 @@ def deferred_reductions(tensor: Any) -> List[Any]:
     full-size temporaries before the first)."""
     inf = float("inf")
     largest = _finfo_max(tensor.dtype)
-    finite_max = tensor.nan_to_num(nan=-inf, posinf=-largest, neginf=-inf).amax()
-    finite_min = tensor.nan_to_num(nan=inf, posinf=inf, neginf=largest).amin()
-    return [finite_max, finite_min]
+    finite_max = tensor.nan_to_num(nan=-inf, posinf=-largest, neginf=-inf)
+    finite_min = tensor.nan_to_num(nan=inf, posinf=inf, neginf=largest)
+    if tensor.dim() == 0:  # a 0-d value is its own max and min: two launches fewer
+        return [finite_max, finite_min]
+    return [finite_max.amax(), finite_min.amin()]
 
 
 _FINFO_MAX = {}  # type: Dict[Any, float]

@@ -423,3 +423,19 @@ def test_a_zero_dim_tensor_is_read_back_with_its_batch_not_at_once(tmp_path, dum
     assert data["Torch.add.0.forward"]["output"][0]["Max"] == 2 ** 40 + 2
     assert data["Torch.mul.0.forward"]["input_args"][0]["Mean"] == 1 / 3
     assert data["Torch.div.0.forward"]["output"][0]["Max_except_inf_nan"] == float("inf")
+
+
+def test_a_zero_dim_tensor_launches_no_reduction(deferred):
+    """A 0-d value is its own max, min, sum and norm: queuing it launches the two ``nan_to_num`` of msprobe's
+    finite pair and the stack of the six numbers, no reduction (an int: its float64 copy and the stack)."""
+    import threading
+
+    from ptdbg_ascend.sinks.msprobe.late_statistics import LateStatistics
+
+    late = LateStatistics(threading.Lock())
+    for value, most in ((torch.tensor(-3.0), 3), (torch.tensor(7), 2)):
+        with _CountOps() as adding:
+            pending = late.pending_of(value)
+        assert len(adding.ops) <= most, adding.ops
+        late.batch.resolve()
+        assert pending[:4] == [float(value)] * 4
