@@ -7,9 +7,9 @@ only to walk them again cost the PrecisionDebugger a third of its time per call 
 (``json_text.tensor_leaf_text``...), and so the same text. Anything else raises :class:`NotPlain`, and
 the caller builds the dicts as before:
 
-* a tensor that is not a dense CPU tensor of its own class (deferred to its device, a special kind), or
-  whose statistics are not four finite floats (bool and complex tensors, empty ones, inf or NaN: their
-  leaves have other keys);
+* a tensor that is not a dense tensor of its own class (a special kind), a CPU one whose statistics are
+  not four finite floats (bool and complex tensors, empty ones, inf or NaN: their leaves have other keys),
+  or one off the CPU that is bool, complex or empty, or with no ``late`` list to collect it (below);
 * a value typed by its key (``device``, ``dtype``), a dict, a slice, a dtype... (``value_leaf``'s rarer
   rules).
 
@@ -19,9 +19,10 @@ Not used when tensors are saved, with ``summary_mode="md5"``, with the overflow 
 A tensor whose statistics are read back later (off the CPU, ``dump/statistics.DeviceStatisticsBatch``) is
 written as :data:`PLACEHOLDER` when the caller collects :class:`LateLeaf` objects (``late``): the entry is then
 an :class:`EntryTemplate`, its text with a placeholder per such leaf, finished once their numbers are read
-(``entries.py``). Without ``late`` (an in-place call's inputs, taken before the call) such a tensor raises
-:class:`NotPlain`. Why: on an accelerator the dicts of every entry waited for their batch (up to a second, or
-thousands of entries) and were walked again and again by Python's garbage collector, then encoded.
+(``entries.py``). An in-place call's inputs are taken so too, before the call; when the rest of its entry
+must be dicts, :func:`late_text_value` turns their text into dicts. Why: on an accelerator the dicts of every
+entry waited for their batch (up to a second, or thousands of entries) and were walked again and again by
+Python's garbage collector, then encoded.
 """
 
 from __future__ import annotations
