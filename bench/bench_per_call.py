@@ -241,18 +241,20 @@ def kept_per_call(session: "object", make_debugger: "object", loop: "object", ca
 
 def deferred_per_call(rows: "tuple") -> str:
     """Tensors whose statistics each front-end queues on the device per recorded call (one run of each row,
-    untimed, counting ``DeviceStatisticsBatch.add``): a tensor recorded as one call's output and the next
-    call's input, unchanged, is reduced once when the front-end's cache serves it."""
+    untimed, counting ``DeviceStatisticsBatch.enqueue``, which ``add`` and the 0-d values go through; ``add``
+    in a --tree from before it): a tensor recorded as one call's output and the next call's input, unchanged,
+    is reduced once when the front-end's cache serves it."""
     from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch
 
-    original = DeviceStatisticsBatch.add
+    method = "enqueue" if hasattr(DeviceStatisticsBatch, "enqueue") else "add"
+    original = getattr(DeviceStatisticsBatch, method)
     added = [0]
 
-    def counting_add(self, *args, **kwargs):
+    def counting(self, *args, **kwargs):
         added[0] += 1
         return original(self, *args, **kwargs)
 
-    DeviceStatisticsBatch.add = counting_add
+    setattr(DeviceStatisticsBatch, method, counting)
     parts = []
     try:
         for name, run in rows:
@@ -260,7 +262,7 @@ def deferred_per_call(rows: "tuple") -> str:
             _, count = run()
             parts.append("{} {:.2f}".format(name, added[0] / count))
     finally:
-        DeviceStatisticsBatch.add = original
+        setattr(DeviceStatisticsBatch, method, original)
     return "device path, tensors reduced on the device per recorded call: " + ", ".join(parts)
 
 
