@@ -97,16 +97,7 @@ def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
     writer may compute them from the copy it saves): it then fills Max/Min/Mean/Norm (and the
     ``*_except_inf_nan`` keys) later. ``statistics_of`` (default None: :func:`tensor_statistics_msprobe`)
     gives the statistics of a tensor not deferred (the sink's cache)."""
-    leaf = {
-        "type": "torch.Tensor",
-        "dtype": dtype_text(tensor.dtype),
-        "shape": list(tensor.shape),
-        "Max": None,
-        "Min": None,
-        "Mean": None,
-        "Norm": None,
-        "requires_grad": bool(tensor.requires_grad),
-    }  # type: Dict[str, Any]
+    leaf = blank_leaf(dtype_text(tensor.dtype), list(tensor.shape), bool(tensor.requires_grad))
     offered = defer is not None and (data_name is not None or defer_candidate(tensor, defer_cpu))
     if not (offered and defer(leaf, tensor)):
         fill_statistics(leaf, eager_statistics(tensor, statistics_of))
@@ -115,6 +106,13 @@ def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
     if data_name is not None:
         leaf["data_name"] = data_name
     return leaf
+
+
+def blank_leaf(dtype: str, shape: List[int], requires_grad: bool) -> Dict[str, Any]:
+    """A tensor leaf with its statistics still null, keys in dump.json's order (:func:`fill_statistics` fills
+    them)."""
+    return {"type": "torch.Tensor", "dtype": dtype, "shape": shape, "Max": None, "Min": None, "Mean": None,
+            "Norm": None, "requires_grad": requires_grad}
 
 
 def eager_statistics(tensor: Any, statistics_of: Optional[Callable[[Any], List[Optional[float]]]] = None

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ptdbg_ascend.dump.statistics import PendingDeviceStatistics
-from ptdbg_ascend.msprobe.leaves import defer_candidate, dtype_text, fill_statistics
+from ptdbg_ascend.msprobe.leaves import blank_leaf, defer_candidate, dtype_text, fill_statistics
 from ptdbg_ascend.sinks.msprobe.json_text import (indented_text, list_of_texts, member_of_text, object_of_texts,
                                                   tensor_leaf_text)
 
@@ -79,16 +79,19 @@ class LateLeaf(object):
         text = tensor_leaf_text(self.level, self.dtype, list(self.shape), self.requires_grad, numbers[:4])
         if text is not None:
             return text
-        leaf = {"type": "torch.Tensor", "dtype": self.dtype, "shape": list(self.shape), "Max": None, "Min": None,
-                "Mean": None, "Norm": None, "requires_grad": self.requires_grad}  # type: Dict[str, Any]
+        leaf = self.leaf()
         fill_statistics(leaf, numbers)
         return indented_text(leaf, self.level)
 
+    def leaf(self) -> Dict[str, Any]:
+        """Its leaf dict, statistics still null."""
+        return blank_leaf(self.dtype, list(self.shape), self.requires_grad)
+
     def longest(self) -> int:
         """An upper bound of its text's length (six statistics of the longest form)."""
-        leaf = {"type": "torch.Tensor", "dtype": self.dtype, "shape": list(self.shape)}  # type: Dict[str, Any]
+        leaf = self.leaf()
         leaf.update((key, _LONGEST_NUMBER) for key in ("Max", "Min", "Mean", "Norm"))
-        leaf["requires_grad"] = False
+        leaf["requires_grad"] = False  # ("false" is longer than "true")
         leaf.update((key, _LONGEST_NUMBER) for key in ("Max_except_inf_nan", "Min_except_inf_nan"))
         return len(indented_text(leaf, self.level))
 
@@ -132,8 +135,7 @@ def late_text_value(text: str, late: List[LateLeaf], waiting: List[Tuple[Dict[st
         if type(item) is dict:
             if len(item) == 1 and PLACEHOLDER in item:
                 late_leaf = late[item[PLACEHOLDER]]
-                leaf = {"type": "torch.Tensor", "dtype": late_leaf.dtype, "shape": list(late_leaf.shape), "Max": None,
-                        "Min": None, "Mean": None, "Norm": None, "requires_grad": late_leaf.requires_grad}
+                leaf = late_leaf.leaf()
                 if late_leaf.read():
                     fill_statistics(leaf, list(late_leaf.pending))
                 else:

@@ -116,10 +116,9 @@ class MsprobeJsonWriter(object):
         self.rewrite_seconds = 0.0
         # Leaves whose statistics come later (late_statistics.py): read back from a device in batches at the
         # rewrites, or read by the writer thread from the copy it saves. An entry waiting for them is not
-        # finished. ``defer_leaf`` is msprobe.leaves.tensor_leaf's hook, ``pending_of`` entry_text.EntryTexts'.
-        late = self._late = LateStatistics(self._lock)
-        self.statistics_batch, self.defer_leaf, self.pending_of, self.wait_for = late.batch, late.defer_leaf, \
-            late.pending_of, late.wait_for
+        # finished. ``late.defer_leaf`` is msprobe.leaves.tensor_leaf's hook, ``late.pending_of`` EntryTexts'.
+        self.late = LateStatistics(self._lock)
+        self.statistics_batch = self.late.batch
 
     # -- adding ----------------------------------------------------------------------------------
     def add_entry(self, name: str, entry: Any) -> None:
@@ -148,7 +147,7 @@ class MsprobeJsonWriter(object):
                         self._unclaimed = []  # the files queued since the last entry: this entry names them
                 space.pending[ENTRY] += 1
                 queued = self._queued
-                deferred = self._late.take_new()
+                deferred = self.late.take_new()
                 self._entries.add(name, entry, queued if queued > self._written else None, deferred)
                 self._unflushed += 1
                 due = self._rewrite_due()
@@ -190,7 +189,7 @@ class MsprobeJsonWriter(object):
         data_name = stem + PT_SUFFIX
         path = os.path.join(self.tensor_dir, data_name)
         if statistics is not None:
-            self._late.expect(tensor, statistics)
+            self.late.expect(tensor, statistics)
         first_path = None if same_as is None else os.path.join(self.tensor_dir, same_as + PT_SUFFIX)
         copy, nbytes = snapshot(tensor) if first_path is None else (None, 0)
         with self._submit_lock:
@@ -236,7 +235,7 @@ class MsprobeJsonWriter(object):
     def copy_statistics(self, tensor: Any) -> Optional[CopyStatistics]:
         """Statistics for the writer thread to read from the copy of ``tensor`` it will save, or None where
         they are read from ``tensor`` at the call (``LateStatistics.for_copy``; no writer thread)."""
-        return self._late.for_copy(tensor) if self._background is not None else None
+        return self.late.for_copy(tensor) if self._background is not None else None
 
     # -- writing ---------------------------------------------------------------------------------
     def flush(self, json_only: bool = False) -> None:
@@ -388,7 +387,7 @@ class MsprobeJsonWriter(object):
         with self._submit_lock:
             orphans, self._unclaimed = self._unclaimed, []
         orphans.extend(self._entries.drop_unfinished())
-        self._late.forget_new()  # leaves of an entry still being built: it is never added
+        self.late.forget_new()  # leaves of an entry still being built: it is never added
         return orphans
 
     def _on_disk_text(self) -> str:
@@ -414,7 +413,7 @@ class MsprobeJsonWriter(object):
         with self._lock, self._submit_lock:
             self._written = self._queued
             self._unclaimed = []
-            self._late.forget_new()
+            self.late.forget_new()
             self._failed = None
             self._reported = False
 

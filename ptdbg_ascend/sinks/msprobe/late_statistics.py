@@ -85,6 +85,8 @@ class LateStatistics(object):
         self._lock = lock
         self._defer_cpu = DEFERRAL.on_cpu  # read once, as the sink does
         self._new = []  # type: Leaves  # leaves deferred since the last take_new (an entry being built)
+        # The recording sink's statistics cache (``cached(tensor, reduce)``), set by it; None: every tensor is reduced.
+        self.cached = None  # type: Optional[CachedReduce]
         # id of a tensor just saved -> (tensor, the statistics the writer thread reads from its copy),
         # until its leaf takes them (defer_leaf).
         self._from_copies = {}  # type: Dict[int, Tuple[Any, CopyStatistics]]
@@ -100,16 +102,13 @@ class LateStatistics(object):
         thread reads from the copy of ``tensor`` it saves (or saved, for a tensor recorded again)."""
         self._from_copies[id(tensor)] = (tensor, statistics)
 
-    def defer_leaf(self, leaf: Dict[str, Any], tensor: Any, cached: Optional[CachedReduce] = None) -> bool:
+    def defer_leaf(self, leaf: Dict[str, Any], tensor: Any) -> bool:
         """``msprobe.leaves.tensor_leaf``'s hook. A tensor just saved whose statistics come from its copy:
         ``leaf`` waits for them. One off the CPU: its reductions are queued on its device and ``leaf`` is
         filled when they are read back (next rewrite or flush: one sync per device). Returns whether
         ``leaf`` was taken (False: its statistics are read now).
 
-        ``cached(tensor, reduce)`` (default None: every tensor is reduced) gives the statistics the same
-        unchanged tensor got recently, else ``reduce(tensor)``'s (the sink's cache): one call's output
-        recorded again as the next call's input shares its pending numbers instead of launching its
-        reductions again (8 launches per float tensor on an accelerator)."""
+        Through :attr:`cached` when the sink set it: see :meth:`pending_of`."""
         taken = self._from_copies.pop(id(tensor), None) if self._from_copies else None
         if taken is not None and taken[0] is tensor:
             with self._lock:
@@ -117,7 +116,7 @@ class LateStatistics(object):
             return True
         if not defer_candidate(tensor, self._defer_cpu):
             return False
-        pending = self.pending_of(tensor, cached)
+        pending = self.pending_of(tensor)
         if type(pending) is not PendingDeviceStatistics:  # nothing to read back (no values)
             fill_statistics(leaf, pending)
             return True
@@ -131,9 +130,12 @@ class LateStatistics(object):
         with self._lock:
             self._new.extend(leaves)
 
-    def pending_of(self, tensor: Any, cached: Optional[CachedReduce] = None) -> Any:
+    def pending_of(self, tensor: Any) -> Any:
         """The statistics of ``tensor`` (``defer_candidate``): pending in the batch until it is read back, or
-        read now where there is nothing to read back. ``cached``: see :meth:`defer_leaf`."""
+        read now where there is nothing to read back. With :attr:`cached` set, the same unchanged tensor
+        recorded recently (one call's output, the next call's input) shares its pending numbers instead of
+        launching its reductions again (8 launches per float tensor on an accelerator)."""
+        cached = self.cached
         pending = self._reduce(tensor) if cached is None else cached(tensor, self._reduce)
         batch = self.batch
         if batch.pending_count() >= MAX_PENDING_STATISTICS:  # bounded: read back now

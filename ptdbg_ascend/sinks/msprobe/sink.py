@@ -64,8 +64,7 @@ class MsprobeSink(RecordSink):
         self._forward_parent = {}  # type: Dict[str, Optional[str]]
         self._statistics_of = None  # type: Optional[Callable[[Any], List[Optional[float]]]]
         self._texts = None  # type: Optional[EntryTexts]
-        self._cached = None  # type: Optional[Callable[[Any, Callable[[Any], Any]], Any]]
-        self._defer = None  # type: Optional[Callable[[Dict[str, Any], Any], bool]]  # the writer's, with the cache
+        self._cached = None  # type: Optional[Callable[[Any, Callable[[Any], Any]], Any]]  # the cache, for late leaves
 
     def bind(self, statistics: StatisticsCache, lock: Any) -> None:
         super().bind(statistics, lock)
@@ -90,11 +89,9 @@ class MsprobeSink(RecordSink):
         if self.overflow is not None:
             self.overflow.flush()  # calls still pending belong to the previous step's writer
         self.writer = writer
-        cached = self._cached
-        defer, pending_of = writer.defer_leaf, writer.pending_of
-        self._defer = (lambda leaf, tensor: defer(leaf, tensor, cached)) if cached is not None else defer
+        writer.late.cached = self._cached
         if self._texts is not None:
-            self._texts.pending_of = lambda tensor: pending_of(tensor, cached)
+            self._texts.pending_of = writer.late.pending_of
         self._forward_parent.clear()
         self.module_stack = []
 
@@ -165,7 +162,7 @@ class MsprobeSink(RecordSink):
             waiting = []  # type: List[Tuple[Dict[str, Any], Any]]
             before = late_text_value(object_of_texts(before, 0), before.late, waiting)
             if waiting and self.writer is not None:
-                self.writer.wait_for(waiting)  # the entry added next waits for them
+                self.writer.late.wait_for(waiting)  # the entry added next waits for them
         if not call.inplace:
             def build_entry() -> Dict[str, Any]:
                 return _with_autocast(self.forward_entry(name, args, kwargs, output), autocast)
@@ -293,7 +290,7 @@ class MsprobeSink(RecordSink):
         writer = self.writer
         saving = writer is not None and writer.saves_tensors
         return value_leaf(value, path, self._save_tensor if saving else None, self.md5, key,
-                          defer=self._defer if writer is not None else None, defer_cpu=self.defer_cpu,
+                          defer=writer.late.defer_leaf if writer is not None else None, defer_cpu=self.defer_cpu,
                           statistics_of=self._statistics_of)
 
     def _save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
