@@ -188,10 +188,13 @@ def check_identity(result_csv_path: str, identity: ut_identity.RunIdentity) -> N
     ut_identity.check(ut_identity.path_of(result_csv_path, RESULT_STEM), result_csv_path, identity)
 
 
-def _read_text(path: str) -> str:
+def _whole_lines_text(path: str) -> str:
+    """The text of ``path`` up to its last newline. A half-written last line (the API in flight when the
+    run was killed) is dropped as bytes, before decoding: a kill can cut it inside a multi-byte character."""
     try:
-        with open(path, encoding="utf-8-sig", newline="") as handle:
-            return handle.read()
+        with open(path, "rb") as handle:
+            data = handle.read()
+        return data[:data.rfind(b"\n") + 1].decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
         raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
 
@@ -213,9 +216,7 @@ def _check_header(path: str, header: Sequence[str], extra: Sequence[str] = ()) -
 def _complete_rows(path: str) -> List[List[str]]:
     """The CSV's rows after the header, without a torn last line (text after the last newline); cells
     as the text they stand for (csv_cells.restore_cell)."""
-    text = _read_text(path)
-    if not text.endswith("\n"):
-        text = text[:text.rfind("\n") + 1]  # a half-written last line: the API in flight when killed
+    text = _whole_lines_text(path)
     try:
         rows = list(csv.reader(io.StringIO(text)))
     except csv.Error as error:

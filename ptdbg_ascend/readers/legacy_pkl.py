@@ -16,20 +16,26 @@ from ptdbg_ascend.log import logger
 
 def read_lines(path: str) -> List[Tuple[int, list]]:
     """``(line number, parsed array)`` for every readable line. A corrupt line (a killed run leaves a
-    truncated last one) is skipped with a warning naming the file and the line; no line at all is an error."""
+    truncated last one) is skipped with a warning naming the file and the line; no line at all is an error.
+    Each line is decoded on its own: a kill can cut the last line inside a multi-byte character (a user's
+    code line in a stack line), which must spoil that line only, not the file."""
     try:
-        with open(path, "r", encoding="utf-8") as handle:
-            text = handle.read()
+        with open(path, "rb") as handle:
+            data = handle.read()
     except FileNotFoundError:
         raise FileFormatError("Dump file {} does not exist. Please check the pkl path is valid.".format(path)) from None
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
         raise FileFormatError("Dump file {} cannot be read: {}".format(path, error)) from None
-    lines = text.split("\n")
+    lines = data.split(b"\n")
     parsed = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
-        value = parse_line(line)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            line = None
+        value = parse_line(line) if line is not None else None
         if value is None:
             last = all(not rest.strip() for rest in lines[number:])
             logger.warning("Skipped corrupt line {} of {}{}.".format(

@@ -31,6 +31,22 @@ def test_truncated_last_line_is_skipped_with_a_warning(tmp_path, capsys):
     assert "Skipped corrupt line 3 of {} (truncated last line".format(pkl) in capsys.readouterr().out
 
 
+def test_a_last_line_cut_inside_a_multibyte_character_spoils_that_line_only(tmp_path, capsys):
+    # A SIGKILL stops a write at a page boundary, which can fall inside a character of a user's code line
+    # (a Chinese comment in a stack line): the lines before it are read, the cut one is skipped.
+    stack = '["Torch_relu_0_forward_stack_info", [["train.py", "7", "f", "x = relu(x)  # 激活"]]]\n'
+    whole = ('["Torch_relu_0_forward_input.0", 0, [], "torch.float32", [2], [1.0, -1.0, 0.0, 1.4142]]\n'
+             '["Torch_relu_0_forward_output", 0, [], "torch.float32", [2], [1.0, 0.0, 0.5, 1.0]]\n' + stack)
+    cut = stack.replace("relu_0", "relu_1").encode("utf-8")
+    cut = cut[:cut.index("活".encode("utf-8")) + 1]  # the first of the character's three bytes
+    pkl = tmp_path / "dump.pkl"
+    pkl.write_bytes(whole.encode("utf-8") + cut)
+    (call,) = read_dump(str(pkl))
+    assert call.name == "Torch_relu_0_forward"
+    assert call.stack == (("train.py", "7", "f", "x = relu(x)  # 激活"),)
+    assert "Skipped corrupt line 4 of {} (truncated last line".format(pkl) in capsys.readouterr().out
+
+
 def test_legacy_statistics_forms(tmp_path):
     pkl = write(tmp_path / "dump.pkl",
                 '["Torch_x_0_forward_input.0", 0, [], "torch.bool", [2], [[], [], [], "Nan"]]\n'

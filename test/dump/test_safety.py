@@ -21,6 +21,7 @@ from zygote import Zygote
 from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
 from ptdbg_ascend.config import load_config
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, ParameterError
+from ptdbg_ascend.readers.legacy_pkl import read_lines
 
 TAG = "all_v1.0"
 
@@ -225,12 +226,19 @@ def small_disk(tmp_path):
 
 def _check_pkl_and_npy(rank_dir, stem="npu_dump", killed=False):
     """Every pkl line whole and parsed, every npy a line names loads with its shape, every ``*.npy``
-    loads (a final name is never partial). After a kill, temporary ``.*.tmp`` files may remain (never
-    taken for npy); otherwise nothing but npy files."""
-    with open(str(rank_dir / (stem + ".pkl")), "rb") as handle:
-        text = handle.read().decode("utf-8")
-    assert text == "" or text.endswith("\n")
-    records = [json.loads(line) for line in text.splitlines()]
+    loads (a final name is never partial). After a kill, the last line may be cut and temporary ``.*.tmp``
+    files may remain (never taken for npy); otherwise nothing but whole lines and npy files."""
+    pkl = rank_dir / (stem + ".pkl")
+    whole, _, cut = pkl.read_bytes().rpartition(b"\n")
+    if killed:
+        # A SIGKILL stops a write at a page boundary (the kernel checks for a fatal signal between pages),
+        # so the last line may be cut anywhere: only the last, and the reader skips it.
+        assert cut == b"" or cut.startswith(b'["') or b'["'.startswith(cut), cut[:80]
+    else:
+        assert cut == b"", cut[:80]
+    records = [json.loads(line) for line in whole.decode("utf-8").splitlines()]
+    if records:
+        assert [value for _, value in read_lines(str(pkl))] == records
     npy_dir = rank_dir / stem
     for record in records:
         if not record[0].endswith("_stack_info") and npy_dir.exists():
