@@ -21,7 +21,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Iterable, List, Tuple
 
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, ParameterError
 
@@ -152,6 +152,16 @@ def replace_file(path: str, write: Callable[[int], None], what: str = "") -> Non
         if isinstance(error, OSError):
             raise DumpWriteError("Cannot write {}{}: {}".format(what + " " if what else "", path, error)) from error
         raise
+
+
+def replace_text_file(path: str, chunks: Iterable[str], what: str = "") -> None:
+    """:func:`replace_file` with the UTF-8 text of ``chunks``, encoded and written one chunk at a time (a
+    large file never becomes one string, nor one bytes object, in memory)."""
+    def write(descriptor: int) -> None:
+        for chunk in chunks:
+            write_all(descriptor, chunk.encode("utf-8"))
+
+    replace_file(path, write, what)
 
 
 def link_file(source: str, path: str, what: str = "") -> None:

@@ -320,7 +320,7 @@ def test_an_entry_template_extended_later_is_written_whole(tmp_path):
     entries.add("Torch.x.0.forward", {"output": [output_leaf]}, None, [(output_leaf, third)])
 
     def shown():
-        return json.loads(entries.finished_text(0)[0])
+        return json.loads(str(entries.finished_text(0)[0]))
 
     assert shown() == {}  # nothing read yet
     read(first)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ptdbg_ascend.msprobe.leaves import tensor_leaf, value_leaf
+from ptdbg_ascend.sinks.msprobe import json_text
 from ptdbg_ascend.sinks.msprobe.json_text import dump_json_text
 from ptdbg_ascend.formats.layout import step_rank_dir
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
@@ -148,3 +149,34 @@ def test_dump_json_text_is_exactly_json_dumps_indent_1(data):
     cache = {}
     assert dump_json_text("statistics", "mix", None, data, cache) == json.dumps(document, indent=1)
     assert dump_json_text("statistics", "mix", None, data, cache) == json.dumps(document, indent=1)  # cached
+
+
+@pytest.mark.parametrize("entries", [0, 1, 2, 3, 4, 7])
+def test_files_written_a_chunk_at_a_time_are_exactly_json_dumps_indent_1(tmp_path, monkeypatch, entries):
+    # Three members per chunk: 0..7 entries put the chunk boundaries everywhere (none, at the end, inside).
+    monkeypatch.setattr(json_text, "MEMBERS_PER_CHUNK", 3)
+    directory = str(tmp_path / "rank")
+    writer = MsprobeJsonWriter(directory, "statistics", "L1", saves_tensors=False)
+    data, stacks, construct = {}, {}, {}
+    for index in range(entries):
+        name = "Torch.exp.{}.forward".format(index)
+        data[name] = {"input_args": [{"type": "int", "value": index}], "input_kwargs": {},
+                      "output": [{"type": "float", "value": float("nan") if index == 4 else index / 3}]}
+        stacks[name] = ["File a.py, line {}, in f, \n x()".format(index)]
+        construct[name] = None if index % 2 else "Module.block.{}".format(index)
+        writer.add_entry(name, data[name])
+        writer.add_stack(name, stacks[name])
+        writer.add_construct(name, construct[name])
+    writer.flush()
+    document = {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None, "data": data}
+    for file_name, expected in (("dump.json", document), ("stack.json", stacks), ("construct.json", construct)):
+        with open(os.path.join(directory, file_name), encoding="utf-8") as handle:
+            assert handle.read() == json.dumps(expected, indent=1), file_name
+
+
+def test_json_pieces_length_and_text():
+    pieces = json_text.members_pieces(['  "a": 1', '  "b": [\n   2\n  ]'], 1)
+    assert str(pieces) == '{\n  "a": 1,\n  "b": [\n   2\n  ]\n }'
+    assert len(pieces) == len(str(pieces))
+    assert str(json_text.members_pieces([], 1)) == "{}" and len(json_text.members_pieces([], 1)) == 2
+    assert str(pieces.wrapped("[", "]")) == "[" + str(pieces) + "]"

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, STACK_FILE
 from ptdbg_ascend.msprobe.leaves import fill_statistics
 from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, late_text_value
-from ptdbg_ascend.sinks.msprobe.json_text import (document_text, encode_missing, list_of_texts, member_of_text,
-                                                    member_text, members_object, object_text)
+from ptdbg_ascend.sinks.msprobe.json_text import (JsonPieces, document_pieces, encode_missing, list_of_texts,
+                                                    member_of_text, member_text, members_pieces, object_pieces)
 from ptdbg_ascend.sinks.msprobe.pt_files import data_names
 from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
 
@@ -129,7 +129,7 @@ class StepEntries(object):
         return len(text)
 
     def texts(self, head: Tuple[str, str, Optional[str]], written: int, with_others: bool,
-              space: JsonReserve) -> Tuple[List[Tuple[str, str]], float, int]:
+              space: JsonReserve) -> Tuple[List[Tuple[str, JsonPieces]], float, int]:
         """(file name, text) of dump.json (and, ``with_others``, stack.json and construct.json) with the
         finished entries (:meth:`finished_text`), the seconds spent encoding new members and the number
         of entries shown. ``head``: dump.json's ``(task, level, dump_data_dir)``. Counts what the texts
@@ -137,7 +137,7 @@ class StepEntries(object):
         data_text, encoding, shown, longest = self.finished_text(written)
         space.measured(ENTRY, max(longest, self.longest_new))
         self.longest_new = 0
-        texts = [(DUMP_FILE, document_text(head[0], head[1], head[2], data_text))]
+        texts = [(DUMP_FILE, document_pieces(head[0], head[1], head[2], data_text))]
         # left out, or shown at a previous (shorter) version: still to come
         space.pending[ENTRY] = len(self.data) - shown + len(self.previous)
         if with_others:
@@ -146,11 +146,11 @@ class StepEntries(object):
                 seconds, longest = encode_missing(items, encoded, 0)
                 encoding += seconds
                 space.measured(kind, longest)
-                texts.append((name, object_text(items, encoded, 0)))
+                texts.append((name, object_pieces(items, encoded, 0)))
                 space.pending[kind] = 0
         return texts, encoding, shown
 
-    def finished_text(self, written: int) -> Tuple[str, float, int, int]:
+    def finished_text(self, written: int) -> Tuple[JsonPieces, float, int, int]:
         """dump.json's ``data`` object of the finished entries (``written``: the number of the last ``.pt``
         job on disk): an entry waiting for a file is left out, or shown at its last finished version. Also
         returns the seconds spent encoding entries not encoded before, the number of entries shown and the
@@ -190,7 +190,7 @@ class StepEntries(object):
                     encoding += time.perf_counter() - before
                     longest = max(longest, len(text))
             members.append(text)
-        return members_object(members, 1), encoding, len(members), longest
+        return members_pieces(members, 1), encoding, len(members), longest
 
     def drop_unfinished(self) -> List[str]:
         """Forget the entries still waiting (for a file or for statistics): back to their last finished

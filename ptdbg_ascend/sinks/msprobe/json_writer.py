@@ -44,11 +44,12 @@ from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, PT_SUFFIX, ST
 from ptdbg_ascend.sinks import background as background_module
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.msprobe.entries import StepEntries, entry_length
+from ptdbg_ascend.sinks.msprobe.json_text import JsonPieces, text_chunks
 from ptdbg_ascend.sinks.msprobe.late_statistics import CopyStatistics, LateStatistics
 from ptdbg_ascend.sinks.host_copies import host_tensor, release_copy
 from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
 from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
-from ptdbg_ascend.fs.writes import link_file, own_dir, own_dirs, remove_quietly, replace_file, write_all
+from ptdbg_ascend.fs.writes import link_file, own_dir, own_dirs, remove_quietly, replace_text_file
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
 # A periodic rewrite waits at least this many times the last one's duration after it: rewriting a
@@ -311,13 +312,13 @@ class MsprobeJsonWriter(object):
             if error is not None:
                 self._stop_after_error(error)
 
-    def _texts_locked(self, with_others: bool) -> Tuple[List[Tuple[str, str]], float, int]:
+    def _texts_locked(self, with_others: bool) -> Tuple[List[Tuple[str, JsonPieces]], float, int]:
         """(file name, text) of dump.json (and stack.json, construct.json) with the finished entries, the
         seconds spent encoding new members and the number of entries shown (under ``_lock``)."""
         return self._entries.texts((self.task, self.level, self.tensor_dir if self.saves_tensors else None),
                                    self._written, with_others, self._space)
 
-    def _write_texts(self, texts: List[Tuple[str, str]], shown: int, keep_reserve: bool) -> Optional[str]:
+    def _write_texts(self, texts: List[Tuple[str, JsonPieces]], shown: int, keep_reserve: bool) -> Optional[str]:
         """Write the files (dump.json shows ``shown`` entries); a failed write is tried again in the
         reserve's space (given back for it). ``keep_reserve``: then grow the reserve for the next
         rewrite. Returns None, or why it failed."""
@@ -343,7 +344,7 @@ class MsprobeJsonWriter(object):
                 return space.error_text(error)
         return None
 
-    def _write_files(self, texts: List[Tuple[str, str]]) -> None:
+    def _write_files(self, texts: List[Tuple[str, JsonPieces]]) -> None:
         for name, text in texts:  # (file name, text)
             _write_atomic(os.path.join(self.directory, name), text)
 
@@ -443,6 +444,6 @@ class MsprobeJsonWriter(object):
         self._rank_dir.release()
 
 
-def _write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (:func:`~ptdbg_ascend.fs.writes.replace_file`)."""
-    replace_file(path, lambda descriptor: write_all(descriptor, text.encode("utf-8")))
+def _write_atomic(path: str, text: JsonPieces) -> None:
+    """Write ``text`` to ``path`` atomically, a chunk at a time (fs.writes.replace_text_file)."""
+    replace_text_file(path, text_chunks(text))
