@@ -8,7 +8,11 @@ no autograd) is timed plain (wrappers removed) and dumped by each front-end:
 * ``legacy``: ``register_hook(model, acc_cmp_dump)`` + ``set_dump_switch("ON", mode="api_stack",
   summary_only=True)`` (statistics in the pkl plus each call's stack line, bench_dump.py's ``summary+stack``);
 * ``legacy_all``: the same with the default mode ``all`` (no stack lines, bench_dump.py's ``summary_only``);
-* ``debugger``: ``PrecisionDebugger(task="statistics", level="L1")`` with start()/stop() around the loop.
+* ``debugger``: ``PrecisionDebugger(task="statistics", level="L1")`` with start()/stop() around the loop;
+* ``floor``: no tool, a plain Python wrapper per API computing the same four numpy statistics of each tensor
+  in and out (an input that is the previous call's unchanged output skipped, as the tools' cache does) and
+  nothing else: no names, stack, text or file. What a statistics dump costs at the least in Python; the
+  last line gives each front-end as a multiple of it.
 
 ``--device-path`` runs the accelerator's path on these CPU tensors (``dump/statistics.DEFERRAL.on_cpu``, as tests
 do): reductions queued and read back in batches, the host work a call costs on a GPU or NPU besides the launches.
@@ -54,6 +58,54 @@ def work(x: "torch.Tensor", w: "torch.Tensor", calls: int) -> int:
         z = z.abs()
         made += 8
     return made
+
+
+# The APIs ``work`` calls, as (owner, attribute): the floor row wraps exactly these.
+WORK_APIS = ((torch, "matmul"), (torch, "relu"), (torch, "add"), (torch.Tensor, "mul"), (torch.nn.functional, "gelu"),
+             (torch.Tensor, "transpose"), (torch, "sum"), (torch.Tensor, "abs"))
+
+
+def floor_run(x: "torch.Tensor", w: "torch.Tensor", calls: int) -> "tuple[float, float]":
+    """``work`` through the least a statistics dump must do per call, in Python: a plain wrapper per API that
+    computes max, min, mean and norm (numpy's four reductions on the same memory, as the tool's small-tensor
+    path) of each tensor in and out, skipping an input that is the previous call's output unchanged (as the
+    tools' statistics cache does), and keeps the numbers. No names, stack, text nor file. Returns the
+    (wall, CPU) seconds of the loop."""
+    import math
+
+    import numpy
+
+    maximum, minimum, add = numpy.maximum.reduce, numpy.minimum.reduce, numpy.add.reduce
+    tensor_type = torch.Tensor
+    kept = []
+    last = [None, -1]
+
+    def statistics_of(tensor: "torch.Tensor") -> list:
+        array = tensor.detach().numpy().reshape(-1)
+        return [float(maximum(array)), float(minimum(array)), float(add(array)) / array.size,
+                math.sqrt(float(add(array * array)))]
+
+    def wrap(original: "object") -> "object":
+        def wrapper(*args, **kwargs):
+            output = original(*args, **kwargs)
+            for item in args:
+                if type(item) is tensor_type and not (item is last[0] and item._version == last[1]):
+                    kept.append(statistics_of(item))
+            kept.append(statistics_of(output))
+            last[0], last[1] = output, output._version
+            return output
+        return wrapper
+
+    originals = [(owner, name, getattr(owner, name)) for owner, name in WORK_APIS]
+    for owner, name, original in originals:
+        setattr(owner, name, wrap(original))
+    try:
+        start = time.perf_counter(), time.process_time()
+        work(x, w, calls)
+        return time.perf_counter() - start[0], time.process_time() - start[1]
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
 
 
 CALL_NAME = re.compile(r"^(.*_(?:forward|backward))_(?:input|output|stack_info)")
@@ -165,7 +217,12 @@ def main() -> int:
         seconds = since(start)
         return seconds, dump_json_calls(folder)
 
-    rows = (("legacy", legacy("api_stack")), ("legacy_all", legacy("all")), ("debugger", debugger))
+    def floor() -> "tuple[tuple[float, float], int]":
+        session.unwrap()
+        return floor_run(x, w, args.calls), made
+
+    tools = (("legacy", legacy("api_stack")), ("legacy_all", legacy("all")), ("debugger", debugger))
+    rows = tools + (("floor", floor),)
     for _, run in rows:  # warm-up of every path (imports, first files)
         run()
     plains = []
@@ -188,7 +245,7 @@ def main() -> int:
                 recorded[name] = count
                 per_call[name].append((seconds[0] - base[0]) / count)
                 per_call_cpu[name].append((seconds[1] - base[1]) / count)
-        deferred = deferred_per_call(rows) if args.device_path else ""
+        deferred = deferred_per_call(tools) if args.device_path else ""
         kept = kept_per_call(session, lambda: PrecisionDebugger(task="statistics", level="L1",
                                                                 dump_path=tempfile.mkdtemp(dir=out)),
                              lambda calls: work(x, w, calls), args.calls)
@@ -212,6 +269,8 @@ def main() -> int:
     for label, numbers in (("wall", results), ("CPU", results_cpu)):
         print("ratio debugger/legacy ({}): {:.2f}x (api_stack), {:.2f}x (all)".format(
             label, numbers["debugger"] / numbers["legacy"], numbers["debugger"] / numbers["legacy_all"]))
+    print("ratio to the floor (CPU): legacy {:.1f}x, legacy_all {:.1f}x, debugger {:.1f}x".format(
+        *(results_cpu[name] / results_cpu["floor"] for name in ("legacy", "legacy_all", "debugger"))))
     print(device_launches(args.size))
     if deferred:
         print(deferred)
