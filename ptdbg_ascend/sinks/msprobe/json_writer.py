@@ -44,7 +44,7 @@ from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, PT_SUFFIX, ST
 from ptdbg_ascend.sinks import background as background_module
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.msprobe.entries import StepEntries, entry_length
-from ptdbg_ascend.sinks.msprobe.json_text import JsonPieces, text_chunks
+from ptdbg_ascend.sinks.msprobe.json_text import JsonPieces
 from ptdbg_ascend.sinks.msprobe.late_statistics import CopyStatistics, LateStatistics
 from ptdbg_ascend.sinks.host_copies import host_tensor, release_copy
 from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
@@ -446,4 +446,4 @@ class MsprobeJsonWriter(object):
 
 def _write_atomic(path: str, text: JsonPieces) -> None:
     """Write ``text`` to ``path`` atomically, a chunk at a time (fs.writes.replace_text_file)."""
-    replace_text_file(path, text_chunks(text))
+    replace_text_file(path, text.chunks())
