@@ -18,11 +18,7 @@ def dump_json_text(task: str, level: str, dump_data_dir: Optional[str], data: Di
     """The dump.json document (keys in msprobe's order, indent 1, NaN/Infinity tokens): the same text as
     ``json.dumps(document, indent=1)``. ``encoded`` caches each entry's text between calls (an indented
     dump is encoded in pure Python, slowly: each entry is encoded once however often the file is rewritten)."""
-    return document_text(task, level, dump_data_dir, object_text(data, encoded, 1))
-
-
-def document_text(task: str, level: str, dump_data_dir: Optional[str], data_text: str) -> str:
-    return str(document_pieces(task, level, dump_data_dir, JsonPieces(data_text, [], "")))
+    return str(document_pieces(task, level, dump_data_dir, object_pieces(data, encoded, 1)))
 
 
 def document_pieces(task: str, level: str, dump_data_dir: Optional[str], data: JsonPieces) -> JsonPieces:
@@ -258,11 +254,6 @@ def _encode(value: Any, level: int, out: Callable[[str], None]) -> None:
         raise _Unusual()
 
 
-def members_object(members: List[str], depth: int) -> str:
-    """The JSON object at ``depth`` with the member texts ``members``."""
-    return str(members_pieces(members, depth))
-
-
 # Members joined per chunk when a JsonPieces is written: a chunk is a few hundred KB.
 MEMBERS_PER_CHUNK = 256
 
@@ -319,14 +310,9 @@ def encode_missing(items: Dict[str, Any], encoded: Dict[str, str], depth: int) -
     return time.perf_counter() - started, longest
 
 
-def object_text(items: Dict[str, Any], encoded: Optional[Dict[str, str]], depth: int) -> str:
-    """``json.dumps(items, indent=1)`` nested at ``depth``, reusing ``encoded[name]`` (the member text
-    of ``name``; a cache is used at one depth only)."""
-    return str(object_pieces(items, encoded, depth))
-
-
 def object_pieces(items: Dict[str, Any], encoded: Optional[Dict[str, str]], depth: int) -> JsonPieces:
-    """:func:`object_text` as :class:`JsonPieces`."""
+    """``json.dumps(items, indent=1)`` nested at ``depth`` (``str()`` of the result), reusing
+    ``encoded[name]`` (the member text of ``name``; a cache is used at one depth only)."""
     cache = encoded if encoded is not None else {}
     members = []
     for name, value in items.items():
