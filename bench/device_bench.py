@@ -47,9 +47,9 @@ TOOL_ROWS = ("plain", "hooks_off", "legacy_stats", "debugger_stats", "legacy_ten
 MSPROBE_ROWS = ("msprobe_stats", "msprobe_tensors")
 
 CHILD = r'''
-import json, math, os, statistics, sys, time, warnings
+import json, math, os, re, statistics, sys, time, warnings
 config, size, out, device, tree = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-steps = int(sys.argv[6])
+steps, profile = int(sys.argv[6]), sys.argv[7] == "profile"
 sys.path.insert(0, tree)
 import torch
 torch.manual_seed(1234)
@@ -147,6 +147,9 @@ if config in ("hooks_off", "legacy_stats", "legacy_tensors"):
         set_dump_switch("ON", mode="api_stack")
 elif config != "plain":
     if config.startswith("msprobe"):
+        import numpy
+        if not hasattr(numpy, "unicode_"):  # msprobe 1.0.4 names numpy 1's alias, gone in numpy 2
+            numpy.unicode_ = numpy.str_
         from msprobe.pytorch import PrecisionDebugger
     else:
         from ptdbg_ascend import PrecisionDebugger
@@ -156,7 +159,17 @@ elif config != "plain":
     def dumped():
         debugger.start(); step(); debugger.stop(); debugger.step()
 dumped(); sync()  # the first dumped step opens files and wraps: not timed
+if profile:
+    import cProfile, io, pstats
+    profiler = cProfile.Profile()
+    profiler.enable()
 tool = timed(dumped, steps)
+if profile:
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    with open(os.path.join(out, "profile.txt"), "w") as sink:
+        sink.write(text.getvalue())
 syncs = None
 if cuda and config != "plain":
     with warnings.catch_warnings(record=True) as caught:
@@ -169,19 +182,37 @@ if cuda and config != "plain":
     syncs = sum(1 for w in caught if "synchroniz" in str(w.message))
 if config in ("legacy_stats", "legacy_tensors"):
     set_dump_switch("OFF")
-print("RESULT " + json.dumps({"plain": plain, "tool": tool, "syncs": syncs, "kind": kind}))
+calls = None  # API calls recorded per step: the last complete step's dump.json (PrecisionDebugger, msprobe)
+dumps = sorted((os.path.join(d, "dump.json") for d, _, names in os.walk(out) if "dump.json" in names),
+               key=os.path.getmtime)
+if len(dumps) > 1:
+    with open(dumps[-2]) as source:
+        calls = len(json.load(source).get("data", {}))
+elif config.startswith("legacy_"):  # one pkl for every step: distinct call names over the dumped steps
+    names = set()
+    for directory, _, files in os.walk(out):
+        for name in files:
+            if name.endswith(".pkl"):
+                with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as source:
+                    names.update(re.sub(r"_(input|output|stack_info).*$", "", line[2:line.find('"', 2)])
+                                 for line in source if line.startswith('["'))
+    calls = len(names) // (steps + 1 + (syncs is not None)) or None
+print("RESULT " + json.dumps({"plain": plain, "tool": tool, "syncs": syncs, "kind": kind, "calls": calls}))
 '''
 
 
-def run_row(config: str, size: dict, device: str, steps: int, limit: float) -> dict:
-    """One fresh process for ``config``; its times, or ``{"error": why}``."""
+def run_row(config: str, size: dict, device: str, steps: int, limit: float, profile: bool = False) -> dict:
+    """One fresh process for ``config``; its times, or ``{"error": why}``; with ``profile`` (default off), the
+    top of a cProfile of its timed dumped steps as ``"profile"``."""
     out = tempfile.mkdtemp(prefix="device_bench_")
     env = dict(os.environ, PYTHONHASHSEED="0")
     started = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, "-c", CHILD, config, json.dumps(size), out, device,
-                               os.path.dirname(HERE), str(steps)],
+                               os.path.dirname(HERE), str(steps), "profile" if profile else "time"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=limit)
+        profiled = os.path.join(out, "profile.txt")
+        profile_text = open(profiled).read() if os.path.exists(profiled) else None
     except subprocess.TimeoutExpired:
         return {"error": "timeout after {:.0f} s".format(limit)}
     finally:
@@ -192,6 +223,7 @@ def run_row(config: str, size: dict, device: str, steps: int, limit: float) -> d
     line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")][-1]
     result = json.loads(line[len("RESULT "):])
     result["wall"] = time.perf_counter() - started
+    result["profile"] = profile_text
     return result
 
 
@@ -206,6 +238,8 @@ def main() -> int:
                             ", ".join(TOOL_ROWS)))
     parser.add_argument("--vocab", type=int, default=50257, help="vocabulary size (default 50257, GPT-2's)")
     parser.add_argument("--device", default=None, help="device (default cuda when available, else cpu)")
+    parser.add_argument("--profile", action="store_true",
+                        help="print a cProfile of each row's timed dumped steps (its times are then not the tool's)")
     args = parser.parse_args()
     steps = args.steps if args.steps is not None else (3 if args.quick else 10)
     limit = args.limit if args.limit is not None else (120.0 if args.quick else 300.0)
@@ -231,17 +265,24 @@ def main() -> int:
         rows = asked or [row for row in TOOL_ROWS + (MSPROBE_ROWS if has_msprobe else ())
                          if size_name == "small" or not row.endswith("_tensors")]
         print("\nsize {}: {layers} layers, d {d}, seq {seq}, batch {batch}, vocab {vocab}".format(size_name, **size))
-        print("{:<18} {:>11} {:>11} {:>8} {:>12}".format("row", "plain ms", "step ms", "ratio", "syncs/step"))
-        kind = None
+        print("{:<18} {:>11} {:>11} {:>8} {:>12} {:>11} {:>9}".format(
+            "row", "plain ms", "step ms", "ratio", "syncs/step", "calls/step", "us/call"))
+        kind, calls_seen = None, None  # calls/step, counted in the dump; hooks_off's us/call uses the last count
         for row in rows:
-            result = run_row(row, size, device, steps, limit)
+            result = run_row(row, size, device, steps, limit, args.profile)
             if "error" in result:
                 print("{:<18} {}".format(row, result["error"]))
                 continue
             kind = result["kind"]
-            print("{:<18} {:>11.2f} {:>11.2f} {:>7.2f}x {:>12}".format(
+            calls = result.get("calls")
+            calls_seen = calls if calls else calls_seen
+            per_call = (result["tool"] - result["plain"]) * 1e6 / calls_seen if calls_seen else None
+            print("{:<18} {:>11.2f} {:>11.2f} {:>7.2f}x {:>12} {:>11} {:>9}".format(
                 row, result["plain"] * 1e3, result["tool"] * 1e3, result["tool"] / result["plain"],
-                "-" if result["syncs"] is None else result["syncs"]))
+                "-" if result["syncs"] is None else result["syncs"], calls or "-",
+                "-" if per_call is None or row == "plain" else "{:.1f}".format(per_call)))
+            if result.get("profile"):
+                print(result["profile"])
             sys.stdout.flush()
         if kind:
             print("model: {}".format(kind))

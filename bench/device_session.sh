@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# The accelerator checks of issue 20 in one run, for a session lent a GPU (about 8 minutes on an H100/H200,
-# at most 580 s by the limits below: run it with timeout_s=600;
-# the device machine allows 10 per command and 15 in all, start-up included):
+# The accelerator checks of issue 20 in one run, for a session lent a GPU. Every step is bounded, and the
+# whole run ends inside BUDGET seconds (default 585: run it with the device tool's timeout_s=600; the device
+# machine allows 10 minutes per command and 15 in all, start-up included). The steps, most wanted first:
 #
 #   1. bench/device_stream_check.py   tensor files, statistics and overflow flags of calls made on a side
 #                                     stream behind 50 ms of device work hold the call's values (PASS/FAIL)
-#   2. bench/device_bench.py --quick  the issue's table: small model (every row), large model (statistics rows)
+#   2. bench/device_bench.py --quick  the issue's table: large model (statistics rows), then small (every row)
 #   3. bench/device_ab.py             this tree against BASELINE (when given): the same files, step times
+#   4. bench/device_bench.py --profile  where the large model's dumped steps spend host time (cProfile)
+#   5. bench/device_tf32.py           what the advisor answers for CPU float32 against CUDA with TF32 off / on
+#
+# Steps 4 and 5 run only in the time left. msprobe's rows need msprobe 1.0.4, which the device image lacks:
+# put its wheel and openpyxl's (mindstudio_probe-1.0.4, openpyxl, et_xmlfile; `pip download --no-deps`) in
+# .whl/ (ignored through .git/info/exclude, named in the device tool's `carry`); they are installed into
+# /tmp/site here, without their other requirements (the image has them, numpy 2 aside: see device_bench.py).
 #
 # Usage:   bash bench/device_session.sh [BASELINE_CHECKOUT]
 # Output:  printed, and kept under $OUT (the device tool's folder) or bench/out/device_session/.
@@ -21,26 +28,39 @@ out="${OUT:-bench/out/device_session}"
 mkdir -p "$out"
 # The device machines' torch is the plain `python3` (their `python` may not exist); here: PYTHON=.venv/bin/python.
 python="${PYTHON:-python3}"
+budget="${BUDGET:-585}"
 status=0
 
-run() {  # run NAME SECONDS ARGS...: one step, bounded, its output printed and kept
-    local name=$1 seconds=$2
+run() {  # run NAME SECONDS ARGS...: one step, bounded by SECONDS and by the time left, its output printed and kept
+    local name=$1 seconds=$2 left=$((budget - SECONDS))
     shift 2
-    echo "=== $name (limit ${seconds}s): $python $*"
+    if [ "$left" -lt "$seconds" ]; then seconds=$left; fi
+    if [ "$seconds" -lt 20 ]; then
+        echo "=== $name: skipped, ${left}s left of ${budget}s"
+        return
+    fi
+    echo "=== $name (limit ${seconds}s, at ${SECONDS}s): $python $*"
     timeout "$seconds" "$python" "$@" > "$out/$name.txt" 2>&1
     local rc=$?
-    grep -v -- "-\[INFO\]" "$out/$name.txt" | tail -n 60
+    grep -v -- "-\[INFO\]" "$out/$name.txt" | grep -v "\[INFO\]" | tail -n 70
     echo "=== $name: exit $rc"
     [ "$rc" -eq 0 ] || status=1
 }
 
+if [ -d .whl ]; then
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
-run stream_check 80 bench/device_stream_check.py
+run stream_check 60 bench/device_stream_check.py
 # BENCH_ARGS: more device_bench.py options (a CPU smoke run: BENCH_ARGS="--vocab 2000 --configs plain,legacy_stats").
-run bench_small 190 bench/device_bench.py --quick --sizes small ${BENCH_ARGS:-}
-run bench_large 160 bench/device_bench.py --quick --sizes large ${BENCH_ARGS:-}
+run bench_large 150 bench/device_bench.py --quick --sizes large ${BENCH_ARGS:-}
+run bench_small 200 bench/device_bench.py --quick --sizes small ${BENCH_ARGS:-}
 if [ $# -ge 1 ]; then
-    run device_ab 150 bench/device_ab.py --baseline "$1" --steps 3
+    run device_ab 130 bench/device_ab.py --baseline "$1" --steps 3
 fi
+run profile_large 90 bench/device_bench.py --quick --sizes large --configs debugger_stats,legacy_stats --profile \
+    ${BENCH_ARGS:-}
+run tf32 90 bench/device_tf32.py
 exit $status
