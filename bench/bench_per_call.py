@@ -303,7 +303,10 @@ def deferred_per_call(rows: "tuple") -> str:
     untimed, counting ``DeviceStatisticsBatch.enqueue``, which ``add`` and the 0-d values go through; ``add``
     in a --tree from before it): a tensor recorded as one call's output and the next call's input, unchanged,
     is reduced once when the front-end's cache serves it."""
-    from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch
+    try:
+        from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch
+    except ImportError:  # --tree: a checkout from before the batches had a module of their own
+        from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch
 
     method = "enqueue" if hasattr(DeviceStatisticsBatch, "enqueue") else "add"
     original = getattr(DeviceStatisticsBatch, method)
@@ -331,8 +334,13 @@ def device_launches(size: int) -> str:
     tensor, counted with a TorchDispatchMode, for both front-ends, and per batch read back."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch
+    try:
+        from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch
+    except ImportError:  # --tree: a checkout from before the batches had a module of their own
+        from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch
     from ptdbg_ascend.msprobe.leaves import deferred_reductions
+
+    allocations = (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default)
 
     class Counting(TorchDispatchMode):
         def __init__(self) -> None:
@@ -340,7 +348,7 @@ def device_launches(size: int) -> str:
             self.ops = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is not torch.ops.aten.detach.default:  # a view: no kernel
+            if not (func.is_view or func in allocations):  # a view or an allocation: no kernel
                 self.ops += 1
             return func(*args, **(kwargs or {}))
 

@@ -90,26 +90,29 @@ class LaunchStreams(object):
         self._overflowed: Set[Any] = set()
         self._keys: Dict[str, Optional[Callable[[Any], Any]]] = {}  # per device type: _stream_key_function's
 
-    def note(self, device: Any) -> None:
+    def note(self, device: Any) -> Any:
         """Remember the calling thread's current stream of ``device`` (an accelerator's, or any device type
-        with streams): call it when launching work there that is read later."""
+        with streams): call it when launching work there that is read later. Returns a hashable key of that
+        stream on that device (``(device, None)`` for a device type without streams): work launched under
+        equal keys runs in launch order."""
         kind = device.type
         key = self._keys[kind] if kind in self._keys else self._keys.setdefault(kind, _stream_key_function(kind))
         if key is None:
-            return
+            return device, None
         seen = (device, key(device))
         if seen in self._seen:
-            return
+            return seen
         stream = current_stream(stream_module(kind), device)
         with self._lock:
             if seen in self._seen:
-                return
+                return seen
             streams = self._streams.setdefault(device, [])
             if len(streams) >= self.MAX_STREAMS:
                 self._overflowed.add(device)
-                return
+                return seen
             streams.append(stream)
             self._seen.add(seen)
+        return seen
 
     @contextlib.contextmanager
     def reading(self, device: Any) -> Iterator[None]:

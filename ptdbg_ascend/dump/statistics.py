@@ -30,13 +30,9 @@ check :func:`~ptdbg_ascend.dump.tensor_kinds.transforms_active` once per call an
 from __future__ import annotations
 
 import math
-import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy
-
-from ptdbg_ascend.dump.interception import Inside
-from ptdbg_ascend.streams import LAUNCH_STREAMS
 
 Statistics = List[Optional[float]]
 EMPTY: Statistics = [None, None, None, None]
@@ -211,150 +207,6 @@ def _reductions(data: Any, types: "_TorchTypes", host_shortcuts: bool = True) ->
     # (1e-4 at 4M). sum() uses a cascade and stays within float32 rounding of numpy's float64 result.
     square_sum = torch.sum(work * work)
     return high, low, total, square_sum, work.numel()
-
-
-class PendingDeviceStatistics(list):
-    """The statistics of an accelerator tensor, still on the device: ``[None] * 4`` until the
-    :class:`DeviceStatisticsBatch` that made it reads its batch back (then the four numbers, in place)."""
-
-    __slots__ = ("values", "count")
-
-
-class DeviceStatisticsBatch(object):
-    """Statistics of accelerator tensors kept on their device and read back in batches.
-
-    :meth:`add` enqueues the reductions of a tensor (no host sync) and returns a
-    :class:`PendingDeviceStatistics`; :meth:`resolve` reads every pending one with one device->host
-    copy per device (one sync however many tensors) and fills them in place. Memory: four 0-d tensors
-    per pending tensor on its device (and those ``extra`` adds); the writer resolves at
-    :data:`BATCH_RECORDS` pending tensors, after :data:`BATCH_SECONDS`, and at flush/close. Thread-safe:
-    the writer thread may resolve while the training thread adds.
-    """
-
-    BATCH_RECORDS = 64
-    BATCH_SECONDS = 1.0
-
-    def __init__(self, stacked: bool = False) -> None:
-        """``stacked`` (default False): keep each tensor's numbers as one tensor (``torch.stack`` of its
-        0-d parts, six with msprobe's extremes: one launch more per tensor), for a batch whose tensors wait
-        long to be read (the PrecisionDebugger's wait until dump.json is next written, thousands of them):
-        Python's garbage collector walks every tensor kept, and 8 per tensor cost ~60 us per call on the
-        emulated device path of ``bench/bench_per_call.py`` (197 -> 121 us). torch.stack promotes a bf16
-        extreme to the float32 of the statistics, exactly."""
-        import threading
-
-        self._pending = []  # type: List[PendingDeviceStatistics]
-        self._lock = threading.Lock()
-        self._since = 0.0
-        self.transfers = 0  # host syncs done (one per device per resolve): tests and benchmarks read it
-        self._stacked = stacked
-
-    def add(self, tensor: Any, extra: "Optional[Callable[[Any], List[Any]]]" = None) -> Statistics:
-        """The statistics of ``tensor``: pending when it lives on an accelerator and needs reductions,
-        else computed now (empty, special kinds). ``extra(tensor)`` (default None) gives more 0-d
-        tensors to read back with them: the pending list then holds the four statistics and those.
-
-        Only the reductions are launched here (aminmax, sum, vector_norm: three kernels for a float
-        tensor, half types included); the mean's division and the joining of the numbers for the copy
-        happen once per batch (:meth:`resolve`), because on an accelerator every launch costs the training
-        thread a few microseconds whatever the tensor's size."""
-        if tensor.is_meta:  # no values to read back
-            return tensor_statistics(tensor)
-        types = _torch_types()
-        # Inside(): the tool's own torch calls are not API calls of the script (no record, no counter).
-        with Inside():
-            try:
-                reduced = _reductions(tensor.detach(), types, host_shortcuts=False)
-            except (RuntimeError, TypeError, ValueError, NotImplementedError):
-                return special_statistics(tensor)
-            if not isinstance(reduced, tuple):
-                return reduced
-            high, low, total, norm, count = reduced  # the deferred path's fourth value is the norm itself
-            # A 0-d value's norm is its magnitude (no v*v overflow): read |low| then, see _finalised.
-            parts = [high, low, total, low if norm is None else norm]
-            if extra is not None:
-                parts.extend(extra(tensor))
-            return self.enqueue(parts, count if norm is not None else 0, tensor.device)
-
-    def enqueue(self, parts: List[Any], count: int, device: Any) -> "PendingDeviceStatistics":
-        """Queue the 0-d tensors ``parts`` on ``device`` (max, min, sum, norm, extras) of a tensor of ``count``
-        elements (0: a 0-d value, see :func:`_finalised`) and return their pending list (:meth:`add`). Call it
-        inside ``Inside()`` (its stack is the tool's own call)."""
-        pending = PendingDeviceStatistics([None] * len(parts))
-        pending.values = _torch_types().torch.stack(parts) if self._stacked else parts
-        pending.count = count
-        LAUNCH_STREAMS.note(device)  # the read waits for this stream (a side stream's work too)
-        with self._lock:
-            if not self._pending:
-                self._since = time.monotonic()
-            self._pending.append(pending)
-        return pending
-
-    def has_pending(self) -> bool:
-        """Whether statistics are waiting to be read."""
-        return bool(self._pending)
-
-    def pending_count(self) -> int:
-        """How many tensors' statistics are waiting to be read."""
-        return len(self._pending)
-
-    def due(self) -> bool:
-        """Whether the batch should be read now (full, or its oldest entry is BATCH_SECONDS old)."""
-        pending = self._pending
-        return bool(pending) and (len(pending) >= self.BATCH_RECORDS
-                                  or time.monotonic() - self._since >= self.BATCH_SECONDS)
-
-    def resolve(self) -> None:
-        """Read every pending statistics back (one copy per device) and fill them in place. Safe on any
-        thread (the writer's, or the training thread at OFF): its torch calls are never recorded."""
-        with self._lock, Inside():
-            pending, self._pending = self._pending, []
-            if not pending:
-                return
-            torch = _torch_types().torch
-            by_device = {}  # type: dict
-            stacked = self._stacked
-            for item in pending:
-                by_device.setdefault((item.values if stacked else item.values[0]).device, []).append(item)
-            for device, items in by_device.items():
-                with LAUNCH_STREAMS.reading(device):  # after the streams the reductions went to
-                    host = _read_back(torch, [item.values for item in items] if stacked
-                                      else [part for item in items for part in item.values], stacked)
-                self.transfers += 1
-                start = 0
-                for item in items:
-                    end = start + len(item)
-                    item[:] = _finalised(host[start:end], item.count)
-                    start = end
-                    item.values = None  # the device memory goes now
-
-
-def _read_back(torch: Any, parts: List[Any], stacked: bool = False) -> List[float]:
-    """The values of the 0-d tensors ``parts`` (all on one device) with one device->host copy: stacked per
-    dtype (a float32 statistic and a bfloat16 extreme), widened to float64 (exact) and joined. ``stacked``
-    (default False): ``parts`` are 1-d tensors, joined (float32 and float64 ones as float64: exact)."""
-    if stacked:
-        return torch.cat(parts).tolist()
-    groups: Dict[Any, List[int]] = {}
-    for index, part in enumerate(parts):
-        groups.setdefault(part.dtype, []).append(index)
-    if len(groups) == 1:
-        return torch.stack(parts).tolist()
-    joined = torch.cat([torch.stack([parts[index] for index in group]).double() for group in groups.values()])
-    values = [0.0] * len(parts)
-    for index, value in zip([index for group in groups.values() for index in group], joined.tolist()):
-        values[index] = value
-    return values
-
-
-def _finalised(numbers: List[float], count: int) -> List[float]:
-    """``[max, min, mean, norm] + extras`` from the read-back ``[max, min, sum, norm] + extras`` of a tensor
-    of ``count`` elements (0: a 0-d value, whose third number is itself and fourth its own value, the norm
-    being its magnitude). The mean's division on the host in float64, as the CPU path does."""
-    high, low, total, norm = numbers[:4]
-    if count == 0:
-        return [high, low, total, abs(norm)] + numbers[4:]
-    return [high, low, total / count, norm] + numbers[4:]
 
 
 class StatisticsDeferral(object):

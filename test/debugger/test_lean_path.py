@@ -293,7 +293,7 @@ def test_an_entry_template_extended_later_is_written_whole(tmp_path):
     """An entry added again under its name (an in-place collective's output after its input) while its
     first part still waits for device statistics: both parts are written, each leaf with its numbers, and
     the entry is shown only once every number is in."""
-    from ptdbg_ascend.dump.statistics import PendingDeviceStatistics
+    from ptdbg_ascend.dump.device_statistics import PendingDeviceStatistics
     from ptdbg_ascend.sinks.msprobe.entries import StepEntries
     from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, EntryTexts, LateLeaf
 

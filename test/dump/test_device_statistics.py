@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
-from ptdbg_ascend.dump import statistics
-from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch, PendingDeviceStatistics
+from ptdbg_ascend.dump import device_statistics, statistics
+from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch, PendingDeviceStatistics
 from fake_torch_npu.fixtures import clean_session
 from dump_json_names import tensor_leaves
 
@@ -249,31 +249,36 @@ def test_a_deferred_leaf_has_the_finite_extremes_of_the_eager_path(deferred, val
     np.testing.assert_array_equal(np.array(got), np.array(expected), err_msg=str(values))
 
 
+_ALLOCATIONS = (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default)
+
+
 class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
     """Counts the aten operators run under it that compute (on an accelerator, each is a kernel launch;
-    detach() makes a view, no kernel)."""
+    a view (detach, select, view) and an allocation (empty) launch no kernel)."""
 
     def __init__(self):
         super().__init__()
         self.ops = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is not torch.ops.aten.detach.default:
+        if not (func.is_view or func in _ALLOCATIONS):
             self.ops.append(str(func))
         return func(*args, **(kwargs or {}))
 
 
 def test_a_deferred_tensor_launches_few_operators(deferred):
-    """On an accelerator the host pays per launch (~5 us), not per element: a deferred tensor launches
-    the three reductions of its statistics (aminmax, sum, vector_norm; half types accumulate in float32
-    inside them, with no float32 copy) and four more for msprobe's finite extremes, plus one stack in the
-    PrecisionDebugger's batch (its tensors wait long: one tensor kept each, not eight); the mean's
-    division and the joining happen once per batch."""
+    """On an accelerator the host pays per launch (~14 us on an H200), not per element: a deferred tensor
+    launches the three reductions of its statistics (aminmax, sum, vector_norm; half types accumulate in
+    float32 inside them, with no float32 copy) and three more for msprobe's finite extremes (two
+    ``nan_to_num`` into one buffer, one ``aminmax`` over it); the PrecisionDebugger's batch stacks the
+    numbers of every STACK_EVERY tensors (test below), not each tensor's; the mean's division and the
+    joining happen once per batch."""
     from ptdbg_ascend.msprobe.leaves import deferred_reductions
 
     for tensor, stacked, extra, most in ((torch.randn(64, 64), False, None, 3),
                                          (torch.randn(64, 64).bfloat16(), False, None, 3),
-                                         (torch.randn(64, 64), True, deferred_reductions, 8)):
+                                         (torch.randn(64, 64), True, deferred_reductions, 6),
+                                         (torch.randn(64, 64).t(), True, deferred_reductions, 6)):
         batch = DeviceStatisticsBatch(stacked=stacked)
         with _CountOps() as adding:
             batch.add(tensor, extra=extra)
@@ -285,6 +290,71 @@ def test_a_deferred_tensor_launches_few_operators(deferred):
         assert len(reading.ops) <= 5, reading.ops
         expected = statistics.tensor_statistics(tensor * 2)
         np.testing.assert_allclose(pending[:4], expected, rtol=2e-6, atol=1e-6)
+
+
+def test_a_stacked_batch_stacks_the_numbers_of_each_stream_once_per_run(deferred, monkeypatch):
+    """The PrecisionDebugger's batch keeps the numbers of STACK_EVERY tensors queued on one stream as one
+    tensor, stacked by the add that fills the run, on that stream (so the stack reads its parts in order):
+    tensors queued on another stream form their own run. Every tensor reads back its own numbers, whether
+    it ended in a stack or in a run not full yet: float32, bf16 (float32 statistics, bf16 extremes) and a
+    0-d int queued as its float64 value (2**40 + 1: exact only if nothing narrows it)."""
+    from ptdbg_ascend.msprobe.leaves import _finite_extremes, deferred_reductions, fill_statistics
+
+    monkeypatch.setattr(DeviceStatisticsBatch, "STACK_EVERY", 3)
+    stream = ["a"]
+    real_note = device_statistics.LAUNCH_STREAMS.note
+    monkeypatch.setattr(device_statistics.LAUNCH_STREAMS, "note", lambda device: (real_note(device), stream[0]))
+    batch = DeviceStatisticsBatch(stacked=True)
+    queued, stacked_at = [], []
+    for index in range(8):
+        stream[0] = "b" if index % 3 == 0 else "a"  # b: 0, 3, 6; a: 1, 2, 4, 5, 7
+        with _CountOps() as adding:
+            if index == 5:
+                value = torch.tensor(2 ** 40 + 1, dtype=torch.float64)
+                pending = batch.enqueue([value, value, value, value], 1, value.device)
+                tensor = value
+            else:
+                tensor = torch.randn(6, 5) * (index + 1)
+                tensor[0, 0] = float("inf") if index == 4 else tensor[0, 0]
+                tensor = tensor.bfloat16() if index in (2, 3) else tensor
+                pending = batch.add(tensor, extra=deferred_reductions)
+        queued.append((tensor, pending))
+        if "aten.stack.default" in adding.ops:
+            stacked_at.append(index)
+    assert stacked_at == [4, 6]  # a's run 1, 2, 4 is full at 4; b's 0, 3, 6 at 6; 5 and 7 wait in a's run
+    assert all(pending.values is not None for _, pending in queued)  # pending until read
+    batch.resolve()
+    assert deferred == [8]
+    for tensor, pending in queued:
+        if tensor.dim() == 0:
+            assert list(pending) == [2.0 ** 40 + 1] * 4
+            continue
+        np.testing.assert_allclose(pending[:4], statistics.tensor_statistics(tensor), rtol=2e-6)
+        leaf = {"Max": None, "Min": None, "Mean": None, "Norm": None, "requires_grad": False}
+        fill_statistics(leaf, list(pending))
+        expected = _finite_extremes(tensor) if not math.isfinite(pending[0]) else [None, None]
+        assert [leaf.get("Max_except_inf_nan"), leaf.get("Min_except_inf_nan")] == expected
+
+
+def test_finite_extremes_without_aminmax_over_a_dimension_are_the_same(deferred, monkeypatch):
+    """A device (or torch) whose ``aminmax`` refuses a dimension gets the finite extremes from two
+    reductions of two temporaries instead, the same numbers."""
+    from ptdbg_ascend.msprobe.leaves import deferred_reductions
+
+    tensor = torch.tensor([[1.5, float("nan"), -3.0], [float("inf"), 2.0, float("-inf")]])
+    expected = [part.item() for part in deferred_reductions(tensor)]
+    real = torch.aminmax
+
+    def refusing(*args, **kwargs):
+        if "dim" in kwargs:
+            raise RuntimeError("aminmax over a dimension is not implemented here")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "aminmax", refusing)
+    with _CountOps() as launched:
+        got = [part.item() for part in deferred_reductions(tensor)]
+    assert got == expected == [2.0, -3.0]
+    assert "aten.amax.default" in launched.ops and "aten.amin.default" in launched.ops
 
 
 def test_a_device_without_fused_half_reductions_reads_the_same_numbers(deferred, monkeypatch):

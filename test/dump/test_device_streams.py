@@ -22,7 +22,7 @@ import torch
 
 from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
 from ptdbg_ascend import streams as streams_module
-from ptdbg_ascend.dump import statistics
+from ptdbg_ascend.dump import device_statistics, statistics
 from ptdbg_ascend.streams import LAUNCH_STREAMS, LaunchStreams
 from ptdbg_ascend.sinks import host_copies
 from fake_torch_npu.fixtures import clean_session
@@ -266,13 +266,13 @@ def test_deferred_statistics_are_read_after_the_stream_they_were_launched_on(ses
     waits for the side stream on the device first (a side stream's work is not ordered with another stream's
     otherwise: FSDP's all-gather stream, a prefetch stream)."""
     monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
-    read_back = statistics._read_back
+    read_back = device_statistics._read_back
 
     def noted_read(torch_module, parts, *stacked):
         device_copies.note("read", device_copies.current_stream(), None)
         return read_back(torch_module, parts, *stacked)
 
-    monkeypatch.setattr(statistics, "_read_back", noted_read)
+    monkeypatch.setattr(device_statistics, "_read_back", noted_read)
     user_stream = _Stream(device_copies, "user")
     _run(device_copies, user_stream, "statistics", _debugger_dump(tmp_path, "statistics"))
     log = device_copies.log

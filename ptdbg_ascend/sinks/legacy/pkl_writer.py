@@ -16,8 +16,8 @@ import shutil
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.dump import statistics as statistics_module
-from ptdbg_ascend.dump.statistics import (DeviceStatisticsBatch, PendingDeviceStatistics, array_statistics,
-                                         WRITER_STATISTICS_MIN_ELEMENTS, scalar_statistics, tensor_statistics)
+from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch, PendingDeviceStatistics
+from ptdbg_ascend.dump.statistics import WRITER_STATISTICS_MIN_ELEMENTS, array_statistics, scalar_statistics, tensor_statistics
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.formats import pkl
@@ -135,7 +135,7 @@ class LegacyPklWriter(object):
         # The middle of every tensor line: '", {dump_step}, [], "'.
         self._step_text = line_head(dump_step)
         self._numbers = _NumbersText()
-        # Statistics of accelerator tensors read back in batches (dump/statistics.DeviceStatisticsBatch),
+        # Statistics of accelerator tensors read back in batches (dump/device_statistics.DeviceStatisticsBatch),
         # and the lines held until their batch is read (statistics only; with a writer thread its jobs
         # read the batch).
         self._device_batch = None  # type: Optional[DeviceStatisticsBatch]

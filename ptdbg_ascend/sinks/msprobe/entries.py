@@ -1,7 +1,7 @@
 """The entries of one ``step{N}/rank{R}`` directory, and which of them are finished.
 
 An entry is finished when every ``.pt`` file queued before it was added is on disk and every statistic it
-defers (``dump/statistics.DeviceStatisticsBatch``) is read back; an unfinished one is left out of dump.json,
+defers (``dump/device_statistics.DeviceStatisticsBatch``) is read back; an unfinished one is left out of dump.json,
 or shown at its last finished version, so dump.json never names a file not yet written. Member texts are
 encoded once each however often a file is rewritten (pure-Python ``indent=1`` encoding is slow).
 

@@ -16,7 +16,7 @@ the caller builds the dicts as before:
 Not used when tensors are saved, with ``summary_mode="md5"``, with the overflow check or inside a
 ``torch.func`` transform (the sink checks); an entry made under autocast takes the dicts too.
 
-A tensor whose statistics are read back later (off the CPU, ``dump/statistics.DeviceStatisticsBatch``) is
+A tensor whose statistics are read back later (off the CPU, ``dump/device_statistics.DeviceStatisticsBatch``) is
 written as :data:`PLACEHOLDER` when the caller collects :class:`LateLeaf` objects (``late``): the entry is then
 an :class:`EntryTemplate`, its text with a placeholder per such leaf, finished once their numbers are read
 (``entries.py``). An in-place call's inputs are taken so too, before the call; when the rest of its entry
@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ptdbg_ascend.dump.statistics import PendingDeviceStatistics
+from ptdbg_ascend.dump.device_statistics import PendingDeviceStatistics
 from ptdbg_ascend.msprobe.leaves import blank_leaf, defer_candidate, dtype_text, fill_statistics
 from ptdbg_ascend.sinks.msprobe.json_text import (indented_text, list_of_texts, member_of_text, object_of_texts,
                                                   tensor_leaf_text)

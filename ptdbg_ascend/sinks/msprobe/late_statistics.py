@@ -1,7 +1,7 @@
 """The leaves of an msprobe writer whose statistics arrive after the leaf is built (:class:`LateStatistics`):
 
 - those of tensors off the CPU, reduced on their device and read back in batches
-  (``dump/statistics.DeviceStatisticsBatch``): one host sync per batch instead of one per tensor;
+  (``dump/device_statistics.DeviceStatisticsBatch``): one host sync per batch instead of one per tensor;
 - those of large saved CPU tensors, read by the writer thread from the copy it saves (:class:`CopyStatistics`):
   the training thread takes the copy and nothing more.
 
@@ -15,14 +15,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from ptdbg_ascend.dump.interception import Inside
-from ptdbg_ascend.dump.statistics import (DEFERRAL, WRITER_STATISTICS_MIN_ELEMENTS, DeviceStatisticsBatch,
-                                          PendingDeviceStatistics)
+from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch, PendingDeviceStatistics
+from ptdbg_ascend.dump.statistics import DEFERRAL, WRITER_STATISTICS_MIN_ELEMENTS
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.msprobe.leaves import (defer_candidate, deferred_reductions, eager_statistics, fill_statistics,
                                          msprobe_reduced)
 
 # Deferred statistics read back at once when this many wait (a bound on device memory between rewrites):
-# a pending float tensor holds one tensor of six numbers on its device (statistics.DeviceStatisticsBatch.add,
+# a pending float tensor holds one tensor of six numbers on its device (device_statistics.DeviceStatisticsBatch.add,
 # stacked), which a caching allocator rounds up to 512 bytes, so at most ~4 MB; one read-back per 8192 tensors.
 MAX_PENDING_STATISTICS = 8192
 
