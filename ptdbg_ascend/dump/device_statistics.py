@@ -107,8 +107,10 @@ class DeviceStatisticsBatch(object):
                     # On the stream the parts were made on (the caller's current one: its key is the run's),
                     # so the stack reads them in order and their memory is reused only after it.
                     del self._runs[stream]
-                    self._stacks.append((_torch_types().torch.stack([part for item in run for part in item.values]),
-                                         run))
+                    stacked = _torch_types().torch.stack([part for item in run for part in item.values])
+                    for item in run:
+                        item.values = stacked  # the 0-d parts go; still pending (not None) until read
+                    self._stacks.append((stacked, run))
         return pending
 
     def has_pending(self) -> bool:

@@ -148,30 +148,17 @@ def deferred_reductions(tensor: Any) -> List[Any]:
     lowest finite value and the min at least the highest (max < min), and a finite stand-in in the pair
     says an infinity of that sign is there: what the non-NaN extremes need (:func:`_except_inf_nan`).
 
-    Three kernels, launched for every deferred float tensor because whether they are needed is known only
-    when the batch is read back (on an accelerator each launch costs the training thread microseconds): the
-    two stand-in copies written into the two rows of one buffer (``nan_to_num`` with ``out=``), then one
-    ``aminmax`` over both rows, whose first row's max and second row's min are the pair (four kernels
-    before the ninth round of issue 20, two reductions of two temporaries: the same numbers, each the exact
-    value of an element or a stand-in). A device without ``aminmax`` over a dimension takes those four.
-    The buffer holds two copies of the tensor until the reduction ends, as the two temporaries did."""
+    Four kernels (two ``nan_to_num`` and two reductions), launched for every deferred float tensor because
+    whether they are needed is known only when the batch is read back: on an accelerator each launch costs
+    the training thread microseconds (six before the fifth round of issue 20, eleven launches and six
+    full-size temporaries before the first)."""
     inf = float("inf")
     largest = _finfo_max(tensor.dtype)
-    if tensor.dim() == 0:  # a 0-d value is its own max and min: no reduction
-        return [tensor.nan_to_num(nan=-inf, posinf=-largest, neginf=-inf),
-                tensor.nan_to_num(nan=inf, posinf=inf, neginf=largest)]
-    import torch
-
-    try:
-        rows = torch.empty((2,) + tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
-        torch.nan_to_num(tensor, nan=-inf, posinf=-largest, neginf=-inf, out=rows[0])
-        torch.nan_to_num(tensor, nan=inf, posinf=inf, neginf=largest, out=rows[1])
-        lows, highs = torch.aminmax(rows.view(2, -1), dim=1)
-        return [highs[0], lows[1]]
-    except (RuntimeError, NotImplementedError, TypeError):
-        finite_max = tensor.nan_to_num(nan=-inf, posinf=-largest, neginf=-inf)
-        finite_min = tensor.nan_to_num(nan=inf, posinf=inf, neginf=largest)
-        return [finite_max.amax(), finite_min.amin()]
+    finite_max = tensor.nan_to_num(nan=-inf, posinf=-largest, neginf=-inf)
+    finite_min = tensor.nan_to_num(nan=inf, posinf=inf, neginf=largest)
+    if tensor.dim() == 0:  # a 0-d value is its own max and min: two launches fewer
+        return [finite_max, finite_min]
+    return [finite_max.amax(), finite_min.amin()]
 
 
 _FINFO_MAX = {}  # type: Dict[Any, float]

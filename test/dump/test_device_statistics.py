@@ -269,16 +269,14 @@ class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
 def test_a_deferred_tensor_launches_few_operators(deferred):
     """On an accelerator the host pays per launch (~14 us on an H200), not per element: a deferred tensor
     launches the three reductions of its statistics (aminmax, sum, vector_norm; half types accumulate in
-    float32 inside them, with no float32 copy) and three more for msprobe's finite extremes (two
-    ``nan_to_num`` into one buffer, one ``aminmax`` over it); the PrecisionDebugger's batch stacks the
-    numbers of every STACK_EVERY tensors (test below), not each tensor's; the mean's division and the
-    joining happen once per batch."""
+    float32 inside them, with no float32 copy) and four more for msprobe's finite extremes; the
+    PrecisionDebugger's batch stacks the numbers of every STACK_EVERY tensors (test below), not each
+    tensor's; the mean's division and the joining happen once per batch."""
     from ptdbg_ascend.msprobe.leaves import deferred_reductions
 
     for tensor, stacked, extra, most in ((torch.randn(64, 64), False, None, 3),
                                          (torch.randn(64, 64).bfloat16(), False, None, 3),
-                                         (torch.randn(64, 64), True, deferred_reductions, 6),
-                                         (torch.randn(64, 64).t(), True, deferred_reductions, 6)):
+                                         (torch.randn(64, 64), True, deferred_reductions, 7)):
         batch = DeviceStatisticsBatch(stacked=stacked)
         with _CountOps() as adding:
             batch.add(tensor, extra=extra)
@@ -323,6 +321,9 @@ def test_a_stacked_batch_stacks_the_numbers_of_each_stream_once_per_run(deferred
             stacked_at.append(index)
     assert stacked_at == [4, 6]  # a's run 1, 2, 4 is full at 4; b's 0, 3, 6 at 6; 5 and 7 wait in a's run
     assert all(pending.values is not None for _, pending in queued)  # pending until read
+    # A full run keeps one tensor for its tensors' numbers, not their 0-d parts.
+    kept = [pending.values for index, (_, pending) in enumerate(queued) if index in (1, 2, 4)]
+    assert all(type(values) is torch.Tensor and values.dim() == 1 and values is kept[0] for values in kept)
     batch.resolve()
     assert deferred == [8]
     for tensor, pending in queued:
@@ -334,27 +335,6 @@ def test_a_stacked_batch_stacks_the_numbers_of_each_stream_once_per_run(deferred
         fill_statistics(leaf, list(pending))
         expected = _finite_extremes(tensor) if not math.isfinite(pending[0]) else [None, None]
         assert [leaf.get("Max_except_inf_nan"), leaf.get("Min_except_inf_nan")] == expected
-
-
-def test_finite_extremes_without_aminmax_over_a_dimension_are_the_same(deferred, monkeypatch):
-    """A device (or torch) whose ``aminmax`` refuses a dimension gets the finite extremes from two
-    reductions of two temporaries instead, the same numbers."""
-    from ptdbg_ascend.msprobe.leaves import deferred_reductions
-
-    tensor = torch.tensor([[1.5, float("nan"), -3.0], [float("inf"), 2.0, float("-inf")]])
-    expected = [part.item() for part in deferred_reductions(tensor)]
-    real = torch.aminmax
-
-    def refusing(*args, **kwargs):
-        if "dim" in kwargs:
-            raise RuntimeError("aminmax over a dimension is not implemented here")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(torch, "aminmax", refusing)
-    with _CountOps() as launched:
-        got = [part.item() for part in deferred_reductions(tensor)]
-    assert got == expected == [2.0, -3.0]
-    assert "aten.amax.default" in launched.ops and "aten.amin.default" in launched.ops
 
 
 def test_a_device_without_fused_half_reductions_reads_the_same_numbers(deferred, monkeypatch):
