@@ -2,6 +2,7 @@
 
     python bench/device_bench.py [--sizes small|large|both] [--quick] [--steps 10] [--limit 240]
                                  [--configs plain,hooks_off,...] [--vocab 50257] [--device cuda]
+                                 [--baseline OLD_CHECKOUT] [--profile]
 
 Sizes (issue 20): ``small`` 4 layers, d 256, seq 128, batch 8; ``large`` 8 layers, d 1024, seq 512, batch 8;
 heads d/64, GPT-2's vocabulary (``--vocab``). The model is transformers' ``GPT2LMHeadModel`` when
@@ -39,6 +40,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 SIZES = {
     "small": dict(layers=4, d=256, seq=128, batch=8),
     "large": dict(layers=8, d=1024, seq=512, batch=8),
@@ -201,15 +203,17 @@ print("RESULT " + json.dumps({"plain": plain, "tool": tool, "syncs": syncs, "kin
 '''
 
 
-def run_row(config: str, size: dict, device: str, steps: int, limit: float, profile: bool = False) -> dict:
-    """One fresh process for ``config``; its times, or ``{"error": why}``; with ``profile`` (default off), the
-    top of a cProfile of its timed dumped steps as ``"profile"``."""
+def run_row(config: str, size: dict, device: str, steps: int, limit: float, profile: bool = False,
+            tree: str = ROOT) -> dict:
+    """One fresh process for ``config``, importing ptdbg_ascend from ``tree`` (default this checkout); its
+    times, or ``{"error": why}``; with ``profile`` (default off), the top of a cProfile of its timed dumped
+    steps as ``"profile"``."""
     out = tempfile.mkdtemp(prefix="device_bench_")
     env = dict(os.environ, PYTHONHASHSEED="0")
     started = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, "-c", CHILD, config, json.dumps(size), out, device,
-                               os.path.dirname(HERE), str(steps), "profile" if profile else "time"],
+                               tree, str(steps), "profile" if profile else "time"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=limit)
         profiled = os.path.join(out, "profile.txt")
         profile_text = open(profiled).read() if os.path.exists(profiled) else None
@@ -238,6 +242,9 @@ def main() -> int:
                             ", ".join(TOOL_ROWS)))
     parser.add_argument("--vocab", type=int, default=50257, help="vocabulary size (default 50257, GPT-2's)")
     parser.add_argument("--device", default=None, help="device (default cuda when available, else cpu)")
+    parser.add_argument("--baseline", default=None,
+                        help="another checkout: each tool row runs again with it, right after this tree's (an "
+                             "A/B on one machine; rows marked 'old', with new/old of the step time)")
     parser.add_argument("--profile", action="store_true",
                         help="print a cProfile of each row's timed dumped steps (its times are then not the tool's)")
     args = parser.parse_args()
@@ -269,20 +276,28 @@ def main() -> int:
             "row", "plain ms", "step ms", "ratio", "syncs/step", "calls/step", "us/call"))
         kind, calls_seen = None, None  # calls/step, counted in the dump; hooks_off's us/call uses the last count
         for row in rows:
-            result = run_row(row, size, device, steps, limit, args.profile)
-            if "error" in result:
-                print("{:<18} {}".format(row, result["error"]))
-                continue
-            kind = result["kind"]
-            calls = result.get("calls")
-            calls_seen = calls if calls else calls_seen
-            per_call = (result["tool"] - result["plain"]) * 1e6 / calls_seen if calls_seen else None
-            print("{:<18} {:>11.2f} {:>11.2f} {:>7.2f}x {:>12} {:>11} {:>9}".format(
-                row, result["plain"] * 1e3, result["tool"] * 1e3, result["tool"] / result["plain"],
-                "-" if result["syncs"] is None else result["syncs"], calls or "-",
-                "-" if per_call is None or row == "plain" else "{:.1f}".format(per_call)))
-            if result.get("profile"):
-                print(result["profile"])
+            compared = args.baseline and row != "plain" and not row.startswith("msprobe")
+            trees = [(row, ROOT)] + ([(row + " old", args.baseline)] if compared else [])
+            ratios = []
+            for label, tree in trees:
+                result = run_row(row, size, device, steps, limit, args.profile, tree)
+                if "error" in result:
+                    print("{:<18} {}".format(label, result["error"]))
+                    continue
+                kind = result["kind"]
+                calls = result.get("calls")
+                calls_seen = calls if calls else calls_seen
+                per_call = (result["tool"] - result["plain"]) * 1e6 / calls_seen if calls_seen else None
+                ratios.append(result["tool"] / result["plain"])
+                print("{:<18} {:>11.2f} {:>11.2f} {:>7.2f}x {:>12} {:>11} {:>9}".format(
+                    label, result["plain"] * 1e3, result["tool"] * 1e3, ratios[-1],
+                    "-" if result["syncs"] is None else result["syncs"], calls or "-",
+                    "-" if per_call is None or row == "plain" else "{:.1f}".format(per_call)))
+                if result.get("profile"):
+                    print(result["profile"])
+                sys.stdout.flush()
+            if len(ratios) == 2:
+                print("{:<18} new/old {:.2f} (ratios to each process's plain step)".format("", ratios[0] / ratios[1]))
             sys.stdout.flush()
         if kind:
             print("model: {}".format(kind))

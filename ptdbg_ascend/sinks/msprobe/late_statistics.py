@@ -22,8 +22,8 @@ from ptdbg_ascend.msprobe.leaves import (defer_candidate, deferred_reductions, e
                                          msprobe_reduced)
 
 # Deferred statistics read back at once when this many wait (a bound on device memory between rewrites):
-# a pending float tensor holds one tensor of six numbers on its device (device_statistics.DeviceStatisticsBatch.add,
-# stacked), which a caching allocator rounds up to 512 bytes, so at most ~4 MB; one read-back per 8192 tensors.
+# a pending float tensor's six numbers wait as 0-d tensors until 32 tensors of its stream are stacked into one
+# (device_statistics.DeviceStatisticsBatch), a few KB per 32 tensors with a caching allocator: well under 4 MB.
 MAX_PENDING_STATISTICS = 8192
 
 Leaves = List[Tuple[Dict[str, Any], Any]]  # (leaf, its pending numbers)
@@ -134,7 +134,7 @@ class LateStatistics(object):
         """The statistics of ``tensor`` (``defer_candidate``): pending in the batch until it is read back, or
         read now where there is nothing to read back. With :attr:`cached` set, the same unchanged tensor
         recorded recently (one call's output, the next call's input) shares its pending numbers instead of
-        launching its reductions again (8 launches per float tensor on an accelerator)."""
+        launching its reductions again (7 launches per float tensor on an accelerator)."""
         cached = self.cached
         pending = self._reduce(tensor) if cached is None else cached(tensor, self._reduce)
         batch = self.batch
