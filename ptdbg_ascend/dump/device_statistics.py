@@ -35,7 +35,10 @@ class DeviceStatisticsBatch(object):
     the writer thread may resolve while the training thread adds.
     """
 
-    BATCH_RECORDS = 64
+    # A batch is read at this many pending tensors: each read is a host sync, which on a GPU made the legacy
+    # dump wait ~1.5 ms for the device 21 times a step at 64 (the large model of bench/device_bench.py on an
+    # H200, 2,285 tensors a step); BATCH_SECONDS bounds how long a line waits either way.
+    BATCH_RECORDS = 1024
     BATCH_SECONDS = 1.0
     # Stacked batches join the numbers of this many tensors recorded on one stream into one tensor.
     STACK_EVERY = 32
@@ -44,7 +47,8 @@ class DeviceStatisticsBatch(object):
         """``stacked`` (default False): keep the numbers of every :data:`STACK_EVERY` tensors queued on one
         stream as one tensor (``torch.stack`` of their 0-d parts, six per tensor with msprobe's extremes), for
         a batch whose tensors wait long to be read (the PrecisionDebugger's wait until dump.json is next
-        written, thousands of them): Python's garbage collector walks every tensor kept, and 8 per tensor
+        written, thousands of them; the legacy pkl's, up to BATCH_RECORDS): Python's garbage collector walks
+        every tensor kept, and 8 per tensor
         cost ~60 us per call on the emulated device path of ``bench/bench_per_call.py`` (197 -> 121 us).
         A stack per tensor did that at one launch more per tensor, which a device run showed is what a call
         costs on a GPU (~14 us per launch on an H200): one per STACK_EVERY tensors now. torch.stack promotes
