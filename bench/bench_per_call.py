@@ -354,11 +354,12 @@ def device_launches(size: int) -> str:
 
     tensor = torch.randn(size, size)
     counts = []
-    # A batch each, as each front-end's writer has: the PrecisionDebugger's keeps each tensor's numbers stacked.
+    # A batch each, as each front-end's writer has (--tree: from the fourth to the ninth round the
+    # PrecisionDebugger's stacked each tensor's numbers, a launch more).
     for extra, stacked in ((None, False), (deferred_reductions, True)):
         try:
             batch = DeviceStatisticsBatch(stacked=stacked)
-        except TypeError:  # --tree: a checkout from before stacked batches
+        except TypeError:  # this tree (every batch stacks once per run), or one from before stacked batches
             batch = DeviceStatisticsBatch()
         with Counting() as adding:
             for _ in range(10):

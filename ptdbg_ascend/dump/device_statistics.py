@@ -29,10 +29,18 @@ class DeviceStatisticsBatch(object):
 
     :meth:`add` enqueues the reductions of a tensor (no host sync) and returns a
     :class:`PendingDeviceStatistics`; :meth:`resolve` reads every pending one with one device->host
-    copy per device (one sync however many tensors) and fills them in place. Memory: four 0-d tensors
-    per pending tensor on its device (and those ``extra`` adds); the writer resolves at
-    :data:`BATCH_RECORDS` pending tensors, after :data:`BATCH_SECONDS`, and at flush/close. Thread-safe:
+    copy per device (one sync however many tensors) and fills them in place. Memory on the device: the 0-d
+    results of a tensor's reductions (four, and those ``extra`` adds) until :data:`STACK_EVERY` tensors
+    queued on one stream are stacked into one tensor, which then holds their numbers until the read. The
+    legacy writer resolves at :data:`BATCH_RECORDS` pending tensors, after :data:`BATCH_SECONDS`, and at
+    flush/close; the PrecisionDebugger's when dump.json is next written (or at 8,192 pending). Thread-safe:
     the writer thread may resolve while the training thread adds.
+
+    Why a stack per run: the tensors of a batch wait up to a second to be read (thousands of them), and
+    Python's garbage collector walks every tensor kept: 8 kept per tensor cost ~60 us per call on the
+    emulated device path of ``bench/bench_per_call.py`` (197 -> 121 us). Stacking each tensor's numbers at
+    once cost a launch per tensor, ~14 us of host time on an H200; one per STACK_EVERY tensors now.
+    torch.stack promotes a bf16 extreme to the float32 of the statistics (or an int's float64), exactly.
     """
 
     # A batch is read at this many pending tensors: each read is a host sync, which on a GPU made the legacy
@@ -40,28 +48,18 @@ class DeviceStatisticsBatch(object):
     # H200, 2,285 tensors a step); BATCH_SECONDS bounds how long a line waits either way.
     BATCH_RECORDS = 1024
     BATCH_SECONDS = 1.0
-    # Stacked batches join the numbers of this many tensors recorded on one stream into one tensor.
+    # The numbers of this many tensors recorded on one stream are joined into one tensor.
     STACK_EVERY = 32
 
-    def __init__(self, stacked: bool = False) -> None:
-        """``stacked`` (default False): keep the numbers of every :data:`STACK_EVERY` tensors queued on one
-        stream as one tensor (``torch.stack`` of their 0-d parts, six per tensor with msprobe's extremes), for
-        a batch whose tensors wait long to be read (the PrecisionDebugger's wait until dump.json is next
-        written, thousands of them; the legacy pkl's, up to BATCH_RECORDS): Python's garbage collector walks
-        every tensor kept, and 8 per tensor
-        cost ~60 us per call on the emulated device path of ``bench/bench_per_call.py`` (197 -> 121 us).
-        A stack per tensor did that at one launch more per tensor, which a device run showed is what a call
-        costs on a GPU (~14 us per launch on an H200): one per STACK_EVERY tensors now. torch.stack promotes
-        a bf16 extreme to the float32 of the statistics (or an int's float64), exactly."""
+    def __init__(self) -> None:
         import threading
 
         self._pending = []  # type: List[PendingDeviceStatistics]
         self._lock = threading.Lock()
         self._since = 0.0
         self.transfers = 0  # host syncs done (one per device per resolve): tests and benchmarks read it
-        self._stacked = stacked
-        # Stacked batches: per stream key (LAUNCH_STREAMS.note), the tensors whose parts are not stacked yet;
-        # and the stacks made, each with its tensors in order.
+        # Per stream key (LAUNCH_STREAMS.note), the tensors whose parts are not stacked yet; and the stacks
+        # made, each with its tensors in order.
         self._runs = {}  # type: Dict[Any, List[PendingDeviceStatistics]]
         self._stacks = []  # type: List[Tuple[Any, List[PendingDeviceStatistics]]]
 
@@ -104,17 +102,16 @@ class DeviceStatisticsBatch(object):
             if not self._pending:
                 self._since = time.monotonic()
             self._pending.append(pending)
-            if self._stacked:
-                run = self._runs.setdefault(stream, [])
-                run.append(pending)
-                if len(run) >= self.STACK_EVERY:
-                    # On the stream the parts were made on (the caller's current one: its key is the run's),
-                    # so the stack reads them in order and their memory is reused only after it.
-                    del self._runs[stream]
-                    stacked = _torch_types().torch.stack([part for item in run for part in item.values])
-                    for item in run:
-                        item.values = stacked  # the 0-d parts go; still pending (not None) until read
-                    self._stacks.append((stacked, run))
+            run = self._runs.setdefault(stream, [])
+            run.append(pending)
+            if len(run) >= self.STACK_EVERY:
+                # On the stream the parts were made on (the caller's current one: its key is the run's), so
+                # the stack reads them in order and their memory is reused only after it.
+                del self._runs[stream]
+                stacked = _torch_types().torch.stack([part for item in run for part in item.values])
+                for item in run:
+                    item.values = stacked  # the 0-d parts go; still pending (not None) until read
+                self._stacks.append((stacked, run))
         return pending
 
     def has_pending(self) -> bool:
@@ -132,44 +129,31 @@ class DeviceStatisticsBatch(object):
                                   or time.monotonic() - self._since >= self.BATCH_SECONDS)
 
     def resolve(self) -> None:
-        """Read every pending statistics back (one copy per device) and fill them in place. Safe on any
-        thread (the writer's, or the training thread at OFF): its torch calls are never recorded."""
+        """Read every pending statistics back (one copy per device) and fill them in place: the stacks, and the
+        parts of the tensors whose run is not full yet. Safe on any thread (the writer's, or the training
+        thread at OFF): its torch calls are never recorded."""
         with self._lock, Inside():
             pending, self._pending = self._pending, []
             if not pending:
                 return
             torch = _torch_types().torch
-            if self._stacked:
-                self._resolve_stacked(torch)
-                return
-            by_device = {}  # type: dict
-            for item in pending:
-                by_device.setdefault(item.values[0].device, []).append(item)
-            for device, items in by_device.items():
-                with LAUNCH_STREAMS.reading(device):  # after the streams the reductions went to
-                    host = _read_back(torch, [part for item in items for part in item.values])
+            stacks, self._stacks = self._stacks, []
+            runs, self._runs = self._runs, {}
+            by_device = {}  # type: Dict[Any, Tuple[List[Any], List[PendingDeviceStatistics], List[Any]]]
+            for stacked, items in stacks:
+                joined, ordered, _ = by_device.setdefault(stacked.device, ([], [], []))
+                joined.append(stacked)
+                ordered.extend(items)
+            for run in runs.values():
+                for item in run:
+                    by_device.setdefault(item.values[0].device, ([], [], []))[2].append(item)
+            for device, (joined, ordered, loose) in by_device.items():
+                with LAUNCH_STREAMS.reading(device):  # after the streams the reductions and stacks went to
+                    if loose:
+                        joined.append(torch.stack([part for item in loose for part in item.values]))
+                    host = _read_back(torch, joined)
                 self.transfers += 1
-                _fill(items, host)
-
-    def _resolve_stacked(self, torch: Any) -> None:
-        """:meth:`resolve` of a stacked batch: its stacks, and the parts of the tensors not stacked yet."""
-        stacks, self._stacks = self._stacks, []
-        runs, self._runs = self._runs, {}
-        by_device = {}  # type: Dict[Any, Tuple[List[Any], List[PendingDeviceStatistics], List[Any]]]
-        for stacked, items in stacks:
-            joined, ordered, _ = by_device.setdefault(stacked.device, ([], [], []))
-            joined.append(stacked)
-            ordered.extend(items)
-        for run in runs.values():
-            for item in run:
-                by_device.setdefault(item.values[0].device, ([], [], []))[2].append(item)
-        for device, (joined, ordered, loose) in by_device.items():
-            with LAUNCH_STREAMS.reading(device):  # after the streams the reductions and stacks went to
-                if loose:
-                    joined.append(torch.stack([part for item in loose for part in item.values]))
-                host = _read_back(torch, joined, True)
-            self.transfers += 1
-            _fill(ordered + loose, host)
+                _fill(ordered + loose, host)
 
 
 def _fill(items: List[PendingDeviceStatistics], host: List[float]) -> None:
@@ -183,22 +167,10 @@ def _fill(items: List[PendingDeviceStatistics], host: List[float]) -> None:
         item.values = None  # the device memory goes now
 
 
-def _read_back(torch: Any, parts: List[Any], stacked: bool = False) -> List[float]:
-    """The values of the 0-d tensors ``parts`` (all on one device) with one device->host copy: stacked per
-    dtype (a float32 statistic and a bfloat16 extreme), widened to float64 (exact) and joined. ``stacked``
-    (default False): ``parts`` are 1-d tensors, joined (float32 and float64 ones as float64: exact)."""
-    if stacked:
-        return (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()
-    groups: Dict[Any, List[int]] = {}
-    for index, part in enumerate(parts):
-        groups.setdefault(part.dtype, []).append(index)
-    if len(groups) == 1:
-        return torch.stack(parts).tolist()
-    joined = torch.cat([torch.stack([parts[index] for index in group]).double() for group in groups.values()])
-    values = [0.0] * len(parts)
-    for index, value in zip([index for group in groups.values() for index in group], joined.tolist()):
-        values[index] = value
-    return values
+def _read_back(torch: Any, stacks: List[Any]) -> List[float]:
+    """The values of the 1-d tensors ``stacks`` (all on one device) with one device->host copy, joined (float32
+    and float64 ones as float64: exact)."""
+    return (torch.cat(stacks) if len(stacks) > 1 else stacks[0]).tolist()
 
 
 def _finalised(numbers: List[float], count: int) -> List[float]:

@@ -269,23 +269,22 @@ class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
 def test_a_deferred_tensor_launches_few_operators(deferred):
     """On an accelerator the host pays per launch (~14 us on an H200), not per element: a deferred tensor
     launches the three reductions of its statistics (aminmax, sum, vector_norm; half types accumulate in
-    float32 inside them, with no float32 copy) and four more for msprobe's finite extremes; the
-    PrecisionDebugger's batch stacks the numbers of every STACK_EVERY tensors (test below), not each
-    tensor's; the mean's division and the joining happen once per batch."""
+    float32 inside them, with no float32 copy) and four more for msprobe's finite extremes; a batch stacks
+    the numbers of every STACK_EVERY tensors (test below), not each tensor's; the mean's division and the
+    joining happen once per batch."""
     from ptdbg_ascend.msprobe.leaves import deferred_reductions
 
-    for tensor, stacked, extra, most in ((torch.randn(64, 64), False, None, 3),
-                                         (torch.randn(64, 64).bfloat16(), False, None, 3),
-                                         (torch.randn(64, 64), True, deferred_reductions, 7)):
-        batch = DeviceStatisticsBatch(stacked=stacked)
+    for tensor, extra, most in ((torch.randn(64, 64), None, 3), (torch.randn(64, 64).bfloat16(), None, 3),
+                                (torch.randn(64, 64), deferred_reductions, 7)):
+        batch = DeviceStatisticsBatch()
         with _CountOps() as adding:
             batch.add(tensor, extra=extra)
             pending = batch.add(tensor * 2, extra=extra)
         assert len(adding.ops) <= 2 * most + 1, adding.ops  # (+1: the multiplication)
         with _CountOps() as reading:
             batch.resolve()
-        # For the whole batch: a stack per dtype (bf16 extremes, float32 sums), widened and joined, one copy.
-        assert len(reading.ops) <= 5, reading.ops
+        # For the whole batch: one stack of the parts not stacked yet (bf16 extremes promoted), one copy.
+        assert len(reading.ops) <= 2, reading.ops
         expected = statistics.tensor_statistics(tensor * 2)
         np.testing.assert_allclose(pending[:4], expected, rtol=2e-6, atol=1e-6)
 
@@ -302,7 +301,7 @@ def test_a_stacked_batch_stacks_the_numbers_of_each_stream_once_per_run(deferred
     stream = ["a"]
     real_note = device_statistics.LAUNCH_STREAMS.note
     monkeypatch.setattr(device_statistics.LAUNCH_STREAMS, "note", lambda device: (real_note(device), stream[0]))
-    batch = DeviceStatisticsBatch(stacked=True)
+    batch = DeviceStatisticsBatch()
     queued, stacked_at = [], []
     for index in range(8):
         stream[0] = "b" if index % 3 == 0 else "a"  # b: 0, 3, 6; a: 1, 2, 4, 5, 7

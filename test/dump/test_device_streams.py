@@ -268,9 +268,9 @@ def test_deferred_statistics_are_read_after_the_stream_they_were_launched_on(ses
     monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
     read_back = device_statistics._read_back
 
-    def noted_read(torch_module, parts, *stacked):
+    def noted_read(torch_module, stacks):
         device_copies.note("read", device_copies.current_stream(), None)
-        return read_back(torch_module, parts, *stacked)
+        return read_back(torch_module, stacks)
 
     monkeypatch.setattr(device_statistics, "_read_back", noted_read)
     user_stream = _Stream(device_copies, "user")

@@ -350,7 +350,7 @@ class LegacyPklWriter(object):
     # -- internals -----------------------------------------------------------------------------
     def _device_statistics(self) -> DeviceStatisticsBatch:
         if self._device_batch is None:
-            self._device_batch = DeviceStatisticsBatch(stacked=True)  # up to BATCH_RECORDS tensors wait
+            self._device_batch = DeviceStatisticsBatch()  # up to BATCH_RECORDS tensors wait
         return self._device_batch
 
     def _write_held(self) -> None:

@@ -81,7 +81,7 @@ class LateStatistics(object):
     """
 
     def __init__(self, lock: Any) -> None:
-        self.batch = DeviceStatisticsBatch(stacked=True)  # its tensors wait until dump.json is next written
+        self.batch = DeviceStatisticsBatch()  # its tensors wait until dump.json is next written
         self._lock = lock
         self._defer_cpu = DEFERRAL.on_cpu  # read once, as the sink does
         self._new = []  # type: Leaves  # leaves deferred since the last take_new (an entry being built)
