@@ -17,7 +17,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.dump import statistics as statistics_module
 from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch, PendingDeviceStatistics
-from ptdbg_ascend.dump.statistics import WRITER_STATISTICS_MIN_ELEMENTS, array_statistics, scalar_statistics, tensor_statistics
+from ptdbg_ascend.dump.statistics import (WRITER_STATISTICS_MIN_ELEMENTS, array_statistics, scalar_statistics,
+                                         tensor_statistics)
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.formats import pkl
