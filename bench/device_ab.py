@@ -149,6 +149,9 @@ def main() -> int:
     parser.add_argument("--device", default=None, help="device (default cuda when available, else cpu)")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
     args = parser.parse_args()
+    if not os.path.isfile(os.path.join(args.baseline, "ptdbg_ascend", "__init__.py")):
+        # (a child would import the installed package instead, and compare this tree with itself)
+        parser.error("--baseline {!r} has no ptdbg_ascend package".format(args.baseline))
     device = args.device
     if device is None:
         import torch

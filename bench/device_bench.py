@@ -259,6 +259,11 @@ def main() -> int:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     has_msprobe = importlib.util.find_spec("msprobe") is not None
+    if args.baseline is not None:
+        if not os.path.isfile(os.path.join(args.baseline, "ptdbg_ascend", "__init__.py")):
+            # (a child would import the installed package instead, and compare this tree with itself)
+            parser.error("--baseline {!r} has no ptdbg_ascend package".format(args.baseline))
+        args.baseline = os.path.abspath(args.baseline)
     asked = args.configs.split(",") if args.configs else None
     known = TOOL_ROWS + MSPROBE_ROWS
     for name in asked or ():

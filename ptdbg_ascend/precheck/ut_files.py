@@ -38,7 +38,7 @@ from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, 
 from ptdbg_ascend.formats.naming import ut_api_of_row
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import csv_files, ut_identity, ut_lock
-from ptdbg_ascend.fs.writes import remove_quietly, replace_file, write_all
+from ptdbg_ascend.fs.writes import remove_quietly, replace_file, replace_text_file, write_all
 
 RESULT_STEM = "accuracy_checking_result_"
 DETAILS_STEM = "accuracy_checking_details_"
@@ -272,8 +272,7 @@ def rewrite_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[str]])
     writer = csv_cells.writer(buffer)
     writer.writerow(header)
     writer.writerows(rows)
-    data = buffer.getvalue().encode("utf-8")
-    replace_file(path, lambda descriptor: write_all(descriptor, data), "the run_ut CSV")
+    replace_text_file(path, [buffer.getvalue()], "the run_ut CSV")
 
 
 # --- error data ---------------------------------------------------------------------------------------

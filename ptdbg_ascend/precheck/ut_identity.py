@@ -27,7 +27,7 @@ from typing import Any, Dict
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.version import __version__
-from ptdbg_ascend.fs.writes import replace_file, write_all
+from ptdbg_ascend.fs.writes import replace_text_file
 
 RUN_STEM = "accuracy_checking_run_"
 FORMAT = "ptdbg_ascend run_ut run"
@@ -76,8 +76,8 @@ def path_of(result_csv_path: str, result_stem: str) -> str:
 
 def write(path: str, identity: RunIdentity) -> None:
     """Write the identity file ``path`` (atomically, never through a link)."""
-    data = (json.dumps(identity.to_json(), indent=1, sort_keys=True) + "\n").encode("utf-8")
-    replace_file(path, lambda descriptor: write_all(descriptor, data), "the run_ut run file")
+    text = json.dumps(identity.to_json(), indent=1, sort_keys=True) + "\n"
+    replace_text_file(path, [text], "the run_ut run file")
 
 
 def read(path: str, result_csv_path: str) -> RunIdentity:

@@ -32,10 +32,9 @@ def read_lines(path: str) -> List[Tuple[int, list]]:
         if not raw.strip():
             continue
         try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            line = None
-        value = parse_line(line) if line is not None else None
+            value = parse_line(raw.decode("utf-8"))
+        except UnicodeDecodeError:  # a line cut inside a character: as corrupt as any other cut line
+            value = None
         if value is None:
             last = all(not rest.strip() for rest in lines[number:])
             logger.warning("Skipped corrupt line {} of {}{}.".format(
