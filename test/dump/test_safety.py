@@ -245,7 +245,8 @@ def _check_pkl_and_npy(rank_dir, stem="npu_dump", killed=False):
         assert cut == b"", cut[:80]
     records = [json.loads(line) for line in whole.decode("utf-8").splitlines()]
     # The reader takes every whole line, and the last one too when only its newline was cut off.
-    readable = records + [_parsed(cut)] if _parsed(cut) is not None else records
+    last = _parsed(cut)
+    readable = records + ([last] if last is not None else [])
     if readable:
         assert [value for _, value in read_lines(str(pkl))] == readable
     npy_dir = rank_dir / stem
