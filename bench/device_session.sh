@@ -6,6 +6,8 @@
 #   1. bench/device_stream_check.py   tensor files, statistics and overflow flags of calls made on a side
 #                                     stream behind 50 ms of device work hold the call's values (PASS/FAIL)
 #   2. bench/device_bench.py --quick  the issue's table: large model (statistics rows), then small (every row)
+#   2b. bench/device_kernels.py       host us per tensor of the statistics launches: legacy 3, debugger 7, and
+#                                     one torch.compile'd fused kernel (the candidate for the 1.5x target)
 #   3. with BASELINE: device_bench.py --baseline (the large model's statistics rows, both trees, one machine),
 #      then bench/device_ab.py (bench_dump's reference model: the same files, step times)
 #   4. bench/device_bench.py --profile  where the large model's dumped steps spend host time (cProfile)
@@ -57,6 +59,7 @@ torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
 run stream_check 60 bench/device_stream_check.py
 # BENCH_ARGS: more device_bench.py options (a CPU smoke run: BENCH_ARGS="--vocab 2000 --configs plain,legacy_stats").
 run bench_large 150 bench/device_bench.py --quick --sizes large ${BENCH_ARGS:-}
+run kernels 75 bench/device_kernels.py
 if [ $# -ge 1 ]; then  # the large model's statistics rows, this tree against BASELINE on this machine
     run ab_large 110 bench/device_bench.py --quick --sizes large --configs legacy_stats,debugger_stats \
         --baseline "$1" ${BENCH_ARGS:-}

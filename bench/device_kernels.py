@@ -1,0 +1,156 @@
+"""What a dumped tensor's statistics cost the training thread, as launched today and fused (CUDA when present).
+
+    python bench/device_kernels.py [--device cuda] [--rounds 7] [--no-compile]
+
+On an accelerator the training thread pays for every kernel it launches, whatever the kernel's size: issue
+20's device runs put the statistics modes' extra time at ~14 us of host time per launch (cProfile), and the
+large model records 2,285 tensors a step. This measures, per tensor of a fixed mix shaped like that model's
+(activations, attention scores, weights, biases, a transposed view, bfloat16), three designs:
+
+* ``legacy``   the deferred statistics as the legacy pkl launches them (``dump/statistics._reductions`` with
+               ``host_shortcuts=False``): aminmax, sum, vector_norm, 3 launches;
+* ``debugger`` those plus msprobe's finite extremes (``msprobe/leaves.deferred_reductions``): 7 launches;
+* ``fused``    one ``torch.compile`` function (dynamic shapes) returning the same six numbers; inductor fuses
+               the reductions into one kernel per tensor. The candidate design, not used by the tools: this
+               row says whether its call costs the host less than the launches it replaces. Dynamo still
+               compiles a graph per rank, layout and dtype (6 for this mix, ~1 s each on the CPU; a flattened
+               view passed in does not help: it guards on the view's base), so a real model would need more.
+
+Per row: host us per tensor (the enqueue loop only, the device drained before each round), device us per
+tensor (the round synchronised), median of ``--rounds``; then the largest relative difference of each fused
+number from the eager one. On the CPU every launch runs at once, so host time there includes the arithmetic:
+the rows only show that the script works; the smaller mix keeps it short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import torch  # noqa: E402
+
+from ptdbg_ascend.dump import statistics as dump_statistics  # noqa: E402
+from ptdbg_ascend.msprobe.leaves import deferred_reductions  # noqa: E402
+
+NAMES = ("max", "min", "sum", "norm", "finite max", "finite min")
+
+
+def tensor_mix(device: str, d: int, seq: int, batch: int) -> List[Any]:
+    """One of each kind of tensor a GPT-2 step with width ``d`` records (the large model: d 1024, seq 512)."""
+    heads = max(1, d // 64)
+    shapes = [(batch, seq, d), (batch, seq, 4 * d), (batch, heads, seq, seq), (d, d), (4 * d, d), (d,), (4 * d,)]
+    mix = [torch.randn(*shape, device=device) for shape in shapes]
+    mix.append(torch.randn(4 * d, d, device=device).t())  # a transposed view: not contiguous
+    mix.append(torch.randn(batch, seq, d, device=device).to(torch.bfloat16))
+    mix[2][0, 0, 0, 1:] = float("-inf")  # a masked attention score row: the finite extremes matter
+    return mix
+
+
+def legacy_launches(tensor: Any) -> List[Any]:
+    high, low, total, norm, _ = dump_statistics._reductions(tensor, dump_statistics._torch_types(),
+                                                             host_shortcuts=False)
+    return [high, low, total, norm]
+
+
+def debugger_launches(tensor: Any) -> List[Any]:
+    return legacy_launches(tensor) + deferred_reductions(tensor)
+
+
+def fused_six(tensor: Any) -> Any:
+    """The six numbers of ``debugger_launches`` (sum and norm accumulated in float32) as one vector."""
+    flat = tensor.reshape(-1)  # inside the graph: a view passed in would make dynamo guard on its base
+    inf = float("inf")
+    largest = torch.finfo(flat.dtype).max
+    finite_max = torch.nan_to_num(flat, nan=-inf, posinf=-largest, neginf=-inf).amax()
+    finite_min = torch.nan_to_num(flat, nan=inf, posinf=inf, neginf=largest).amin()
+    return torch.stack([flat.amax().float(), flat.amin().float(), flat.sum(dtype=torch.float32),
+                        torch.linalg.vector_norm(flat, dtype=torch.float32), finite_max.float(), finite_min.float()])
+
+
+def fused_launches(compiled: Callable[[Any], Any]) -> Callable[[Any], List[Any]]:
+    def launch(tensor: Any) -> List[Any]:
+        return [compiled(tensor)]
+    return launch
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def measure(launch: Callable[[Any], List[Any]], mix: List[Any], device: str, rounds: int) -> Dict[str, float]:
+    """Median host and synchronised microseconds per tensor over ``rounds`` passes over ``mix``."""
+    host, total = [], []
+    for round_index in range(rounds + 1):
+        sync(device)
+        start = time.perf_counter()
+        results = [launch(tensor) for tensor in mix]
+        enqueued = time.perf_counter()
+        sync(device)
+        done = time.perf_counter()
+        del results
+        if round_index:  # the first pass warms the allocator (and compiles)
+            host.append((enqueued - start) / len(mix) * 1e6)
+            total.append((done - start) / len(mix) * 1e6)
+    return {"host": statistics.median(host), "device": statistics.median(total)}
+
+
+def compare(mix: List[Any], fused: Callable[[Any], List[Any]]) -> List[float]:
+    """Largest relative difference per statistic, fused against the tools' eager launches."""
+    worst = [0.0] * len(NAMES)
+    for tensor in mix:
+        eager = [float(value) for value in debugger_launches(tensor)]
+        compiled = fused(tensor)[0].tolist()
+        for index, (want, got) in enumerate(zip(eager, compiled)):
+            scale = max(abs(want), 1e-30)
+            worst[index] = max(worst[index], abs(got - want) / scale if want == want else float(got == got))
+    return worst
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--rounds", type=int, default=7, help="timed passes over the mix (default 7)")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the fused row (no torch.compile)")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1, got {}".format(args.rounds))
+    torch.manual_seed(0)
+    on_cpu = args.device == "cpu"
+    d, seq, batch = (256, 128, 2) if on_cpu else (1024, 512, 8)
+    mix = tensor_mix(args.device, d, seq, batch)
+    name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
+    print("torch {} on {}; {} tensors (GPT-2 width {}, seq {}, batch {}), median of {} rounds".format(
+        torch.__version__, name, len(mix), d, seq, batch, args.rounds))
+    rows = [("legacy", legacy_launches), ("debugger", debugger_launches)]
+    if not args.no_compile:
+        started = time.perf_counter()
+        fused = fused_launches(torch.compile(fused_six, dynamic=True))
+        for tensor in mix:
+            fused(tensor)
+        sync(args.device)
+        print("fused: compiled for the mix in {:.1f} s, {} graphs".format(
+            time.perf_counter() - started, torch._dynamo.utils.counters["stats"]["unique_graphs"]))
+        rows.append(("fused", fused))
+    print("{:<9} {:>16} {:>18}".format("row", "host us/tensor", "device us/tensor"))
+    for row, launch in rows:
+        timing = measure(launch, mix, args.device, args.rounds)
+        print("{:<9} {:>16.1f} {:>18.1f}".format(row, timing["host"], timing["device"]))
+    if not args.no_compile:
+        worst = compare(mix, fused)
+        print("fused vs eager, largest relative difference: " + ", ".join(
+            "{} {:.1e}".format(label, value) for label, value in zip(NAMES, worst)))
+    if on_cpu:
+        print("(CPU: every launch runs at once, host time includes the arithmetic; run on a GPU for the answer)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
