@@ -80,6 +80,10 @@ def fused_launches(compiled: Callable[[Any], Any]) -> Callable[[Any], List[Any]]
     return launch
 
 
+def print_row(row: str, timing: Dict[str, float]) -> None:
+    print("{:<9} {:>16.1f} {:>18.1f}".format(row, timing["host"], timing["device"]))
+
+
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -109,8 +113,9 @@ def compare(mix: List[Any], fused: Callable[[Any], List[Any]]) -> List[float]:
         eager = [float(value) for value in debugger_launches(tensor)]
         compiled = fused(tensor)[0].tolist()
         for index, (want, got) in enumerate(zip(eager, compiled)):
-            scale = max(abs(want), 1e-30)
-            worst[index] = max(worst[index], abs(got - want) / scale if want == want else float(got == got))
+            if got == want or (want != want and got != got):  # the same number, infinities and NaN included
+                continue
+            worst[index] = max(worst[index], abs(got - want) / max(abs(want), 1e-30))  # inf: one is infinite
     return worst
 
 
@@ -129,26 +134,30 @@ def main() -> int:
     name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
     print("torch {} on {}; {} tensors (GPT-2 width {}, seq {}, batch {}), median of {} rounds".format(
         torch.__version__, name, len(mix), d, seq, batch, args.rounds))
-    rows = [("legacy", legacy_launches), ("debugger", debugger_launches)]
-    if not args.no_compile:
-        started = time.perf_counter()
-        fused = fused_launches(torch.compile(fused_six, dynamic=True))
+    print("{:<9} {:>16} {:>18}".format("row", "host us/tensor", "device us/tensor"))
+    for row, launch in (("legacy", legacy_launches), ("debugger", debugger_launches)):
+        print_row(row, measure(launch, mix, args.device, args.rounds))
+    if on_cpu:
+        print("(CPU: every launch runs at once, host time includes the arithmetic; run on a GPU for the answer)")
+    if args.no_compile:
+        return 0
+    started = time.perf_counter()
+    fused = fused_launches(torch.compile(fused_six, dynamic=True))
+    try:
         for tensor in mix:
             fused(tensor)
         sync(args.device)
-        print("fused: compiled for the mix in {:.1f} s, {} graphs".format(
-            time.perf_counter() - started, torch._dynamo.utils.counters["stats"]["unique_graphs"]))
-        rows.append(("fused", fused))
-    print("{:<9} {:>16} {:>18}".format("row", "host us/tensor", "device us/tensor"))
-    for row, launch in rows:
-        timing = measure(launch, mix, args.device, args.rounds)
-        print("{:<9} {:>16.1f} {:>18.1f}".format(row, timing["host"], timing["device"]))
-    if not args.no_compile:
-        worst = compare(mix, fused)
-        print("fused vs eager, largest relative difference: " + ", ".join(
-            "{} {:.1e}".format(label, value) for label, value in zip(NAMES, worst)))
-    if on_cpu:
-        print("(CPU: every launch runs at once, host time includes the arithmetic; run on a GPU for the answer)")
+    except Exception as error:  # noqa: BLE001 - a device image without a working compiler: say so, rows above stand
+        print("fused: torch.compile failed on {}: {}: {}".format(args.device, type(error).__name__,
+                                                               str(error).splitlines()[0] if str(error) else ""))
+        return 1
+    compile_seconds = time.perf_counter() - started
+    print_row("fused", measure(fused, mix, args.device, args.rounds))
+    print("fused: compiled for the mix in {:.1f} s, {} graphs".format(
+        compile_seconds, torch._dynamo.utils.counters["stats"]["unique_graphs"]))
+    worst = compare(mix, fused)
+    print("fused vs eager, largest relative difference: " + ", ".join(
+        "{} {:.1e}".format(label, value) for label, value in zip(NAMES, worst)))
     return 0
 
 
