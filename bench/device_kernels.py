@@ -10,11 +10,12 @@ large model records 2,285 tensors a step. This measures, per tensor of a fixed m
 * ``legacy``   the deferred statistics as the legacy pkl launches them (``dump/statistics._reductions`` with
                ``host_shortcuts=False``): aminmax, sum, vector_norm, 3 launches;
 * ``debugger`` those plus msprobe's finite extremes (``msprobe/leaves.deferred_reductions``): 7 launches;
-* ``fused``    one ``torch.compile`` function (dynamic shapes) returning the same six numbers; inductor fuses
-               the reductions into one kernel per tensor. The candidate design, not used by the tools: this
-               row says whether its call costs the host less than the launches it replaces. Dynamo still
-               compiles a graph per rank, layout and dtype (6 for this mix, ~1 s each on the CPU; a flattened
-               view passed in does not help: it guards on the view's base), so a real model would need more.
+* ``fused``    ``debugger``'s functions under one ``torch.compile`` (dynamic shapes, whole graph): inductor
+               fuses the reductions into as few kernels as it can (one when they share a loop). The candidate
+               design, not used by the tools: this row says whether its call costs the host less than the
+               launches it replaces. Dynamo still compiles a graph per rank, layout and dtype (6 for this mix,
+               ~1 s each on the CPU; a flattened view passed in does not help: it guards on the view's base),
+               so a real model would need more.
 
 Per row: host us per tensor (the enqueue loop only, the device drained before each round), device us per
 tensor (the round synchronised), median of ``--rounds``; then the largest relative difference of each fused
@@ -64,14 +65,10 @@ def debugger_launches(tensor: Any) -> List[Any]:
 
 
 def fused_six(tensor: Any) -> Any:
-    """The six numbers of ``debugger_launches`` (sum and norm accumulated in float32) as one vector."""
-    flat = tensor.reshape(-1)  # inside the graph: a view passed in would make dynamo guard on its base
-    inf = float("inf")
-    largest = torch.finfo(flat.dtype).max
-    finite_max = torch.nan_to_num(flat, nan=-inf, posinf=-largest, neginf=-inf).amax()
-    finite_min = torch.nan_to_num(flat, nan=inf, posinf=inf, neginf=largest).amin()
-    return torch.stack([flat.amax().float(), flat.amin().float(), flat.sum(dtype=torch.float32),
-                        torch.linalg.vector_norm(flat, dtype=torch.float32), finite_max.float(), finite_min.float()])
+    """The six numbers of ``debugger_launches`` as one float32 vector: the tools' own functions, traced whole
+    (``fullgraph``: a graph break would split the kernel and raise instead), so the fused kernel computes what
+    they compute."""
+    return torch.stack([part.float() for part in debugger_launches(tensor.reshape(-1))])
 
 
 def fused_launches(compiled: Callable[[Any], Any]) -> Callable[[Any], List[Any]]:
@@ -142,7 +139,7 @@ def main() -> int:
     if args.no_compile:
         return 0
     started = time.perf_counter()
-    fused = fused_launches(torch.compile(fused_six, dynamic=True))
+    fused = fused_launches(torch.compile(fused_six, dynamic=True, fullgraph=True))
     try:
         for tensor in mix:
             fused(tensor)
