@@ -14,7 +14,8 @@ from ptdbg_ascend.formats.layout import ADVISOR_STEM
 from ptdbg_ascend.log import logger
 
 # The body lines that answer "which call, where, how wrong": the advisor file opens with them.
-ANSWER_LINES = ("Suspect API: ", "Code: ", "First failure: ")
+ANSWER_LINES = ("Suspect API: ", "Code: ", "First failure: ", "Incomplete: ", "Too little could be compared: ",
+                "Nothing could be compared: ")
 
 class Advice(NamedTuple):
     """``line`` is the CSV line (header = line 1), "NA" when no row failed. ``body`` holds the lines

@@ -12,9 +12,11 @@ import math
 from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
+from ptdbg_ascend.comparison import api_classes
 from ptdbg_ascend.comparison.advice import Advice
 from ptdbg_ascend.comparison.outcome import Counts
-from ptdbg_ascend.comparison.precision import Reduced, carried_inputs, explained_by_inputs, reduced_precision_root
+from ptdbg_ascend.comparison.precision import (MATMUL_CLASS, Reduced, carried_inputs, explained_by_inputs,
+                                              reduced_precision_root)
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, call_user_line, user_line
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
@@ -31,12 +33,33 @@ UNCERTAIN_APIS = ("conv1d", "conv2d", "conv3d", "conv_transpose", "matmul", "bmm
 # Calls that change a dtype: shown first among the one-sided calls.
 CASTS = ("_to_", "_type_", "_float_", "_half_", "_bfloat16_", "_double_", "_to_copy_", "_npu_format_cast_")
 ONE_SIDED_SHOWN = 8
-# An output error this many times its inputs' largest is made by the API itself, not carried in: linear
-# maps of well-conditioned data pass errors on at a similar size.
-AMPLIFICATION = 10.0
 REDUCED_HINT = "Check whether the NPU computes it in a reduced mode (HF32: torch.npu.matmul.allow_hf32 / " \
     "torch.npu.conv.allow_hf32; TF32 on CUDA: torch.backends.cuda.matmul.allow_tf32 / torch.backends.cudnn." \
     "allow_tf32): turn the mode off to confirm, or accept the difference."
+# What to check next, by what the suspect call computes (api_classes.advice_group).
+NEXT_STEP = {
+    "matmul": "Check its NPU kernel for this shape and dtype (the accumulation dtype, a fused or transposed "
+              "variant); the npy files of this call let you re-run it alone.",
+    "elementwise": "Check its NPU kernel (the dtype it computes in inside, an approximation such as a fast gelu or "
+                   "an inexact exp); the npy files of this call let you re-run it alone.",
+    "layout": "A call that only moves, selects or casts values changed them: check the indices, the target dtype "
+              "and any in-place write to its input.",
+    "reduction": "Check the dtype it accumulates in and its reduced dimensions; the npy files of this call let "
+                 "you re-run it alone.",
+    "normalization": "Check its eps, the dtype its mean and variance are computed in, and its weight and bias; "
+                     "the npy files of this call let you re-run it alone.",
+    "communication": "A collective carries every rank's values: compare the other ranks' dumps at this call to "
+                     "find the rank where the difference starts.",
+    "optimizer": "Check the optimizer's hyper-parameters on both sides (lr, betas, eps, weight decay, the step "
+                 "count) and the dtype of its states.",
+    "other": "Check its implementation on NPU (kernel, fused operator, dtype inside); the npy files of this call "
+             "let you re-run it alone.",
+}
+
+
+def _next_step(call: CallRecord) -> str:
+    prefix, _, api = split_call_name(call.name).api.partition("_")
+    return NEXT_STEP[api_classes.advice_group(api_classes.api_class(prefix, api))]
 
 
 def _precision(records: Sequence[TensorRecord]) -> Optional[str]:
@@ -167,66 +190,81 @@ def _not_compared_reasons(rows: Sequence[CompareRow]) -> List[str]:
     return ["{} rows: {}".format(count, reason) for reason, count in reasons.most_common(3)]
 
 
+STATISTICS_ONLY = "statistics only: max, min, mean and norm were compared, no tensor files"
+
+
 def _tally(counts: Counts) -> str:
-    return ("Compared: {} of {} paired tensors ({} failing, {} warnings, {} not compared, {} unmatched); "
-            "{} NPU-only and {} bench-only rows.".format(counts.compared, counts.paired, counts.failed, counts.warnings,
-                                                         counts.not_compared, counts.unmatched, counts.npu_only,
-                                                         counts.bench_only))
+    return ("Compared: {} of {} paired tensors{} ({} failing, {} warnings, {} not compared, {} unmatched); "
+            "{} NPU-only and {} bench-only rows. Paired: forward {} of {} NPU rows, backward {} of {}.".format(
+                counts.compared, counts.paired, " by their statistics" if counts.statistics_only else "",
+                counts.failed, counts.warnings, counts.not_compared, counts.unmatched, counts.npu_only,
+                counts.bench_only, counts.paired_forward, counts.npu_forward, counts.paired_backward,
+                counts.npu_backward))
 
 
-def _insufficient(rows: Sequence[CompareRow], counts: Counts) -> Optional[str]:
-    if counts.enough_compared:
+def _incomplete(rows: Sequence[CompareRow], counts: Counts) -> Optional[str]:
+    """What of the run was not compared and why, as one sentence (None: the run was compared)."""
+    problems = counts.coverage_problems()
+    if not problems:
         return None
     if counts.compared == 0:
-        head = "Nothing could be compared: none of the {} paired tensors was judged".format(counts.paired)
+        head = "Nothing could be compared"
+    elif not counts.enough_compared:
+        head = "Too little could be compared"
     else:
-        head = "Too little could be compared: only {} of {} paired tensors were judged".format(
-            counts.compared, counts.paired)
-    reasons = _not_compared_reasons(rows)
+        head = "Incomplete"
+    reasons = _not_compared_reasons(rows) if not counts.enough_compared else []
     if counts.paired == 0:
         reasons.append("no call of one dump pairs with a call of the other (different models or dump modes?)")
-    return head + (" ({})".format("; ".join(reasons)) if reasons else "") + \
-        ". Check the npy directories (npu_dump_data_dir, bench_dump_data_dir) or compare statistics only by " \
-        "leaving both out. This result does not show that the runs agree."
+    hint = ""
+    if not counts.enough_compared:
+        hint = " Check the npy directories (npu_dump_data_dir, bench_dump_data_dir)" + (
+            "." if counts.statistics_only else ", or compare statistics only by leaving both out.")
+    return "{}: {}{}.{} This result does not show that the runs agree.".format(
+        head, "; ".join(problems), " ({})".format("; ".join(reasons)) if reasons else "", hint)
 
 
 def diagnose(rows: Sequence[CompareRow], counts: Counts, failing: Optional[int]) -> Tuple[Advice, Optional[Finding]]:
     """The advice for the report and the finding for row ``failing``, the first failing row (see
-    :func:`first_failure`; None: no row failed)."""
-    insufficient = _insufficient(rows, counts)
+    :func:`first_failure`; None: no row failed). The answer's first line says when the run was not compared in
+    full (:meth:`Counts.coverage_problems`) and when only statistics were compared."""
+    incomplete = _incomplete(rows, counts)
     if failing is None:
-        if insufficient is not None:
-            logger.warning(insufficient)
-            return Advice("NA", "NA", insufficient, (_tally(counts),)), None
+        if incomplete is not None:
+            logger.warning(incomplete)
+            return Advice("NA", "NA", incomplete, (_tally(counts),)), None
         logger.info("All data from api input/output accuracy reached")
+        verdict = ALL_REACHED + (" ({}.)".format(STATISTICS_ONLY.capitalize()) if counts.statistics_only else "")
         body = [_tally(counts)]
         mismatch = _first_dtype_mismatch(rows, len(rows))
         if mismatch is not None:
-            body.append("Note: {} runs in {} on NPU and {} on bench; its differences are within that precision's "
-                        "round-off.".format(mismatch.call.name, mismatch.npu_dtype, mismatch.bench_dtype))
+            body.append("Note: {} is the first call that runs in {} on NPU and {} on bench; its differences, and "
+                        "those of the calls after it, are within what that precision explains.".format(
+                            mismatch.call.name, mismatch.npu_dtype, mismatch.bench_dtype))
         reduced = reduced_precision_root(rows, len(rows))
         if reduced is None:
-            return Advice("NA", "NA", ALL_REACHED, tuple(body)), None
+            return Advice("NA", "NA", verdict, tuple(body)), None
         # Nothing fails, but a call computes below its dtype's precision: a warning-level finding.
         warning = _reduced_finding(rows, reduced)
         logger.warning("Reduced precision: {}".format(reduced.text()))
-        body.append("Warning: {}. Nothing fails because of it here. {}".format(reduced.text(), REDUCED_HINT))
+        body.append("Warning: {}. Nothing fails because of it here. {}".format(reduced.text(), _reduced_hint(reduced)))
         if warning.user_line:
             body.append("Code: {}".format(warning.user_line))
-        return Advice("NA", "NA", ALL_REACHED, tuple(body), warning), warning
+        return Advice("NA", "NA", verdict, tuple(body), warning), warning
     finding, advice = _analyse(rows, failing)
     logger.warning("Find {} accuracy not reached, the line is {}".format(finding.record, finding.line))
-    body = ["Suspect API: {} ({}: {})".format(finding.call, finding.kind.capitalize(), _KIND_TEXT[finding.kind])]
+    body = ["Suspect API: {} ({}: {}){}".format(finding.call, finding.kind.capitalize(), _KIND_TEXT[finding.kind],
+                                                " [{}]".format(STATISTICS_ONLY) if counts.statistics_only else "")]
     if finding.user_line:
         body.append("Code: {}".format(finding.user_line))
     if rows[failing].judgement.message:
         body.append("First failure: {}".format(rows[failing].judgement.message))
+    if incomplete is not None:
+        body.append(incomplete)
     if finding.dtype_mismatch:
         body.append("First dtype mismatch before it: {}".format(finding.dtype_mismatch))
     if finding.one_sided:
         body.append("Calls present in one run only before it: {}".format(", ".join(finding.one_sided)))
-    if insufficient is not None:
-        body.append(insufficient)
     body.append(_tally(counts))
     return Advice(str(finding.line), finding.record, advice, tuple(body), finding), finding
 
@@ -239,8 +277,8 @@ def _reduced_finding(rows: Sequence[CompareRow], reduced: Reduced) -> Finding:
 
 
 _KIND_TEXT = {
-    CAUSE: "its inputs still match, its output does not",
-    PROPAGATION: "the difference comes from an earlier call",
+    CAUSE: "its output differs beyond what its precision and its inputs explain",
+    PROPAGATION: "the difference starts at this call; the first failing tensor carries it",
     INPUT: "an input already differs and no dumped API produced it",
 }
 
@@ -254,66 +292,45 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
     one_sided = _one_sided_before(rows, failing)
     advice: List[str] = []
     suspect = call
-    precision_drop = mismatch is not None and mismatch.lower
     # A call computing below its dtype's precision at the same dtype (TF32/HF32): the root of what follows.
-    root = None if precision_drop else reduced_precision_root(rows, failing + 1)
+    root = reduced_precision_root(rows, failing + 1)
     reduced_label = None
     if row.side == "output":
         kind = CAUSE
-        inputs = [r for r in rows if r.pair.npu_call is call and r.npu is not None and r.npu.side == "input"]
-        unjudged = [r.name for r in inputs if not r.passed]
+        inputs = carried_inputs(rows, call)  # its own inputs, and a backward call's forward inputs too
+        own_inputs = [r for r in rows if r.pair.npu_call is call and r.npu is not None and r.npu.side == "input"]
+        unjudged = [r.name for r in own_inputs if not r.passed]
         own_precision = _lower_precision(_precision(call.records), _precision(row.pair.bench_call.records))
+        backward = split_call_name(call.name).direction == "backward"
         if own_precision:
             advice.append("{} computes in {} on NPU and in {} on bench, and its error is beyond what that "
-                          "precision explains. Compute it in the bench's dtype, or check this API's NPU kernel."
-                          .format(call.name, _precision(call.records), _precision(row.pair.bench_call.records)))
-        elif precision_drop and not all(_identical(r) for r in inputs) and not _amplified(row, inputs):
-            # The inputs pass but are not identical, and they descend from a lower-precision call: this
-            # API amplified a difference it was given (softmax, division, normalization), it did not make it.
-            kind = PROPAGATION
-            suspect = mismatch.call
-            advice.append("The inputs of {} pass but already carry small differences{}, and {} computes in a lower "
-                          "precision on NPU earlier (NPU {}, bench {}): {} amplifies that difference beyond the "
-                          "tolerance. If it matters, compute {} in {}.".format(
-                              call.name, _error_growth(row, inputs), mismatch.call.name, mismatch.npu_dtype,
-                              mismatch.bench_dtype, call.name, mismatch.call.name, mismatch.bench_dtype))
+                          "precision's round-off and its inputs explain. Compute it in the bench's dtype, or check "
+                          "this API's NPU kernel.".format(call.name, _precision(call.records),
+                                                          _precision(row.pair.bench_call.records)))
         elif root is not None and root.call is call:
             reduced_label = root.label
-            advice.append("{}. {}".format(root.text(), REDUCED_HINT))
-        elif root is not None and explained_by_inputs(row, carried_inputs(rows, call)) is not None:
+            advice.append("{}. {}".format(root.text(), _reduced_hint(root)))
+        elif root is not None and explained_by_inputs(row, inputs) is not None:
             # The failing call amplifies (subtracts, normalises) what the reduced-precision call made.
             suspect, reduced_label = root.call, root.label
             advice.append("{} fails, but {}: it passes on a difference made earlier. The difference starts at "
-                          "{}. {}".format(call.name, explained_by_inputs(row, carried_inputs(rows, call)),
-                                          root.text(), REDUCED_HINT))
-        elif split_call_name(call.name).direction == "backward":
-            advice.append("The gradients arriving at {} still match but the gradients it computes do not: check "
-                          "the backward implementation of this API (a custom autograd function, a fused kernel)."
-                          .format(call.name))
+                          "{}. {}".format(call.name, explained_by_inputs(row, inputs), root.text(), _reduced_hint(root)))
+        elif backward:
+            advice.append(_backward_advice(rows, call))
         else:
-            advice.append("The inputs of {} still match but its output does not: this API computes differently. "
-                          "Check its implementation on NPU (kernel, fused operator, dtype inside); the npy files of "
-                          "this call let you re-run it alone.".format(call.name))
+            advice.append("The inputs of {} are within what their precision explains, but its output is not: this "
+                          "API computes differently. {}".format(call.name, _next_step(call)))
         if unjudged:
             advice.append("Not every input could be judged ({}), so an input difference is not ruled out."
                           .format(", ".join(unjudged[:3])))
-        api_word = api_of(call.name)
-        needed, allowed = row.judgement.needed_rtol, row.tolerance.rtol if row.tolerance else None
-        if any(api in api_word for api in UNCERTAIN_APIS) and needed is not None and allowed is not None \
-                and needed < 10 * allowed and mismatch is None and reduced_label is None:
-            advice.append("The error is small and {} may be non-deterministic: if two runs on the same device differ "
-                          "too, enable deterministic computing with seed_all(mode=True).".format(api_word))
+        if _nondeterminism_evidence(row, inputs, mismatch, reduced_label):
+            advice.append("Its inputs are identical on both sides and its output differs a little: a different "
+                          "kernel, or a non-deterministic one ({}). If both dumps come from the same kind of device, "
+                          "enable deterministic computing with seed_all(mode=True) and dump again.".format(
+                              api_of(call.name)))
     else:
         producer, chain = report.trace(failing)
-        if precision_drop:
-            kind = PROPAGATION
-            suspect = mismatch.call
-            advice.append("This input already differs. The first call computed in a lower precision on NPU is {} "
-                          "(NPU {}, bench {}); its error was within that precision's round-off, and the calls after "
-                          "it carry it on. If this difference matters, compute {} in {}.".format(
-                              mismatch.call.name, mismatch.npu_dtype, mismatch.bench_dtype, mismatch.call.name,
-                              mismatch.bench_dtype))
-        elif chain:
+        if chain:
             kind = PROPAGATION
             suspect = chain[-1]
             advice.append("This input already differs; it comes from {} which exists on NPU only{}. Check why the "
@@ -323,7 +340,7 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
         elif root is not None:
             kind, suspect, reduced_label = CAUSE, root.call, root.label
             advice.append("This input already differs; the difference starts at {}, and the calls after it carry "
-                          "it on. {}".format(root.text(), REDUCED_HINT))
+                          "it on. {}".format(root.text(), _reduced_hint(root)))
         elif producer is not None:
             kind = PROPAGATION
             made_by = rows[producer].pair.npu_call
@@ -363,6 +380,61 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
     return finding, "\n".join(advice)
 
 
+def _reduced_hint(root: Reduced) -> str:
+    """The next step for a call computing below its dtype's precision: the HF32/TF32 switches for a
+    convolution or matrix product, the kernel's inner dtype for anything else."""
+    if api_of(root.call.name) in MATMUL_CLASS:
+        return REDUCED_HINT
+    return "Check whether its NPU kernel computes in a lower precision inside (bfloat16 or float16 intermediate " \
+        "values): compute it in float32 to confirm, or accept the difference."
+
+
+def _backward_advice(rows: Sequence[CompareRow], call: CallRecord) -> str:
+    """Why a backward call's gradients differ, from what the dump holds of its inputs: the gradients arriving
+    at it (its own inputs) and its forward call's inputs and outputs."""
+    forward_name = call.name[: -len("backward")] + "forward"
+    arriving = [r for r in rows if r.pair.npu_call is call and r.side == "input" and not r.one_sided]
+    forward = [r for r in rows if r.pair.npu_call is not None and r.pair.npu_call.name == forward_name
+               and not r.one_sided]
+    forward_outputs = [r for r in forward if r.side == "output"]
+    if not arriving:
+        return ("Nothing arriving at {} was recorded (no gradient of its outputs is in the dump), so what reaches "
+                "it is unknown; {}. Check the gradients reaching it and its forward call's arguments that are not "
+                "tensors (a keyword such as label_smoothing or reduction is not in a legacy dump), then the backward "
+                "implementation of this API.".format(call.name, _forward_state(forward, forward_outputs)))
+    judged = "The gradients arriving at {}".format(call.name)
+    if forward:
+        judged += " and its forward inputs"
+    text = ("{} are within what their precision explains, but the gradients it computes are not: check the backward "
+            "implementation of this API (a custom autograd function, a fused kernel).".format(judged))
+    if not forward_outputs or not all(r.compared for r in forward_outputs):
+        text += " Its forward output was not compared, so a forward argument that is not a tensor (a keyword such " \
+                "as label_smoothing) may differ too."
+    return text
+
+
+def _forward_state(forward: Sequence[CompareRow], outputs: Sequence[CompareRow]) -> str:
+    if not forward:
+        return "its forward call is not in the dump either"
+    if outputs and all(r.compared and r.passed for r in outputs):
+        return "its forward call's output matched"
+    return "its forward call's output was not compared"
+
+
+def _nondeterminism_evidence(row: CompareRow, inputs: Sequence[CompareRow], mismatch: Optional["DtypeMismatch"],
+                             reduced_label: Optional[str]) -> bool:
+    """Whether a small error of a possibly non-deterministic API comes with the evidence that it is one:
+    every input of the call (a backward's forward inputs too) bit-identical on both sides, in the same dtype,
+    and no dtype difference before it."""
+    api_word = api_of(row.pair.npu_call.name)
+    needed, allowed = row.judgement.needed_rtol, row.tolerance.rtol if row.tolerance else None
+    if not any(api in api_word for api in UNCERTAIN_APIS) or needed is None or allowed is None or \
+            needed >= 10 * allowed or mismatch is not None or reduced_label is not None or not inputs:
+        return False
+    return all(r.metrics is not None and r.metrics.max_abs_err == 0.0 and r.npu.dtype == r.bench.dtype
+               for r in inputs)
+
+
 def _code_line(rows: Sequence[CompareRow], call: CallRecord) -> Optional[str]:
     """The user's line of ``call``: a backward call's is its forward call's (see ``call_user_line``)."""
     calls = {row.pair.npu_call.name: row.pair.npu_call for row in rows if row.pair.npu_call is not None}
@@ -375,32 +447,3 @@ def _previous_call(rows: Sequence[CompareRow], failing: int, call: Optional[Call
         if row.pair.npu_call is not None and row.pair.npu_call is not call:
             return row.pair.npu_call
     return None
-
-
-def _input_error(inputs: Sequence[CompareRow]) -> Optional[float]:
-    errors = [r.judgement.relative_error for r in inputs if r.judgement.relative_error is not None]
-    return max(errors) if errors else None
-
-
-def _amplified(row: CompareRow, inputs: Sequence[CompareRow]) -> bool:
-    """Whether the output's relative error is far beyond its inputs' (full mode only): then the API made
-    the difference, whatever came before it."""
-    before, after = _input_error(inputs), row.judgement.relative_error
-    return before is not None and after is not None and after > AMPLIFICATION * before
-
-
-def _error_growth(row: CompareRow, inputs: Sequence[CompareRow]) -> str:
-    before, after = _input_error(inputs), row.judgement.relative_error
-    if before is None or after is None:
-        return ""
-    return " (relative error {:.1e} in, {:.1e} out)".format(before, after)
-
-
-def _identical(row: CompareRow) -> bool:
-    """Whether an input row holds the same values on both sides: a zero error (full mode) or equal
-    statistics (summary mode)."""
-    if row.npu is None or row.bench is None:
-        return False
-    if row.metrics is not None:
-        return row.metrics.max_abs_err == 0.0
-    return row.npu.statistics == row.bench.statistics and row.npu.dtype == row.bench.dtype

@@ -11,7 +11,7 @@ import sys
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import metrics as met
-from ptdbg_ascend.comparison import tensor_pairs, verdicts
+from ptdbg_ascend.comparison import propagation, tensor_pairs, verdicts
 from ptdbg_ascend.comparison.matching import RowPair, dtypes_compatible
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import Tolerance, call_precision, magnitude, tolerance
@@ -48,7 +48,7 @@ class _CallScales(object):
         return tolerance((pair.npu.dtype, pair.bench.dtype), found[0], found[1])
 
 
-def _structure_messages(pair: RowPair, fuzzy_match: bool) -> List[str]:
+def _structure_messages(pair: RowPair, fuzzy_match: bool, log: bool = True) -> List[str]:
     if pair.npu is None:
         return [MSG_NO_NPU]
     if pair.bench is None:
@@ -56,7 +56,8 @@ def _structure_messages(pair: RowPair, fuzzy_match: bool) -> List[str]:
     messages = []
     if not dtypes_compatible(pair.npu.dtype, pair.bench.dtype):
         messages.append(met.MSG_DTYPE)
-        logger.warning("Dtype of NPU and bench Tensor do not match: {}".format(pair.npu.name))
+        if log:
+            logger.warning("Dtype of NPU and bench Tensor do not match: {}".format(pair.npu.name))
     if fuzzy_match and pair.npu_call is not None and pair.bench_call is not None \
             and pair.npu_call.name != pair.bench_call.name:
         messages.append(MSG_FUZZY)
@@ -64,8 +65,8 @@ def _structure_messages(pair: RowPair, fuzzy_match: bool) -> List[str]:
 
 
 def _full_row(pair: RowPair, metrics: Optional[met.Metrics], tolerance_: Optional[Tolerance], print_log: bool,
-              fuzzy_match: bool) -> CompareRow:
-    structure = _structure_messages(pair, fuzzy_match)
+              fuzzy_match: bool, log: bool = True) -> CompareRow:
+    structure = _structure_messages(pair, fuzzy_match, log)
     if metrics is None:  # one side is missing
         return CompareRow(pair, verdicts.Judgement(verdicts.RESULT_UNMATCHED, None, None, ""), None,
                           met.Metrics(met.Status.NOT_READ), verdicts.NAN, tuple(structure))
@@ -101,19 +102,26 @@ def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[Co
 
 
 def full_rows(pairs: Sequence[RowPair], print_log: bool, fuzzy_match: bool = False) -> List[CompareRow]:
-    """Rows of a tensor comparison, in order, computed on ``workers()`` processes or threads."""
+    """Rows of a tensor comparison, in order: the metrics on ``workers()`` processes or threads, then each row
+    judged by its round-off and what its inputs' measured errors bring in (:mod:`propagation`)."""
     scales = _CallScales()
     tolerances = [scales.tolerance_of(pair) for pair in pairs]
-    rows = []
+    measured = []
     progress = _progress(len(pairs))
     for pair, tolerance_, metrics in _metrics_in_order(pairs, tolerances):
         if print_log and pair.npu is not None:
             logger.info("start compare: {}".format(pair.npu.name))
-        rows.append(_full_row(pair, metrics, tolerance_, print_log and pair.npu is not None, fuzzy_match))
+        measured.append(_full_row(pair, metrics, tolerance_, False, fuzzy_match, log=False))
         if progress is not None:
             progress.update(1)
     if progress is not None:
         progress.close()
+    rows = []
+    for row, allowance in zip(measured, propagation.allowances(measured)):
+        tolerance_ = row.tolerance
+        if allowance is not None and tolerance_ is not None and row.metrics is not None:
+            tolerance_ = tolerance_.with_carried(*allowance)
+        rows.append(_full_row(row.pair, row.metrics, tolerance_, print_log and row.pair.npu is not None, fuzzy_match))
     return rows
 
 

@@ -6,8 +6,9 @@ of the CSV ("unsupported", "Nan", "N/A", "shape unmatched") are made only when a
 (:meth:`Metrics.cell`). Special cases and messages follow the original tool (reference §9.4), with its
 bugs fixed: every message is kept, a missing file is a row message, a dtype mismatch reaches the CSV.
 
-Besides the legacy metrics, each pair carries what the robust verdict (``tolerances.py``) needs: the
-error norm, the bench norm, the worst element and where it is, and how many elements miss the tolerance.
+Besides the legacy metrics, each pair carries what the robust verdict (``tolerances.py``) and the error
+propagation (``propagation.py``) need: the error norm, both norms, the worst element and where it is, the
+root mean square of the element-wise relative errors, and how many elements miss the tolerance.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ EPS64 = float(np.finfo(np.float64).eps)
 _SAFE_SQUARES = (1e-140, 1e140)
 # KL divergence: probabilities below this are clamped so log() stays finite.
 KL_FLOOR = 1e-12
+# An element's relative error counts at most this much in ``relative_rms``: a value that flips its sign is
+# off by 2 of itself, and one that is zero on one side says nothing more by being infinitely off.
+RELATIVE_CAP = 2.0
 LEGACY_FIELDS = ("cosine", "max_abs_err", "max_relative_err", "one_thousandth_ratio", "five_thousandths_ratio")
 EXTRA_FIELDS = ("accumulated_relative_err", "euclidean_relative_distance", "kl_divergence")
 
@@ -62,7 +66,7 @@ class Metrics(object):
     __slots__ = ("status", "cosine", "max_abs_err", "max_relative_err", "one_thousandth_ratio",
                  "five_thousandths_ratio", "accumulated_relative_err", "euclidean_relative_distance",
                  "kl_divergence", "messages", "error_norm", "bench_norm", "scale", "size", "worst_index",
-                 "mismatched", "exact_equal")
+                 "mismatched", "exact_equal", "npu_norm", "relative_rms")
 
     def __init__(self, status: str, messages: Tuple[str, ...] = (), **values: object) -> None:
         self.status = status
@@ -119,7 +123,8 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     if npu.size == 0 and bench.size == 0:
         return Metrics(Status.EMPTY, (MSG_EMPTY,), max_abs_err=0.0, max_relative_err=0.0, one_thousandth_ratio=0.0,
                        five_thousandths_ratio=0.0, accumulated_relative_err=0.0, euclidean_relative_distance=0.0,
-                       kl_divergence=0.0, error_norm=0.0, bench_norm=0.0, scale=0.0, size=0, mismatched=0)
+                       kl_divergence=0.0, error_norm=0.0, bench_norm=0.0, npu_norm=0.0, relative_rms=0.0, scale=0.0,
+                       size=0, mismatched=0)
     if npu.shape != bench.shape:
         return not_compared(Status.SHAPE, MSG_SHAPE)
     shape = npu.shape
@@ -162,6 +167,7 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
         npu_unit_norm = math.sqrt(_dot(n_unit, n_unit))
         error_unit_norm = math.sqrt(_dot(err_unit, err_unit))
         bench_norm = bench_unit_norm * unit
+        npu_norm = npu_unit_norm * unit
         error_norm = error_unit_norm * unit
     mismatched = None
     if tolerance is not None and not tolerance.allows(error_norm, bench_norm, int(n.size), max_abs, scale):
@@ -171,9 +177,11 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     # difference is unchanged and the divisor becomes eps.
     relative = abs_err / (np.where(b_abs == 0, bench_eps, b_abs) if b_abs.min() == 0 else b_abs)
     max_rel = float(relative.max())
+    relative_rms = _relative_rms(relative, abs_err, b_abs)
     # Integer and bool data are judged for equality on the data itself: float64 merges int64 values above 2**53.
     exact_equal = bool(np.array_equal(npu, bench)) if (_is_exact(npu) and _is_exact(bench)) else None
-    common = dict(exact_equal=exact_equal, max_abs_err=max_abs, error_norm=error_norm, bench_norm=bench_norm, scale=scale, size=int(n.size),
+    common = dict(exact_equal=exact_equal, max_abs_err=max_abs, error_norm=error_norm, bench_norm=bench_norm,
+                  npu_norm=npu_norm, relative_rms=relative_rms, scale=scale, size=int(n.size),
                   worst_index=_index_of(worst_flat, shape), mismatched=mismatched)
     if npu.ndim == 0:
         return Metrics(Status.SCALAR, (MSG_SCALAR,), max_relative_err=max_rel, **common)
@@ -198,6 +206,18 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
         accumulated_relative_err=float(err_unit.sum()) / bench_abs_sum if bench_abs_sum > 0 else None,
         euclidean_relative_distance=error_unit_norm / bench_unit_norm if bench_unit_norm > 0 else None,
         kl_divergence=_kl_divergence(np.abs(n_unit), b_unit_abs, bench_abs_sum), **common)
+
+
+def _relative_rms(relative: np.ndarray, abs_err: np.ndarray, b_abs: np.ndarray) -> float:
+    """The root mean square of the element-wise relative errors, each at most :data:`RELATIVE_CAP` (an element
+    zero on the bench side and not on the NPU side counts the cap): how far the typical element is off, small
+    ones as much as large ones, which is what a division or a root passes on."""
+    capped = np.minimum(relative, RELATIVE_CAP)
+    if b_abs.min() == 0:
+        capped = np.where(b_abs == 0, np.where(abs_err > 0, RELATIVE_CAP, 0.0), capped)
+    with np.errstate(invalid="ignore"):
+        value = float(np.sqrt(_dot(capped, capped) / capped.size))
+    return value if math.isfinite(value) else RELATIVE_CAP
 
 
 def _real_pairs(array: np.ndarray) -> np.ndarray:

@@ -54,11 +54,12 @@ SUM_CANDIDATES = 12
 
 
 def _key(record: Optional[TensorRecord]) -> Optional[Tuple]:
-    """What identifies one tensor's values in the dump: dtype, shape, max, min, mean and norm (None if
-    max/min/mean are unknown; a missing norm is part of the key as None)."""
+    """What identifies one tensor's values in the dump: shape, max, min, mean and norm (None if max/min/mean
+    are unknown; a missing norm is part of the key as None). Not the dtype: a cast that widens (bfloat16 logits
+    to float32 for the loss) keeps every value, and so the statistics, which the dump computes in float64."""
     if record is None or any(value is None for value in record.statistics[:3]):
         return None
-    return record.dtype, tuple(record.shape), tuple(record.statistics)
+    return tuple(record.shape), tuple(record.statistics)
 
 
 def _same_errors(a: CompareRow, b: CompareRow) -> bool:

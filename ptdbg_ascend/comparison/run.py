@@ -49,11 +49,15 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
         rows = engine.full_rows(pairs, inputs.print_log, fuzzy_match)
         column_names = columns.full_columns(stack_mode)
     else:
-        logger.info("A dump data directory is missing: comparing statistics only (summary mode).")
+        logger.warning("No tensor directory for {}: comparing statistics only (max, min, mean, norm); give "
+                       "npu_dump_data_dir and bench_dump_data_dir to compare the tensors.".format(
+                           " and ".join(side for side, data in (("the NPU dump", inputs.npu_data_dir),
+                                                                ("the bench dump", inputs.bench_data_dir))
+                                        if data is None)))
         rows = engine.summary_rows(pairs, fuzzy_match)
         column_names = columns.summary_columns(stack_mode)
     rows = provenance.carry_verdicts(rows)  # a tensor keeps the verdict of the call that made it
-    counts = Counts.of(rows)
+    counts = Counts.of(rows, statistics_only=not inputs.full_mode)
     failing = advisor.first_failure(rows)
     advice, finding = advisor.diagnose(rows, counts, failing)
     if torn:
