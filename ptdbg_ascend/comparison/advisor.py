@@ -12,6 +12,7 @@ import math
 from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
+from ptdbg_ascend.comparison import modules
 from ptdbg_ascend.comparison.advice import Advice
 from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.comparison.precision import Reduced, carried_inputs, explained_by_inputs, reduced_precision_root
@@ -221,6 +222,7 @@ def diagnose(rows: Sequence[CompareRow], counts: Counts, failing: Optional[int])
         body.append("Code: {}".format(finding.user_line))
     if rows[failing].judgement.message:
         body.append("First failure: {}".format(rows[failing].judgement.message))
+    body.extend(modules.advice_lines(rows))  # L0/mix: the first diverging module and the API inside it
     if finding.dtype_mismatch:
         body.append("First dtype mismatch before it: {}".format(finding.dtype_mismatch))
     if finding.one_sided:
