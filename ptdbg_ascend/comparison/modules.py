@@ -87,7 +87,7 @@ def comparable(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord
 class Divergence(NamedTuple):
     """The first module call with a failing row (NPU side): its row index, the failing row's side, whether
     its inputs all pass, the first failing API call inside it (None: none fails; ``api_row`` its row index),
-    the calls inside it present in one run only, and whether the dump holds API calls at all (level mix)."""
+    the calls inside it present in one run only, and whether API calls are compared at all (level mix)."""
 
     module: CallRecord
     row: int
@@ -108,12 +108,12 @@ def diverging_module(rows: Sequence["CompareRow"]) -> Optional[Divergence]:
     if module_row is None:
         return None
     module = rows[module_row].pair.npu_call
-    nesting = Nesting(npu_calls)
+    within = {id(call) for call, inside in zip(npu_calls, Nesting(npu_calls).inside(npu_calls, module)) if inside}
     api, api_row = None, None
     one_sided: List[str] = []
     for index, row in enumerate(rows):
         call = row.pair.npu_call
-        if call is None or call.module is not None or not nesting.inside(call, module):
+        if call is None or call.module is not None or id(call) not in within:
             continue
         if row.failed and api is None:
             api, api_row = call, index
@@ -155,7 +155,7 @@ def _parts(found: Divergence) -> List[str]:
     else:
         parsed = parse_module_call(found.module.module)
         scope = ' with "scope": ["{}"]'.format(found.module.module) if parsed and parsed.direction == FORWARD else ""
-        parts.append('this dump holds no API records: dump again at level "mix"{} to see the APIs inside it'
+        parts.append('no API records are compared: dump both runs at level "mix"{} to see the APIs inside it'
                      .format(scope))
     return parts
 

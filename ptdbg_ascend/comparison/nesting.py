@@ -67,14 +67,22 @@ class Nesting(object):
         """The call itself when it is a module call, else the module call it ran inside (None: top level)."""
         return call if call.module is not None else self.parent_of(call)
 
-    def inside(self, call: CallRecord, module: CallRecord) -> bool:
-        """Whether ``call`` ran inside ``module`` (at any depth; a call is not inside itself)."""
-        node = self.parent_of(call)
-        while node is not None:  # the chain is acyclic (_cut_cycles), so this ends
-            if node is module:
-                return True
-            node = self.parent_of(node)
-        return False
+    def inside(self, calls: Sequence[CallRecord], module: CallRecord) -> List[bool]:
+        """For each of ``calls``, whether it ran inside ``module`` (at any depth; a call is not inside itself).
+        Each answer found on the way up is remembered for the calls below it, so a deep tree costs each
+        call one step, not one per level."""
+        known: Dict[int, bool] = {id(module): True}
+        answers = []
+        for call in calls:
+            path: List[int] = []
+            node = self.parent_of(call)
+            while node is not None and id(node) not in known:  # the chain is acyclic (_cut_cycles): it ends
+                path.append(id(node))
+                node = self.parent_of(node)
+            found = node is not None and known[id(node)]
+            known.update((node_id, found) for node_id in path)
+            answers.append(found)
+        return answers
 
 
 def interleave(rows: Sequence[Row], npu_call_of: Callable[[Row], Optional[CallRecord]]) -> List[Row]:

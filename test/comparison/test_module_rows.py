@@ -170,8 +170,8 @@ def test_hostile_construct_json_loses_no_row(tmp_path, construct, construct_text
     assert outcome and outcome.counts.paired == len(MIX_ORDER)
 
 
-def test_a_construct_json_nested_twenty_thousand_deep_is_walked_without_recursion(tmp_path):
-    depth = 20000
+def test_a_construct_json_nested_three_thousand_deep_is_walked_without_recursion(tmp_path):
+    depth = 3000  # three times Python's recursion limit
     names = ["Module.m{}.Linear.forward.0".format(i) for i in range(depth)]
     entries = {name: _forward(1.0) for name in reversed(names)}  # inner modules end first
     construct = {name: (names[i - 1] if i else None) for i, name in enumerate(names)}
@@ -190,3 +190,20 @@ def test_module_entries_the_grammar_refuses_are_skipped_with_a_warning(tmp_path,
     calls = read_dump(dump)
     assert len(calls) == len(MIX)
     assert capsys.readouterr().out.count("not an API or module call name") == 2
+
+
+def test_the_diverging_module_of_a_deep_crafted_tree_and_the_api_inside_it(tmp_path):
+    # 3000 nested modules, an API in the innermost, everything failing: one walk, not one per level
+    depth = 3000
+    names = ["Module.m{}.Linear.forward.0".format(i) for i in range(depth)]
+    entries = {"Functional.linear.0.forward": _forward(1.0)}
+    entries.update((name, _forward(1.0)) for name in reversed(names))
+    construct = {name: (names[i - 1] if i else None) for i, name in enumerate(names)}
+    construct["Functional.linear.0.forward"] = names[-1]
+    npu = _write_dump(str(tmp_path / "npu"), entries, construct)
+    bench = _write_dump(str(tmp_path / "bench"), {name: _forward(2.0) for name in entries}, construct)
+    outcome = _compare(npu, bench, str(tmp_path / "out"))
+    with open(outcome.advisor_path, encoding="utf-8") as handle:
+        advice = handle.read()
+    assert "Diverging module: Module.m0.Linear.forward.0 (first failing module: its input already differs, so the " \
+           "difference arose before it; first failing API inside it: Functional_linear_0_forward)" in advice

@@ -229,8 +229,8 @@ def test_neox_l0_pairs_module_rows_and_names_the_planted_module(runs, tmp_path):
     assert result.advice[2].startswith("First failure: {} (CSV line {}): Relative error 1.00e-01".format(
         NEOX_PLANTED_CALL + "_output", failing + 2))
     assert result.advice[3] == (
-        'Diverging module: {0} (first failing module: its inputs match, its output does not; this dump holds no API '
-        'records: dump again at level "mix" with "scope": ["{0}"] to see the APIs inside it)'.format(NEOX_PLANTED))
+        'Diverging module: {0} (first failing module: its inputs match, its output does not; no API records are '
+        'compared: dump both runs at level "mix" with "scope": ["{0}"] to see the APIs inside it)'.format(NEOX_PLANTED))
     assert result.advice[4].startswith("Next step: ")
 
 
