@@ -349,8 +349,4 @@ def pair_rows(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord]
             first = False
         for record in bench_by_key.values():
             rows.append(RowPair(None, record, None, bench_call, False))
-    return interleave(rows, _npu_call_of)
-
-
-def _npu_call_of(row: RowPair) -> Optional[CallRecord]:
-    return row.npu_call if row.npu is not None else None
+    return interleave(rows)

@@ -15,11 +15,20 @@ a crafted file can neither lose rows nor recurse. Torch-free.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, TypeVar
+from typing import Dict, List, Optional, Protocol, Sequence, TypeVar
 
-from ptdbg_ascend.comparison.records import CallRecord
+from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
 
-Row = TypeVar("Row")
+
+class PairedRow(Protocol):
+    """What :func:`interleave` reads of a row (``matching.RowPair`` has it): its NPU record and NPU call, or
+    None for both on a bench-only row."""
+
+    npu: Optional[TensorRecord]
+    npu_call: Optional[CallRecord]
+
+
+Row = TypeVar("Row", bound=PairedRow)
 
 
 class Nesting(object):
@@ -63,10 +72,6 @@ class Nesting(object):
         module call of this dump)."""
         return self._parent.get(id(call))
 
-    def module_of(self, call: CallRecord) -> Optional[CallRecord]:
-        """The call itself when it is a module call, else the module call it ran inside (None: top level)."""
-        return call if call.module is not None else self.parent_of(call)
-
     def inside(self, calls: Sequence[CallRecord], module: CallRecord) -> List[bool]:
         """For each of ``calls``, whether it ran inside ``module`` (at any depth; a call is not inside itself).
         Each answer found on the way up is remembered for the calls below it, so a deep tree costs each
@@ -85,17 +90,17 @@ class Nesting(object):
         return answers
 
 
-def interleave(rows: Sequence[Row], npu_call_of: Callable[[Row], Optional[CallRecord]]) -> List[Row]:
-    """``rows`` (one block of rows per NPU call, in the NPU's dump order; ``npu_call_of(row)`` gives a row's
-    NPU call, None for a bench-only row) in execution order: each module call's input rows, then the calls
-    inside it in their order, then its output rows. A bench-only row stays right after the row it followed.
-    Rows of dumps without module calls come back unchanged."""
+def interleave(rows: Sequence[Row]) -> List[Row]:
+    """``rows`` (one block of rows per NPU call, in the NPU's dump order, bench-only rows among them) in
+    execution order: each module call's input rows, then the calls inside it in their order, then its output
+    rows. A bench-only row stays right after the row it followed. Rows of dumps without module calls come
+    back unchanged."""
     calls: List[CallRecord] = []
     blocks: Dict[int, List[List[Row]]] = {}  # id(call) -> its rows as runs: a row and the bench-only rows after it
     head: List[Row] = []  # bench-only rows before any NPU row
     last: Optional[List[Row]] = None
     for row in rows:
-        call = npu_call_of(row)
+        call = row.npu_call if row.npu is not None else None
         if call is None:
             (last if last is not None else head).append(row)
             continue
@@ -124,11 +129,11 @@ def interleave(rows: Sequence[Row], npu_call_of: Callable[[Row], Optional[CallRe
         if not inner:  # an API call, or a module call with nothing dumped inside it: its rows as they are
             out.extend(row for run in runs for row in run)
         elif step == "open":
-            out.extend(row for run in runs if _side(run[0]) == "input" for row in run)
+            out.extend(row for run in runs if run[0].npu.side == "input" for row in run)
             todo.append(("close", call))
             todo.extend(("open", child) for child in sorted(inner, key=lambda c: start[id(c)], reverse=True))
         else:
-            out.extend(row for run in runs if _side(run[0]) != "input" for row in run)
+            out.extend(row for run in runs if run[0].npu.side != "input" for row in run)
     return out
 
 
@@ -144,8 +149,3 @@ def _subtree_starts(calls: Sequence[CallRecord], nesting: Nesting) -> Dict[int, 
             node = nesting.parent_of(node)
     return start
 
-
-def _side(row: Row) -> str:
-    """The side ("input"/"output") of an NPU row (its NPU record's)."""
-    record = getattr(row, "npu", None)
-    return record.side if record is not None else "output"
