@@ -32,6 +32,7 @@ setup(
     # stay light to import (a compare script never imports torch or pandas). The tests read reports with
     # pandas, as users do.
     install_requires=["numpy>=1.19", "openpyxl>=3.0", "tqdm>=4.40"],
-    extras_require={"test": ["pytest>=7", "pandas>=1.1"], "migrate": ["libcst>=0.4"]},
+    # transformers: real small models (GPT-NeoX from a config, random init) for the module-dump tests only.
+    extras_require={"test": ["pytest>=7", "pandas>=1.1", "transformers>=4.30"], "migrate": ["libcst>=0.4"]},
     entry_points={"console_scripts": ["ptdbg=ptdbg_ascend.cli:main"]},
 )

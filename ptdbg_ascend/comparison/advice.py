@@ -13,9 +13,10 @@ from ptdbg_ascend.formats.finding import Finding
 from ptdbg_ascend.formats.layout import ADVISOR_STEM
 from ptdbg_ascend.log import logger
 
-# The body lines that answer "which call, where, how wrong": the advisor file opens with them.
-ANSWER_LINES = ("Suspect API: ", "Code: ", "First failure: ", "Incomplete: ", "Too little could be compared: ",
-                "Nothing could be compared: ")
+# The body lines that answer "which call, where, how wrong" (and, at levels L0/mix, which module), and what was
+# not compared: the advisor file opens with them.
+ANSWER_LINES = ("Suspect API: ", "Code: ", "First failure: ", "Diverging module: ", "Incomplete: ",
+                "Too little could be compared: ", "Nothing could be compared: ")
 
 class Advice(NamedTuple):
     """``line`` is the CSV line (header = line 1), "NA" when no row failed. ``body`` holds the lines

@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from ptdbg_ascend.comparison import api_classes
+from ptdbg_ascend.comparison import api_classes, modules
 from ptdbg_ascend.comparison.advice import Advice
 from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.comparison.precision import (MATMUL_CLASS, Reduced, carried_inputs, explained_by_inputs,
@@ -259,6 +259,7 @@ def diagnose(rows: Sequence[CompareRow], counts: Counts, failing: Optional[int])
         body.append("Code: {}".format(finding.user_line))
     if rows[failing].judgement.message:
         body.append("First failure: {}".format(rows[failing].judgement.message))
+    body.extend(modules.advice_lines(rows))  # L0/mix: the first diverging module and the API inside it
     if incomplete is not None:
         body.append(incomplete)
     if finding.dtype_mismatch:

@@ -22,6 +22,12 @@ backward calls each in their own order:
 3. Rows come in NPU execution order; a bench-only call is placed after the NPU call that paired with the
    bench call before it.
 
+**Module calls** (dump.json levels L0 and mix: ``Module_{path}.{Class}_{n}_{direction}``) are aligned the same
+way, keyed by module path and class plus structure, so an extra module call on one side leaves the rest
+paired and a module's backward pairs through its forward; they only ever pair with module calls. A module's
+input rows then come before the calls that ran inside it and its output rows after them
+(:func:`~ptdbg_ascend.comparison.nesting.interleave`).
+
 A user **API mapping** (``{"NPU_npu_rms_norm": "Functional_rms_norm"}``, NPU API -> bench API, names
 without counter and direction) lets a fused NPU API pair with the bench API it replaces; the records of
 a mapped pair pair by their order within inputs and within outputs, and what one side has alone becomes
@@ -34,9 +40,11 @@ import bisect
 import difflib
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
+from ptdbg_ascend.comparison.nesting import interleave
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
 from ptdbg_ascend.formats.naming import split_call_name
 
+MODULE = "module"  # the kind word in a module call's alignment keys
 # Dtypes that compare as one: reduced-precision runs against fp32 (and fp16 against bf16).
 FLOAT_FAMILY = frozenset(("torch.float16", "torch.bfloat16", "torch.float32"))
 CallPair = Tuple[Optional[CallRecord], Optional[CallRecord]]
@@ -76,9 +84,11 @@ class _Side(object):
         recomputed = {call_id for run in runs for call_id in run}
         for call in calls:
             parts = split_call_name(call.name)
-            api = mapping.get(parts.api, parts.api)
+            mapped = call.module is None and parts.api in mapping  # the user's mapping names APIs, not modules
+            # A module call's key is its own kind: however a crafted dump names an API call, the two never pair.
+            api = (MODULE, parts.api) if call.module is not None else mapping.get(parts.api, parts.api)
             self.by_name[call.name] = call
-            structure = None if parts.api in mapping else tuple(
+            structure = None if mapped else tuple(
                 (r.name[len(call.name):], r.shape, _family(r.dtype)) for r in call.records)
             # A forward call run while backward runs (gradient checkpointing) only pairs with one that was too.
             phase = id(call) in recomputed
@@ -339,4 +349,4 @@ def pair_rows(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord]
             first = False
         for record in bench_by_key.values():
             rows.append(RowPair(None, record, None, bench_call, False))
-    return rows
+    return interleave(rows)

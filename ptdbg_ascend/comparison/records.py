@@ -34,11 +34,18 @@ class TensorRecord(NamedTuple):
 
 
 class CallRecord(NamedTuple):
-    """One API call: its legacy call name, its tensor records in dump order and its stack."""
+    """One API or module call: its legacy call name, its tensor records in dump order and its stack.
+
+    ``module`` (default None: an API call) is a module call's name as dump.json writes it
+    (``Module.layers.1.mlp.GPTNeoXMLP.forward.0``; its ``name`` is ``Module_layers.1.mlp.GPTNeoXMLP_0_forward``):
+    module calls pair only with module calls. ``parent`` (default None: at top level, or not known) is the
+    module call it ran inside, dotted, from the dump's construct.json (levels L0 and mix)."""
 
     name: str
     records: Tuple[TensorRecord, ...]
     stack: Tuple[Frame, ...]
+    module: Optional[str] = None
+    parent: Optional[str] = None
 
 
 def _frames_text(frames: Iterable[Frame]) -> str:

@@ -10,7 +10,7 @@ import os
 import time
 
 from ptdbg_ascend.comparison import advice as advice_file
-from ptdbg_ascend.comparison import advisor, columns, engine, provenance, reports
+from ptdbg_ascend.comparison import advisor, columns, engine, modules, provenance, reports
 from ptdbg_ascend.comparison.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, make_output_dir
 from ptdbg_ascend.comparison.matching import pair_rows
@@ -35,6 +35,8 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     torn = tuple(dump for dump in (check_dump("NPU", inputs.npu_dump, inputs.npu_data_dir, npu_calls),
                                    check_dump("Bench", inputs.bench_dump, inputs.bench_data_dir, bench_calls))
                  if dump is not None)
+    # Module records pair only with module records: a kind one dump lacks is left out of the other, said in a note.
+    npu_calls, bench_calls, level_notes = modules.comparable(npu_calls, bench_calls, inputs.npu_dump, inputs.bench_dump)
     has_stack = any(call.stack for call in npu_calls)
     if stack_mode and not has_stack:
         raise CompareError("The current file does not contain stack information, please turn off the stack_mode "
@@ -60,6 +62,8 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     counts = Counts.of(rows, statistics_only=not inputs.full_mode)
     failing = advisor.first_failure(rows)
     advice, finding = advisor.diagnose(rows, counts, failing)
+    if level_notes:
+        advice = advice._replace(body=advice.body + level_notes)
     if torn:
         advice = advice._replace(body=advice.body + tuple("Note: " + dump.describe() for dump in torn))
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())

@@ -14,6 +14,8 @@
   ``{"device_type": "cpu", "dtype": "torch.bfloat16"}``; absent outside autocast. msprobe 1.0.4's compare and
   run_ut look their keys up by name (``read_op``, ``gen_api_params``) and skip it. :func:`autocast_record`
   writes it, :func:`autocast_of` reads it back, :func:`inferred_autocast` guesses it for a dump without it;
+- construct.json is ``{call name: enclosing module call or null}`` (levels L0/mix; ``{}`` at L1):
+  :func:`parse_construct` keeps the links that name a module call;
 - a stack.json line is ``"File {file}, line {n}, in {function}, \\n {code}"``: :func:`stack_line` writes it,
   :func:`parse_stack_line` reads it back.
 """
@@ -23,6 +25,8 @@ from __future__ import annotations
 import re
 from json.encoder import encode_basestring_ascii
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from ptdbg_ascend.formats.naming import parse_module_call
 
 FRAMEWORK = "framework"  # top-level key, after "level" as msprobe 8.x writes it
 FRAMEWORK_PYTORCH = "pytorch"
@@ -181,6 +185,23 @@ def parse_stack_line(text: Any) -> Optional[_Frame]:
         return None
     return (match.group("file"), match.group("line"), match.group("func").strip(),
             match.group("code").strip() or None)
+
+
+def parse_construct(document: Any) -> Tuple[Dict[str, Optional[str]], int]:
+    """A parsed construct.json (``{call name: enclosing module call or null}``) -> ``(call -> parent module
+    call, number of links dropped)``. A link is kept when its key is a str and its value null or a module call
+    name (``naming.parse_module_call``); anything else is dropped and counted (the call counts as top level).
+    Not a JSON object: no links, none counted."""
+    if not isinstance(document, dict):
+        return {}, 0
+    links = {}  # type: Dict[str, Optional[str]]
+    dropped = 0
+    for call, parent in document.items():
+        if parent is None or (isinstance(parent, str) and parse_module_call(parent) is not None):
+            links[call] = parent
+        else:
+            dropped += 1
+    return links, dropped
 
 
 def parse_stacks(stacks: Dict[str, Any]) -> Dict[str, Tuple[_Frame, ...]]:

@@ -66,6 +66,11 @@ def stack_file(rank_dir: str) -> str:
     return os.path.join(rank_dir, STACK_FILE)
 
 
+def construct_file_beside(dump_json: str) -> str:
+    """The ``construct.json`` beside the dump.json ``dump_json`` (each call's enclosing module, L0/mix)."""
+    return os.path.join(os.path.dirname(os.path.abspath(dump_json)), CONSTRUCT_FILE)
+
+
 def tensor_dir(rank_dir: str) -> str:
     """``{rank_dir}/dump_tensor_data``: where an msprobe dump keeps its ``.pt`` files."""
     return os.path.join(rank_dir, TENSOR_DIR)

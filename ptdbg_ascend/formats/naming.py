@@ -207,6 +207,45 @@ def to_legacy(dotted_name: str, single_output: bool = False) -> Optional[str]:
     return base + "_" + side + path
 
 
+# --- module names (levels L0 and mix) ---------------------------------------------------------------
+# msprobe: Module.{path}.{Class}.{forward|backward}.{n}, ``path`` the dotted ``named_modules`` path (never empty:
+# the root is not hooked). Legacy grammar, as ``to_legacy`` maps API names (the prefix's dot becomes ``_``, the
+# counter and direction move to the end): Module_{path}.{Class}_{n}_{direction}, the original tool's
+# ``Module_{Class}_{n}_forward`` with the path that tells two instances of a class apart.
+MODULE_PREFIX = "Module"
+# A name part: anything but a dot and control characters (ModuleDict keys may hold other characters).
+_MODULE_PART = r"[^.\x00-\x1f\x7f]+"
+DOTTED_MODULE_CALL = re.compile(
+    r"^Module\.(?P<module>{0}(?:\.{0})+)\.(?P<direction>forward|backward)\.(?P<index>\d{{1,18}})\Z".format(_MODULE_PART))
+
+
+class ModuleCall(NamedTuple):
+    """A dotted module call name split by :func:`parse_module_call`: ``module`` is ``{path}.{Class}``."""
+
+    module: str
+    direction: str
+    index: int
+
+
+def parse_module_call(name: str) -> Optional[ModuleCall]:
+    """``Module.layers.1.mlp.GPTNeoXMLP.forward.0`` -> ``("layers.1.mlp.GPTNeoXMLP", "forward", 0)``; None for
+    any other name (API calls, leaf names, a counter of more than 18 digits, which no run reaches)."""
+    match = DOTTED_MODULE_CALL.match(name) if isinstance(name, str) else None
+    if match is None:
+        return None
+    return ModuleCall(match.group("module"), match.group("direction"), int(match.group("index")))
+
+
+def module_to_legacy(dotted_name: str) -> Optional[str]:
+    """A dotted module call name -> its legacy-grammar call name (None for any other name):
+    ``Module.layers.1.mlp.GPTNeoXMLP.forward.0`` -> ``Module_layers.1.mlp.GPTNeoXMLP_0_forward``, whose
+    records are ``..._forward_input.0``, ``..._forward_output``, as an API call's."""
+    parsed = parse_module_call(dotted_name)
+    if parsed is None:
+        return None
+    return call_name(MODULE_PREFIX, parsed.module, parsed.index, parsed.direction)
+
+
 class DottedCall(NamedTuple):
     """A dotted call name split by ``parse_dotted_call_name``; ``index`` is the counter as written."""
 

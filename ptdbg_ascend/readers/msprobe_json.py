@@ -3,18 +3,22 @@ code that reads a dump.json file.
 
 :func:`read` gives the format-neutral records compare and parse use (names mapped to the legacy grammar by
 ``formats.dump_json.call_values``: only tensor leaves become records, as legacy dumps filter scalars by
-default; null/{} leaves consume their index). :func:`load_entries` gives the raw entries, for the pre-check
+default; null/{} leaves consume their index; module calls too, with the enclosing module of every call from
+construct.json). :func:`load_entries` gives the raw entries, for the pre-check
 (which rebuilds calls from them) and ``ptdbg convert`` (which keeps scalars too).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, data_file
 from ptdbg_ascend.errors import FileFormatError
-from ptdbg_ascend.formats.dump_json import STATISTICS_KEYS, call_values, entries, is_tensor, parse_stacks
-from ptdbg_ascend.formats.naming import to_legacy
+from ptdbg_ascend.formats.dump_json import (STATISTICS_KEYS, call_values, entries, is_tensor, parse_construct,
+                                            parse_stacks)
+from ptdbg_ascend.formats.layout import construct_file_beside
+from ptdbg_ascend.formats.naming import module_to_legacy, to_legacy
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
 
@@ -52,24 +56,53 @@ def load_entries(path: str, *, what: str = "dump file", not_json_hint: str = CRA
 
 
 def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = None) -> List[CallRecord]:
-    """Read a dump.json; tensors are ``{data_dir}/{data_name}`` (None = summary only)."""
+    """Read a dump.json; tensors are ``{data_dir}/{data_name}`` (None = summary only). API entries and, at
+    levels L0/mix, module entries (``Module.{path}.{Class}.{direction}.{n}``, named in the legacy grammar as
+    ``Module_{path}.{Class}_{n}_{direction}``) become calls; each call's enclosing module comes from the
+    construct.json beside the dump (none: every call at top level)."""
     dump = load_entries(path)
     if dump.task in ("overflow_check", "free_benchmark"):
         raise FileFormatError("Dump file {} is a {} dump; compare is not required for it.".format(path, dump.task))
     stacks = read_stacks(stack_path) if stack_path else {}
+    parents = read_construct(construct_file_beside(path))
     calls = []
     for dotted, entry in dump.entries.items():
-        call = to_legacy(dotted)
+        call, module = to_legacy(dotted), None
+        if call is None:
+            call = module_to_legacy(dotted)
+            module = dotted if call is not None else None
         if call is None or not isinstance(entry, dict):
-            logger.warning("Skipped entry {!r} of {}: not an API call name.".format(dotted, path))
+            logger.warning("Skipped entry {!r} of {}: not an API or module call name.".format(dotted, path))
             continue
         try:
             records = _entry_records(call, entry, data_dir, path, dotted)
         except RecursionError:
             logger.warning("Skipped entry {!r} of {}: its arguments are nested too deeply.".format(dotted, path))
             continue
-        calls.append(CallRecord(name=call, records=tuple(records), stack=stacks.get(dotted, ())))
+        calls.append(CallRecord(name=call, records=tuple(records), stack=stacks.get(dotted, ()), module=module,
+                                parent=parents.get(dotted)))
     return calls
+
+
+def read_construct(path: str) -> Dict[str, Optional[str]]:
+    """construct.json (call name -> the module call it ran inside, ``formats.dump_json.parse_construct``);
+    ``{}`` when there is none (an L1 dump of another tool). It only orders and groups rows, so a file that
+    cannot be read, is not JSON or holds links that name no module call is a warning, never an error."""
+    if not os.path.isfile(path):
+        return {}
+    try:
+        document = load_json(path, "construct file", CRASH_HINT)
+    except FileFormatError as error:
+        logger.warning("{} Rows are not grouped by module.".format(error))
+        return {}
+    links, dropped = parse_construct(document)
+    if not isinstance(document, dict):
+        logger.warning("Construct file {} is not a JSON object of call name -> module; rows are not grouped by "
+                       "module.".format(path))
+    elif dropped:
+        logger.warning("Construct file {}: {} links do not name a module call (Module.{{path}}.{{Class}}."
+                       "{{forward|backward}}.{{n}}) and were ignored.".format(path, dropped))
+    return links
 
 
 def _entry_records(call: str, entry: Dict[str, Any], data_dir: Optional[str], path: str,
