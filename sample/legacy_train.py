@@ -6,18 +6,49 @@
 
 The dump goes under the directory it is run from (``set_dump_path("./dump.pkl")``, a literal, so that
 ``ptdbg migrate sample/legacy_train.py`` can compute the config from it). With ``--bf16-layer`` the second
-linear layer computes in bfloat16: the planted difference that ``end_to_end.py`` expects the comparison to find.
+linear layer computes in bfloat16 through a faulty device kernel that also *accumulates* in bfloat16, cutting
+each of its 32 partial sums toward zero to bfloat16 (a correct kernel keeps them in float32): the planted
+difference that ``end_to_end.py`` expects the comparison to find (about 4 % off). A bfloat16 layer that
+accumulates in float32 would be within what bfloat16 explains, and the compare would only note where the
+precision drops.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ptdbg_ascend import *  # noqa: F401,F403  (the legacy API, as users write it)
+
+def install_bf16_accumulating_linear() -> None:
+    """Stand in for a faulty device kernel: ``F.linear`` on bfloat16 tensors adds up its products one by one,
+    cutting every partial sum toward zero to bfloat16. Installed before ``ptdbg_ascend`` wraps ``F.linear``,
+    so the dump records it as the one API call it is on a device (what runs inside a wrapped API is not
+    recorded)."""
+    exact = F.linear
+
+    def linear(x, weight, bias=None):
+        if x.dtype != torch.bfloat16:
+            return exact(x, weight, bias)
+        products = (x.unsqueeze(-2) * weight).float()  # (..., out, in), each product rounded to bfloat16
+        total = torch.zeros(products.shape[:-1])
+        for k in range(products.shape[-1]):
+            exact_sum = total + products[..., k]
+            cut = (exact_sum.detach().view(torch.int32) & -65536).view(torch.float32)  # the bug: truncated
+            total = exact_sum + (cut - exact_sum.detach())  # gradients flow as through the exact sum
+        total = total.bfloat16()
+        return total if bias is None else total + bias
+
+    F.linear = linear
+
+
+if "--bf16-layer" in sys.argv:  # the NPU run of the sample: its device kernel, before the dump wraps torch
+    install_bf16_accumulating_linear()
+
+from ptdbg_ascend import *  # noqa: E402,F401,F403  (the legacy API, as users write it)
 
 
 class SmallNet(nn.Module):
@@ -47,7 +78,8 @@ class SmallNet(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1, help="training steps to dump (default 1)")
-    parser.add_argument("--bf16-layer", action="store_true", help="plant a bfloat16 layer")
+    parser.add_argument("--bf16-layer", action="store_true",
+                        help="plant a bfloat16 layer whose device kernel accumulates in bfloat16")
     args = parser.parse_args()
 
     seed_all()

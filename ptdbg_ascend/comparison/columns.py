@@ -16,7 +16,11 @@ EXTRA_METRICS = ["Accumulated Relative Err", "Euclidean Relative Distance", "KL 
 # The robust verdict's numbers: the rtol this row was allowed, the smallest rtol under which a failing
 # row would have passed, and where its greatest difference is.
 ALLOWED_RTOL, NEEDED_RTOL, WORST_INDEX = "Allowed Rtol", "Rtol To Pass", "Greatest Diff Index"
-VERDICT_DETAILS = [ALLOWED_RTOL, NEEDED_RTOL, WORST_INDEX]
+# The whole bulk allowance relative to the bench norm (round-off and what the inputs carry in, to compare with
+# Euclidean Relative Distance), the API class that carried something in, and how much of its allowance the row
+# used (1 = at the limit).
+ALLOWED_RELATIVE, CARRIED_THROUGH, SHARE = "Allowed Relative Err", "Carried Through", "Share Of Allowed"
+VERDICT_DETAILS = [ALLOWED_RTOL, NEEDED_RTOL, WORST_INDEX, ALLOWED_RELATIVE, CARRIED_THROUGH, SHARE]
 
 
 def full_columns(stack_mode: bool) -> List[str]:
@@ -29,4 +33,5 @@ def full_columns(stack_mode: bool) -> List[str]:
 def summary_columns(stack_mode: bool) -> List[str]:
     """Statistics-only comparison: the 4.0 legacy summary columns [+ NPU_Stack_Info], then Result,
     Err_message and the allowed rtol."""
-    return BASIC + SUMMARY_DIFFS + STATISTICS + ([STACK] if stack_mode else []) + [RESULT, ERR_MESSAGE, ALLOWED_RTOL]
+    return BASIC + SUMMARY_DIFFS + STATISTICS + ([STACK] if stack_mode else []) + [RESULT, ERR_MESSAGE, ALLOWED_RTOL,
+                                                                                CARRIED_THROUGH, SHARE]

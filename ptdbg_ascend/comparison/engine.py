@@ -14,7 +14,7 @@ from ptdbg_ascend.comparison import metrics as met
 from ptdbg_ascend.comparison import propagation, tensor_pairs, verdicts
 from ptdbg_ascend.comparison.matching import RowPair, dtypes_compatible
 from ptdbg_ascend.comparison.rows import CompareRow
-from ptdbg_ascend.comparison.tolerances import Tolerance, call_precision, magnitude, tolerance
+from ptdbg_ascend.comparison.tolerances import SUMMARY_GAIN, Tolerance, call_precision, magnitude, tolerance
 from ptdbg_ascend.log import logger
 
 MSG_FUZZY = "Fuzzy matching data, the comparison accuracy may be affected."
@@ -84,12 +84,23 @@ def _full_row(pair: RowPair, metrics: Optional[met.Metrics], tolerance_: Optiona
 
 
 def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[CompareRow]:
-    """Rows of a statistics-only comparison (no tensor files read)."""
+    """Rows of a statistics-only comparison (no tensor files read): each statistic judged by round-off and by
+    what the call's inputs' statistics differences carry in (:func:`propagation.statistics_metrics`)."""
     scales = _CallScales()
-    rows = []
+    measured = []
     for pair in pairs:
-        structure = _structure_messages(pair, fuzzy_match)
         tolerance_ = scales.tolerance_of(pair)
+        metrics = None
+        if tolerance_ is not None:
+            discrepancy = verdicts.statistics_discrepancy(pair.npu, pair.bench)
+            metrics = propagation.statistics_metrics(pair.npu, pair.bench, discrepancy)
+        measured.append(CompareRow(pair, verdicts.Judgement(verdicts.PASS, None, None, ""), tolerance_, metrics))
+    rows = []
+    for row, allowance in zip(measured, propagation.allowances(measured, statistics_only=True)):
+        pair, tolerance_ = row.pair, row.tolerance
+        structure = _structure_messages(pair, fuzzy_match)
+        if allowance is not None and tolerance_ is not None:
+            tolerance_ = tolerance_.with_carried(*allowance, gain=SUMMARY_GAIN)
         if tolerance_ is None:
             judgement = verdicts.Judgement(verdicts.RESULT_UNMATCHED, None, None, "")
         else:
@@ -106,22 +117,23 @@ def full_rows(pairs: Sequence[RowPair], print_log: bool, fuzzy_match: bool = Fal
     judged by its round-off and what its inputs' measured errors bring in (:mod:`propagation`)."""
     scales = _CallScales()
     tolerances = [scales.tolerance_of(pair) for pair in pairs]
-    measured = []
+    measured, all_metrics = [], []
     progress = _progress(len(pairs))
     for pair, tolerance_, metrics in _metrics_in_order(pairs, tolerances):
         if print_log and pair.npu is not None:
             logger.info("start compare: {}".format(pair.npu.name))
         measured.append(_full_row(pair, metrics, tolerance_, False, fuzzy_match, log=False))
+        all_metrics.append(metrics)
         if progress is not None:
             progress.update(1)
     if progress is not None:
         progress.close()
     rows = []
-    for row, allowance in zip(measured, propagation.allowances(measured)):
+    for row, metrics, allowance in zip(measured, all_metrics, propagation.allowances(measured)):
         tolerance_ = row.tolerance
-        if allowance is not None and tolerance_ is not None and row.metrics is not None:
+        if allowance is not None and tolerance_ is not None and metrics is not None:
             tolerance_ = tolerance_.with_carried(*allowance)
-        rows.append(_full_row(row.pair, row.metrics, tolerance_, print_log and row.pair.npu is not None, fuzzy_match))
+        rows.append(_full_row(row.pair, metrics, tolerance_, print_log and row.pair.npu is not None, fuzzy_match))
     return rows
 
 

@@ -36,6 +36,15 @@ MSG_NPU_ZERO = "Cannot compare by Cosine Similarity, All the data is Zero in npu
 MSG_BENCH_ZERO = "Cannot compare by Cosine Similarity, All the data is Zero in Bench dump data."
 MSG_COS_NAN = "Cannot compare by Cosine Similarity, the dump data has NaN."
 MSG_REL_NAN = "Cannot compare by MaxRelativeError, the data contains nan in dump data."
+MSG_SATURATED = "{} elements hold their dtype's largest magnitude on both sides (a mask such as finfo.min): " \
+    "compared as equal."
+# The largest finite magnitude of each float dtype as the dumps name it: ``torch.finfo(dtype).min`` fills
+# attention masks, so a bfloat16 run's -3.39e38 and a float32 run's -3.40e38 are the same "minus infinity".
+LARGEST = {
+    "torch.float16": 65504.0, "torch.half": 65504.0, "torch.bfloat16": 3.3895313892515355e38,
+    "torch.float32": 3.4028234663852886e38, "torch.float": 3.4028234663852886e38,
+    "torch.float64": 1.7976931348623157e308, "torch.double": 1.7976931348623157e308,
+}
 
 EPS64 = float(np.finfo(np.float64).eps)
 # Magnitudes whose squares (and sums of up to ~1e12 of them) stay normal float64 numbers.
@@ -117,9 +126,12 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.einsum("i,i->", x, y))
 
 
-def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Tolerance] = None) -> Metrics:
+def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Tolerance] = None,
+                   dtypes: Optional[Tuple[str, str]] = None) -> Metrics:
     """All metrics of one pair of arrays (any dtype, any shape). ``tolerance`` (default None: not
-    counted) gives ``mismatched``, the number of elements outside ``atol + rtol·|b|``."""
+    counted) gives ``mismatched``, the number of elements outside ``atol + rtol·|b|``. ``dtypes`` (default
+    None): the dump's dtype names of the two tensors; elements that hold each one's largest magnitude (or an
+    infinity) with one sign on both sides are equal (:data:`LARGEST`)."""
     if npu.size == 0 and bench.size == 0:
         return Metrics(Status.EMPTY, (MSG_EMPTY,), max_abs_err=0.0, max_relative_err=0.0, one_thousandth_ratio=0.0,
                        five_thousandths_ratio=0.0, accumulated_relative_err=0.0, euclidean_relative_distance=0.0,
@@ -148,6 +160,10 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
         # Same positions and kinds: those elements agree, so zero them and compare the rest.
         n = np.where(n_bad, 0.0, n)
         b = np.where(b_bad, 0.0, b)
+    saturated, messages_in = _saturated_pairs(n, b, dtypes)
+    if saturated is not None:
+        n = np.where(saturated, 0.0, n)
+        b = np.where(saturated, 0.0, b)
     with np.errstate(over="ignore"):  # 1.7e308 - (-1.7e308) is inf: the true difference is beyond range
         abs_err = np.abs(n - b)
     b_abs = np.abs(b)
@@ -184,8 +200,8 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
                   npu_norm=npu_norm, relative_rms=relative_rms, scale=scale, size=int(n.size),
                   worst_index=_index_of(worst_flat, shape), mismatched=mismatched)
     if npu.ndim == 0:
-        return Metrics(Status.SCALAR, (MSG_SCALAR,), max_relative_err=max_rel, **common)
-    messages = []
+        return Metrics(Status.SCALAR, (MSG_SCALAR,) + messages_in, max_relative_err=max_rel, **common)
+    messages = list(messages_in)
     # The guide's rule: both norms below float64's epsilon hold nothing but round-off, so their cosine (a
     # random angle between two noise vectors) says nothing: 1.0.
     negligible = npu_unit_norm * unit < EPS64 and bench_norm < EPS64
@@ -206,6 +222,23 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
         accumulated_relative_err=float(err_unit.sum()) / bench_abs_sum if bench_abs_sum > 0 else None,
         euclidean_relative_distance=error_unit_norm / bench_unit_norm if bench_unit_norm > 0 else None,
         kl_divergence=_kl_divergence(np.abs(n_unit), b_unit_abs, bench_abs_sum), **common)
+
+
+def _saturated_pairs(n: np.ndarray, b: np.ndarray, dtypes: Optional[Tuple[str, str]]):
+    """``(mask, messages)``: the elements at their dtype's largest magnitude (or already zeroed infinities'
+    places are not counted) with the same sign on both sides, and the row message saying how many; ``(None,
+    ())`` when there are none (or the dtypes are unknown or equal: then such values compare as they are)."""
+    if dtypes is None or dtypes[0] == dtypes[1]:
+        return None, ()
+    largest_n, largest_b = LARGEST.get(dtypes[0]), LARGEST.get(dtypes[1])
+    if largest_n is None or largest_b is None:
+        return None, ()
+    n_top, b_top = np.abs(n) >= largest_n, np.abs(b) >= largest_b
+    if not (n_top.any() and b_top.any()):
+        return None, ()
+    mask = n_top & b_top & (np.sign(n) == np.sign(b))
+    count = int(np.count_nonzero(mask))
+    return (mask, (MSG_SATURATED.format(count),)) if count else (None, ())
 
 
 def _relative_rms(relative: np.ndarray, abs_err: np.ndarray, b_abs: np.ndarray) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence, Tuple
 
+from ptdbg_ascend.comparison.api_classes import LAYOUT, api_class
 from ptdbg_ascend.comparison.dump_state import ENDED, RUNNING, TornDump
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.verdicts import NOT_COMPARED, WARNING
@@ -46,14 +47,20 @@ class Counts(NamedTuple):
     paired_forward: int = 0
     paired_backward: int = 0
     statistics_only: bool = False
+    # NPU-only rows of calls that compute something: a cast, view or copy on one side only is no gap (what
+    # reads its output is compared), so it is not counted here.
+    npu_unpaired: int = 0
 
     @classmethod
     def of(cls, rows: Sequence[CompareRow], statistics_only: bool = False) -> "Counts":
         paired = [row for row in rows if not row.one_sided]
         by_direction = {(side, direction): 0 for side in ("npu", "bench", "paired") for direction in (FORWARD, BACKWARD)}
+        unpaired = 0
         for row in rows:
             call = row.call
             direction = split_call_name(call.name).direction if call is not None else FORWARD
+            if row.bench is None and call is not None and not _moves_values(call.name):
+                unpaired += 1
             if row.npu is not None:
                 by_direction["npu", direction] += 1
             if row.bench is not None:
@@ -70,7 +77,7 @@ class Counts(NamedTuple):
             npu_forward=by_direction["npu", FORWARD], npu_backward=by_direction["npu", BACKWARD],
             bench_forward=by_direction["bench", FORWARD], bench_backward=by_direction["bench", BACKWARD],
             paired_forward=by_direction["paired", FORWARD], paired_backward=by_direction["paired", BACKWARD],
-            statistics_only=statistics_only)
+            statistics_only=statistics_only, npu_unpaired=unpaired)
 
     @property
     def enough_compared(self) -> bool:
@@ -94,21 +101,27 @@ class Counts(NamedTuple):
             elif bench and not npu:
                 problems.append("the NPU dump has no {} calls: {} bench {} rows were never paired{}".format(
                     direction, bench, direction, " (a forward-only NPU dump?)" if direction == BACKWARD else ""))
-        if self.npu_rows and self.npu_only > MAX_UNPAIRED_SHARE * self.npu_rows and not problems:
+        if self.npu_rows and self.npu_unpaired > MAX_UNPAIRED_SHARE * self.npu_rows and not problems:
             problems.append("{} of {} NPU rows ({:.0%}) have no bench partner (different models, dump modes or "
-                            "filters: list, range, api_list, scope?)".format(self.npu_only, self.npu_rows,
-                                                                              self.npu_only / self.npu_rows))
+                            "filters: list, range, api_list, scope?)".format(self.npu_unpaired, self.npu_rows,
+                                                                              self.npu_unpaired / self.npu_rows))
         if not self.enough_compared:
             if self.compared == 0:
-                problems.append("none of the {} paired tensors could be judged".format(self.paired))
+                problems.append("none of the {} paired tensors was judged".format(self.paired))
             else:
-                problems.append("only {} of {} paired tensors could be judged".format(self.compared, self.paired))
+                problems.append("only {} of {} paired tensors were judged".format(self.compared, self.paired))
         return tuple(problems)
 
     @property
     def complete(self) -> bool:
         """The run was compared: no :meth:`coverage_problems`."""
         return not self.coverage_problems()
+
+
+def _moves_values(call_name: str) -> bool:
+    """Whether a call only moves, selects or casts values (api_classes.LAYOUT)."""
+    prefix, _, api = split_call_name(call_name).api.partition("_")
+    return api_class(prefix, api) == LAYOUT
 
 
 class CompareOutcome(NamedTuple):
@@ -163,6 +176,8 @@ class CompareOutcome(NamedTuple):
                 finding.record, finding.line, finding.kind, finding.call, reduced, tally, torn)
         if self.first_failure is not None:
             return "first failure {}{}{}".format(self.first_failure, tally, torn)
+        if counts is not None and not counts.enough_compared:
+            return "not enough could be compared{}{}".format(tally, torn)
         if counts is not None and not counts.complete:
             return "nothing failed, but the run was not compared in full{}{}".format(tally, torn)
         return "all compared tensors reached the accuracy{}{}".format(tally, torn)

@@ -20,9 +20,11 @@ failing row is where a difference *starts*.
 An input that no dumped call produced (the output of an API that is not dumped, such as
 ``scaled_dot_product_attention``, or a gradient autograd summed) cannot be traced; it may carry what the
 calls just before it carried (the largest relative error among the outputs of the :data:`CONTEXT_CALLS`
-calls before it, in the same direction), and no more.
+calls before it, in execution order: an optimizer step reads gradients made at the end of backward), and no
+more.
 
-Summary mode (statistics only) has no measured errors: nothing is carried there. Torch-free.
+Summary mode (statistics only) has no measured errors: there the largest difference of a tensor's four
+statistics stands in for its relative error (:func:`statistics_metrics`). Torch-free.
 """
 
 from __future__ import annotations
@@ -31,18 +33,20 @@ import math
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import api_classes as classes
-from ptdbg_ascend.comparison.metrics import RELATIVE_CAP, Status
+from ptdbg_ascend.comparison.metrics import RELATIVE_CAP, Metrics, Status
 from ptdbg_ascend.comparison.records import TensorRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD, split_call_name
 
-# How many dumped calls before an untraced input (same direction) set what it may carry.
-CONTEXT_CALLS = 4
+# How many dumped calls before an untraced input (in execution order) set what it may carry.
+CONTEXT_CALLS = 8
 # How many times each input's norm-wise relative error reaches a quotient's output. A root halves every
 # element's relative error, but weighs small elements more than its input's norm does (sqrt(v) of Adam's
 # second moments: 0.83 % out of 0.69 % in, measured), so it is counted once, not half.
 _QUOTIENT_POWERS = {"sqrt": (1.0,), "rsqrt": (1.0,), "reciprocal": (1.0,)}
 _DEFAULT_QUOTIENT = (1.0, 1.0)
+# A quotient's gradient raises its forward tensors to at most this power (rsqrt's: y ** 3).
+QUOTIENT_GRADIENT_POWER = 3.0
 # pow/square: the exponent is no tensor of the dump; 2 (square, the usual case) is assumed.
 POWER_EXPONENT = 2.0
 # Activation and periodic gradients move with their input through the second derivative, at most ~1.
@@ -175,14 +179,15 @@ def _value_key(record: Optional[TensorRecord]) -> Optional[Tuple]:
     return tuple(record.shape), tuple(record.statistics)
 
 
-def allowances(rows: Sequence[CompareRow]) -> List[Optional[Allowance]]:
+def allowances(rows: Sequence[CompareRow], statistics_only: bool = False) -> List[Optional[Allowance]]:
     """For each row, what its inputs bring in (None: nothing, e.g. a one-sided row or an integer tensor).
-    ``rows`` are in NPU execution order with their metrics (full mode)."""
+    ``rows`` are in NPU execution order with their metrics (full mode), or with :func:`statistics_metrics`
+    (``statistics_only``, default False)."""
     calls: Dict[int, _Call] = {}
     by_name: Dict[str, _Call] = {}
     found: List[Optional[Allowance]] = [None] * len(rows)
     produced = set()  # value keys (both sides) of the output rows so far
-    recent: Dict[str, List[Tuple[int, float]]] = {FORWARD: [], BACKWARD: []}  # (id(call), relative) of outputs
+    recent: List[Tuple[int, float]] = []  # (id(call), relative error) of the outputs so far
     for index, row in enumerate(rows):
         call = row.pair.npu_call
         if call is None or row.one_sided:
@@ -203,13 +208,13 @@ def allowances(rows: Sequence[CompareRow]) -> List[Optional[Allowance]]:
             # An input that holds an earlier output's values takes that output's verdict (provenance); one
             # that none produced may carry what the calls before it carried.
             traced = key[0] is not None and key in produced
-            found[index] = _untraced(tensor, recent[direction], "input" if traced else "untraced")
+            found[index] = _untraced(tensor, recent, "input" if traced else "untraced")
             continue
         entry.outputs.append(tensor)
         forward = by_name.get(call.name[: -len(BACKWARD)] + FORWARD) if direction == BACKWARD else None
-        found[index] = _output_allowance(tensor, call.name, entry, forward)
+        found[index] = _output_allowance(tensor, call.name, entry, forward, statistics_only)
         produced.add(key)
-        recent[direction].append((id(call), tensor.relative))
+        recent.append((id(call), tensor.relative))
     return found
 
 
@@ -229,7 +234,8 @@ def _untraced(tensor: _Tensor, recent: Sequence[Tuple[int, float]], rule: str) -
     return Allowance(0.0, context * largest, context * tensor.scale, rule)
 
 
-def _output_allowance(out: _Tensor, call_name: str, call: _Call, forward: Optional[_Call]) -> Allowance:
+def _output_allowance(out: _Tensor, call_name: str, call: _Call, forward: Optional[_Call],
+                      statistics_only: bool) -> Allowance:
     name = split_call_name(call_name)
     prefix, _, api = name.api.partition("_")
     kind = classes.api_class(prefix, api)
@@ -245,6 +251,8 @@ def _output_allowance(out: _Tensor, call_name: str, call: _Call, forward: Option
     worst = _carried_worst(out, sources, kind)
     rule = _RULES.get(kind)
     reference, carried = out.norm, max(relative_in * largest, absolute_in)
+    if kind == classes.OPTIMIZER and statistics_only and not backward:
+        rule = _optimizer_by_statistics
     if rule is not None:
         computed = rule(out, api, call, forward, backward, relative_in, absolute_in, largest)
         if computed is not None:
@@ -270,7 +278,8 @@ def _contraction(out, api, call, forward, backward, relative_in, absolute_in, la
     """A sum of products: its norm without cancellation is ``sqrt(terms) * rms(p) * rms(q)``, and it carries
     the two factors' relative errors added in quadrature (a bias its error). A gradient with respect to a
     factor is the same sum with the output's gradient in that factor's place; the bias gradient sums the
-    output's gradient, coherently at worst."""
+    output's gradient, coherently at worst, and so may a weight's gradient (a layer with a bias: linear, conv,
+    addmm)."""
     layout = classes.operands(api)
     if layout is None:
         return None
@@ -295,7 +304,12 @@ def _contraction(out, api, call, forward, backward, relative_in, absolute_in, la
     if other is None:  # the bias: a sum of the output's gradient over what the bias was added to
         return gradient.norm, gradient.error * math.sqrt(max(1.0, gradient.size / out.size))
     reference = math.sqrt(terms) * gradient.rms * other.rms
-    return reference, max(reference, largest) * math.hypot(gradient.relative, other.relative)
+    carried = max(reference, largest) * math.hypot(gradient.relative, other.relative)
+    if index == layout.q and layout.bias is not None:
+        # A weight's gradient sums over every token; errors with a common source (the rounding of a weight that
+        # every token used) add up coherently there, up to the Cauchy-Schwarz bound.
+        carried = max(carried, gradient.error * other.norm + gradient.norm * other.error)
+    return reference, carried
 
 
 def _sum_length(rule: str, p: _Tensor, q: _Tensor) -> int:
@@ -365,9 +379,15 @@ def _logarithm(out, api, call, forward, backward, relative_in, absolute_in, larg
 
 def _quotient(out, api, call, forward, backward, relative_in, absolute_in, largest):
     """Divisions and roots: relative errors add up, each times its exponent. Where a value is small in a
-    narrow-range dtype (float16 subnormals), the element-wise relative errors are what passes on."""
+    narrow-range dtype (float16 subnormals), the element-wise relative errors are what passes on. A gradient
+    (``dY / b``, ``-dY * a / b**2``, ``-dY * y**3 / 2`` for rsqrt) carries the output gradient's relative error
+    and up to three times its forward tensors'."""
     if backward:
-        return None
+        gradient = call.inputs.get(0)
+        if gradient is None or forward is None:
+            return None
+        saved = max([s.relative for s in forward.all_inputs + forward.outputs] or [0.0])
+        return out.norm, largest * (gradient.relative + QUOTIENT_GRADIENT_POWER * saved)
     powers = _QUOTIENT_POWERS.get(api.rstrip("_"), _DEFAULT_QUOTIENT)
     inputs = [call.inputs.get(i) for i in range(len(powers))]
     by_norm = sum(power * s.relative for power, s in zip(powers, inputs) if s is not None)
@@ -481,6 +501,16 @@ def _optimizer(out, api, call, forward, backward, relative_in, absolute_in, larg
     return out.norm, max(base_error + (largest + base_norm) * relative, relative_in * largest)
 
 
+def _optimizer_by_statistics(out, api, call, forward, backward, relative_in, absolute_in, largest):
+    """Statistics cannot show the element-wise relative errors an optimizer's quotient passes on (a gradient
+    element near zero that changes sign): its update is uncertain up to its size, which the norms bound."""
+    base = call.inputs.get(0)
+    if base is None:
+        return None
+    update = abs(out.norm - base.norm) + abs(out.npu_norm - base.npu_norm)
+    return out.norm, base.error + max(update, relative_in * largest)
+
+
 _RULES = {
     classes.MATMUL: _contraction, classes.PRODUCT: _contraction, classes.ADDITIVE: _additive,
     classes.LAYOUT: _additive, classes.SELECTION: _additive, classes.ACTIVATION: _elementwise,
@@ -489,3 +519,24 @@ _RULES = {
     classes.SOFTMAX: _softmax, classes.SUM: _sum, classes.MEAN: _mean, classes.SPREAD: _spread_rule,
     classes.LOSS: _loss, classes.OPTIMIZER: _optimizer,
 }
+
+
+
+def statistics_metrics(npu: TensorRecord, bench: TensorRecord, discrepancy: Optional[float]) -> Optional[Metrics]:
+    """Summary mode's stand-in for a pair's metrics, so that :func:`allowances` applies to statistics: the
+    norms and magnitude from the statistics, and as "errors" the largest statistic difference
+    (``verdicts.statistics_discrepancy``) times the norm and the magnitude. None when nothing can stand in."""
+    if discrepancy is None or npu.shape != bench.shape:
+        return None
+    norm, npu_norm = bench.statistics[3], npu.statistics[3]
+    if norm is None or not math.isfinite(norm):
+        return None
+    size = 1
+    for extent in bench.shape:
+        size *= extent
+    scale = max([abs(v) for v in (npu.statistics[:2] + bench.statistics[:2]) if v is not None and math.isfinite(v)]
+                or [0.0])
+    return Metrics(Status.COMPARED, error_norm=discrepancy * norm, bench_norm=norm,
+                   npu_norm=npu_norm if npu_norm is not None and math.isfinite(npu_norm) else norm, size=size,
+                   max_abs_err=discrepancy * scale, scale=scale, relative_rms=min(discrepancy, RELATIVE_CAP),
+                   max_relative_err=discrepancy)

@@ -19,10 +19,11 @@ both ends:
   as "branch flips", and the calls that carry those flips on (their error explained by their inputs',
   ``precision.explained_by_inputs``) pass with it;
 - the gradient of a tensor used twice is the **sum** autograd makes of the two gradients, and that sum is
-  no dumped call (resnet's residual: the gradient reaching a block's input is its conv's plus the skip's).
-  A failing backward input that no dumped output holds, but whose statistics are, on both sides, those of
-  the sum of two or three earlier outputs of its shape (the means add up, the extremes stay within the
-  sums'), is judged by them: it passes when they all pass and its error is no more than theirs added.
+  no dumped call (resnet's residual: the gradient reaching a block's input is its conv's plus the skip's; a
+  weight tied to two layers, whose ``.grad`` the optimizer reads). A failing input that no dumped output
+  holds, but whose statistics are, on both sides, those of the sum of two or three earlier backward outputs
+  of its shape (the means add up, the extremes stay within the sums'), is judged by them: it passes when they
+  all pass and its error is no more than theirs added.
 
 Torch-free; only rows are rewritten (the metrics stay the row's own numbers).
 """
@@ -37,6 +38,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ptdbg_ascend.comparison.precision import carried_inputs, explained_by_inputs, is_branch_backward
 from ptdbg_ascend.comparison.records import TensorRecord
 from ptdbg_ascend.comparison.rows import CompareRow
+from ptdbg_ascend.comparison.tolerances import EPSILON
 from ptdbg_ascend.comparison.verdicts import ERROR, PASS, Judgement
 from ptdbg_ascend.formats.naming import api_of
 
@@ -47,8 +49,10 @@ CARRY = 2.0
 # A branch flip touches the elements that sit on the branch point: at most this share of the tensor.
 BRANCH_SHARE = 0.01
 # How closely the means of an autograd sum's terms must add up to its mean, relative to the sum's size
-# (rms or terms' means): float32 means of a sum agree with the sum of the means to ~1e-7 of that.
+# (rms or terms' means): float32 means of a sum agree with the sum of the means to ~1e-7 of that; a sum
+# rounded to a lower precision (float32 terms of a bfloat16 gradient) to SUM_ULPS units of that precision.
 SUM_RTOL = 1e-5
+SUM_ULPS = 4.0
 # The earlier outputs of the same shape searched for an autograd sum's terms (the latest ones).
 SUM_CANDIDATES = 12
 
@@ -159,7 +163,8 @@ def _sums_to(total: TensorRecord, terms: Sequence[TensorRecord]) -> bool:
     scale = sum(abs(part[2]) for part in parts)
     if norm is not None and total.shape:
         scale = max(scale, norm / math.sqrt(max(math.prod(total.shape), 1)))
-    slack = SUM_RTOL * scale
+    precision = max([EPSILON.get(record.dtype, 0.0) for record in (total,) + tuple(terms)] or [0.0])
+    slack = max(SUM_RTOL, SUM_ULPS * precision / 2.0) * scale
     return abs(mean - sum(part[2] for part in parts)) <= slack and \
         high <= sum(part[0] for part in parts) + slack and low >= sum(part[1] for part in parts) - slack
 
@@ -197,7 +202,7 @@ def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
     outputs: Dict[Tuple, int] = {}  # NPU output key -> index of the latest row holding it
     inputs_of: Dict[int, List[int]] = {}  # id(NPU call) -> indices of its input rows so far
     flipped = set()  # indices of rows passed as branch flips, or holding them
-    by_shape: Dict[Tuple, List[int]] = {}  # (dtype, shape) -> indices of the latest backward outputs
+    by_shape: Dict[Tuple, List[int]] = {}  # shape -> indices of the latest backward outputs (any dtype: a cast)
     for index, row in enumerate(rows):
         if row.one_sided or not row.compared:
             continue
@@ -212,9 +217,8 @@ def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
                     out[index] = _inherit(row, producer, found + 2)
                 if found in flipped and _key(producer.bench) == _key(row.bench):
                     flipped.add(index)
-            elif row.judgement.grade == ERROR and row.pair.npu_call.name.endswith("_backward"):
-                shape = (row.npu.dtype, tuple(row.npu.shape))
-                terms = _autograd_sum(row, out, by_shape.get(shape, ())[-SUM_CANDIDATES:])
+            elif row.judgement.grade == ERROR:  # a gradient autograd summed (a backward input, an optimizer's)
+                terms = _autograd_sum(row, out, by_shape.get(tuple(row.npu.shape), ())[-SUM_CANDIDATES:])
                 judged = _judged_as_sum(row, [out[i] for i in terms]) if terms else None
                 if judged is not None:
                     out[index] = judged
@@ -235,5 +239,5 @@ def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
             if key is not None:
                 outputs[key] = index
                 if row.pair.npu_call.name.endswith("_backward"):
-                    by_shape.setdefault((row.npu.dtype, tuple(row.npu.shape)), []).append(index)
+                    by_shape.setdefault(tuple(row.npu.shape), []).append(index)
     return out

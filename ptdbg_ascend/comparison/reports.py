@@ -19,6 +19,7 @@ from ptdbg_ascend.comparison.records import TensorRecord, user_stack_text
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.formats.layout import COMPARE_RESULT_STEM
+from ptdbg_ascend.formats.naming import FORWARD, split_call_name
 
 FILE_MODE = 0o640
 METRIC_FIELDS = dict(zip(col.METRICS + col.EXTRA_METRICS, LEGACY_FIELDS + EXTRA_FIELDS))
@@ -93,9 +94,18 @@ def row_cells(row: CompareRow, stack_mode: bool) -> Dict[str, object]:
             cells[name] = (n_value - b_value) if (n_value is not None and b_value is not None) else NAN
     cells[col.RESULT] = row.result
     cells[col.ERR_MESSAGE] = row.message
-    cells[col.ALLOWED_RTOL] = row.tolerance.rtol if (row.tolerance is not None and not row.tolerance.exact) else ""
+    tolerance = row.tolerance if (row.tolerance is not None and not row.tolerance.exact) else None
+    cells[col.ALLOWED_RTOL] = tolerance.rtol if tolerance is not None else ""
     needed = row.judgement.needed_rtol
     cells[col.NEEDED_RTOL] = needed if needed is not None else ""
+    cells[col.CARRIED_THROUGH] = tolerance.rule if tolerance is not None and tolerance.carried else ""
+    share = row.judgement.share
+    cells[col.SHARE] = share if share is not None else ""
+    metrics = row.metrics
+    if tolerance is not None and metrics is not None and metrics.bench_norm and metrics.size is not None:
+        cells[col.ALLOWED_RELATIVE] = tolerance.norm_allowed(metrics.bench_norm, metrics.size) / metrics.bench_norm
+    else:
+        cells[col.ALLOWED_RELATIVE] = ""
     if stack_mode:
         call = row.pair.npu_call  # the column holds NPU stacks only; a bench-only row leaves it empty
         cells[col.STACK] = user_stack_text(call.stack) if (row.pair.first_of_call and call is not None
@@ -139,4 +149,6 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
     """The same table as an ``.xlsx`` (see :func:`ptdbg_ascend.comparison.xlsx_report.write_xlsx`)."""
     from ptdbg_ascend.comparison import xlsx_report
 
-    xlsx_report.write_xlsx(path, columns, table, [row.result for row in rows], first_failure)
+    points = [(row.judgement.share, split_call_name(row.call.name).direction if row.call is not None else FORWARD)
+              for row in rows]
+    xlsx_report.write_xlsx(path, columns, table, [row.result for row in rows], first_failure, points)

@@ -45,7 +45,7 @@ def compare_records(npu: TensorRecord, bench: TensorRecord, tolerance: Optional[
         if problem:
             return not_compared(Status.NOT_READ, problem)
         arrays.append(array)
-    return compare_arrays(arrays[0], arrays[1], tolerance)
+    return compare_arrays(arrays[0], arrays[1], tolerance, (npu.dtype, bench.dtype))
 
 
 def _load_or_message(path: Optional[str], root: Optional[str]):

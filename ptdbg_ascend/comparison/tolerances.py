@@ -63,9 +63,13 @@ SMALLEST_STEP = {
 # to within a factor of 2 (measured on transformers decoders, fp32 against bf16 and fp16: the largest clean
 # row used 0.85 of its allowance, a planted 2 % error at least 1.4 times it).
 GAIN = 2.0
+# Summary mode: a statistic difference understates the error it comes from (a tensor's round-off hardly moves
+# its norm), so what the inputs' statistics carry in gets twice the margin.
+SUMMARY_GAIN = 2.0 * GAIN
 # Above this share of what is allowed (or when the legacy column says No) a passing row's Result is "warning":
-# worth a look when hunting a small drift.
-WARNING_SHARE = 0.5
+# worth a look when hunting a small drift. A worst-case rounding of a few values reaches 0.75 of one unit of
+# round-off; on the transformers runs, 0.4 % of the rows of clean fp32-against-bf16 compares were above 0.7.
+WARNING_SHARE = 0.8
 
 
 class Tolerance(NamedTuple):
@@ -125,12 +129,14 @@ class Tolerance(NamedTuple):
             needed = max(needed, worst_slack / (ratio * scale) if scale > 0 else math.inf)
         return needed
 
-    def with_carried(self, reference: float, carried: float, carried_worst: float, rule: str) -> "Tolerance":
-        """This tolerance with what the inputs bring in (norms before the margin :data:`GAIN`, applied here)."""
+    def with_carried(self, reference: float, carried: float, carried_worst: float, rule: str,
+                     gain: float = GAIN) -> "Tolerance":
+        """This tolerance with what the inputs bring in (norms before the margin ``gain``, default
+        :data:`GAIN`, applied here)."""
         if self.exact:
             return self
-        return self._replace(reference=max(reference, 0.0), carried=GAIN * max(carried, 0.0),
-                             carried_worst=GAIN * max(carried_worst, 0.0), rule=rule)
+        return self._replace(reference=max(reference, 0.0), carried=gain * max(carried, 0.0),
+                             carried_worst=gain * max(carried_worst, 0.0), rule=rule)
 
 
 def is_float(dtype: str) -> bool:

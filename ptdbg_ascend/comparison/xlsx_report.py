@@ -1,5 +1,7 @@
 """The ``.xlsx`` compare report: the CSV's table on sheet "compare_result" with failing rows coloured and
-the first failure selected, and a Cosine / MaxAbsErr chart along execution order on sheet "chart".
+the first failure selected, and on sheet "chart" each row's error relative to what it was allowed (1 = the
+limit) along execution order, forward and backward calls in two charts, coloured pass / warning / error, the
+first failure marked.
 
 openpyxl is imported when :func:`write_xlsx` runs only, so importing the package stays light.
 """
@@ -9,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.fs.writes import replace_file
@@ -44,7 +46,7 @@ def sheet_order(columns: Sequence[str]) -> List[int]:
 
 
 def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[object]], results: Sequence[str],
-               first_failure: Optional[int]) -> None:
+               first_failure: Optional[int], points: Optional[Sequence[Tuple[Optional[float], str]]] = None) -> None:
     """Write the compare table to ``path`` as a new 0640 ``.xlsx`` (a same-named file is replaced).
 
     :param path: the ``.xlsx`` file to write.
@@ -57,11 +59,15 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
         "unknown", "not compared"); "error" rows are filled red, "warning" rows yellow.
     :param first_failure: 0-based index into ``table`` of the row the advisor names, or ``None``. That
         row is bold on a darker red, selected, and scrolled into view when the file opens, and marked
-        on the chart at its Cosine (at 0 when its Cosine is not a number).
+        on the chart.
+    :param points: per row, ``(share, direction)``: how much of its allowance the row used (None: not
+        judged) and "forward"/"backward"; the chart plots them (default None: no chart).
     :raises DumpWriteError: the file cannot be written (the message names ``path``).
     """
     if len(results) != len(table):
         raise ValueError("write_xlsx: {} results for {} rows".format(len(results), len(table)))
+    if points is not None and len(points) != len(table):
+        raise ValueError("write_xlsx: {} chart points for {} rows".format(len(points), len(table)))
     if first_failure is not None and not 0 <= first_failure < len(table):
         raise ValueError("write_xlsx: first_failure={} is not a row index of a {}-row table".format(
             first_failure, len(table)))
@@ -72,7 +78,7 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
 
     def write(descriptor: int) -> None:
         with os.fdopen(os.dup(descriptor), "wb") as handle:
-            _workbook(columns, table, results, first_failure).save(handle)
+            _workbook(columns, table, results, first_failure, points).save(handle)
 
     # A temporary file renamed into place: a same-named report is replaced, a failed write leaves no
     # half-written zip (Excel would offer a repair), and the file is 0640 whatever the umask.
@@ -80,7 +86,7 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
 
 
 def _workbook(columns: Sequence[str], table: Sequence[Sequence[object]], results: Sequence[str],
-              first_failure: Optional[int]):
+              first_failure: Optional[int], points: Optional[Sequence[Tuple[Optional[float], str]]]):
     from openpyxl import Workbook
 
     # Write-only mode streams rows to a temporary file: memory stays flat and it is faster (5,000 x 25
@@ -89,8 +95,8 @@ def _workbook(columns: Sequence[str], table: Sequence[Sequence[object]], results
     # known before each row; the autofilter and the chart go at the end of the file anyway.
     book = Workbook(write_only=True)
     _write_table(book.create_sheet(RESULT_SHEET), columns, table, results, first_failure)
-    if col.COSINE in columns and col.MAX_ABS in columns and table:
-        _write_chart(book.create_sheet(CHART_SHEET), columns, table, first_failure)
+    if points is not None and table:
+        _write_chart(book.create_sheet(CHART_SHEET), columns, table, results, first_failure, points)
     return book
 
 
@@ -222,101 +228,108 @@ def _width(name: str) -> float:
     return NUMBER_WIDTH
 
 
-def _number(value: object) -> Optional[float]:
-    """A finite number cell as a float; text ("Nan", "N/A", "unsupported"), None and NaN give None."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+# The chart's value axis: shares are drawn between these (log scale); 0 (identical) sits on the floor.
+SHARE_FLOOR, SHARE_CEILING = 1e-3, 1e3
+# Point colours by Result: the xlsx's fills, darker, so they read on white.
+POINT_COLOURS = {"pass": "70AD47", "warning": "BF8F00", "error": "C00000"}
+GRADES = ("pass", "warning", "error")
+
+
+def _plotted(share: Optional[float]) -> Optional[float]:
+    """A share as drawn: clipped to [SHARE_FLOOR, SHARE_CEILING]; None (not judged) stays a gap."""
+    if share is None or (isinstance(share, float) and math.isnan(share)):
         return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+    return min(max(share, SHARE_FLOOR), SHARE_CEILING)
 
 
-def _write_chart(sheet, columns: Sequence[str], table: Sequence[Sequence[object]],
-                 first_failure: Optional[int]) -> None:
-    from openpyxl.chart import LineChart, Reference
-    from openpyxl.chart.axis import TextAxis
-    from openpyxl.chart.label import DataLabelList
+def _write_chart(sheet, columns: Sequence[str], table: Sequence[Sequence[object]], results: Sequence[str],
+                 first_failure: Optional[int], points: Sequence[Tuple[Optional[float], str]]) -> None:
+    """Sheet "chart": a data block (CSV line; per direction one column of shares per grade; the allowed line;
+    the first failure) and two scatter charts over it, forward calls and backward calls, each row's error as a
+    share of what it was allowed on a log axis, 1 being the limit: a planted error stands out as the first red
+    point above the line, and round-off below it."""
+    from openpyxl.chart import Reference, ScatterChart, Series
 
-    cosine_index, max_abs_index = columns.index(col.COSINE), columns.index(col.MAX_ABS)
-    marker_title = "First failure"
-    if first_failure is not None:
-        marker_title = "First failure (CSV line {})".format(first_failure + 2)
-    # Printed (or exported to PDF) landscape, one page wide: the chart whole rather than cut at the
-    # margin. Set before the first row: write-only mode writes the sheet's properties with it.
+    # Printed (or exported to PDF) landscape, one page wide. Set before the first row: write-only mode
+    # writes the sheet's properties with it.
     sheet.page_setup.orientation = "landscape"
     sheet.page_setup.fitToWidth, sheet.page_setup.fitToHeight = 1, 0
     sheet.sheet_properties.pageSetUpPr.fitToPage = True
-    for letter, width in (("A", 10), ("B", NUMBER_WIDTH), ("C", NUMBER_WIDTH), ("D", 26)):
-        sheet.column_dimensions[letter].width = width
-    sheet.append(["CSV line", col.COSINE, col.MAX_ABS + " (> 0)", marker_title])
-    marker_value = None
-    for row_index, row in enumerate(table):
-        cosine = _number(row[cosine_index])
-        max_abs = _number(row[max_abs_index])
-        # a log axis cannot show 0 or negative values: those cells stay empty (a gap in the line)
-        max_abs = max_abs if max_abs is not None and max_abs > 0 else None
-        marked = None
-        if row_index == first_failure:
-            # on the Cosine axis; a failure whose cosine is not a number (NaN, unsupported) is marked at 0
-            marked = marker_value = cosine if cosine is not None else 0.0
-        sheet.append([row_index + 2, cosine, max_abs, marked])
+    directions = ("forward", "backward")
+    header = ["CSV line"] + ["{} {}".format(direction, grade) for direction in directions for grade in GRADES] + \
+        ["allowed (1)", "first failure"]
+    for index in range(len(header)):
+        sheet.column_dimensions[_letter(index + 1)].width = 12
+    sheet.append(header)
+    for row_index, (share, direction) in enumerate(points):
+        grade = results[row_index] if results[row_index] in GRADES else None
+        values = [None] * (len(directions) * len(GRADES))
+        if grade is not None:
+            values[directions.index(direction if direction in directions else "forward") * len(GRADES)
+                   + GRADES.index(grade)] = _plotted(share)
+        marked = _plotted(share) if row_index == first_failure else None
+        if row_index == first_failure and marked is None:
+            marked = SHARE_CEILING  # a failure without a share (inf/nan positions) is drawn at the top
+        sheet.append([row_index + 2] + values + [1.0, marked])
     last_row = len(table) + 1
-
-    chart = LineChart()
-    chart.title = _chart_title(columns, table, first_failure)
-    chart.width, chart.height = 30, 14
-    chart.display_blanks = "gap"
-    chart.add_data(Reference(sheet, min_col=2, min_row=1, max_row=last_row), titles_from_data=True)
-    if marker_value is not None:
-        chart.add_data(Reference(sheet, min_col=4, min_row=1, max_row=last_row), titles_from_data=True)
-    lines = LineChart()
-    lines.add_data(Reference(sheet, min_col=3, min_row=1, max_row=last_row), titles_from_data=True)
-    categories = Reference(sheet, min_col=1, min_row=2, max_row=last_row)
-    chart.set_categories(categories)
-    lines.set_categories(categories)
-
-    cosine_series, max_abs_series = chart.series[0], lines.series[0]
-    for series, colour in ((cosine_series, "1F4E79"), (max_abs_series, "ED7D31")):
-        series.smooth = False  # some readers smooth a line series unless told not to: it would invent values
-        series.marker.symbol = "none"  # thousands of points: markers would hide the line
-        series.graphicalProperties.line.solidFill = colour
-        series.graphicalProperties.line.width = 12700  # 1 pt, in EMU
-    if marker_value is not None:
-        marker = chart.series[1]
-        marker.smooth = False
-        marker.marker.symbol = "diamond"
-        marker.marker.size = 14
-        marker.marker.graphicalProperties.solidFill = "C00000"
-        marker.marker.graphicalProperties.line.solidFill = "C00000"
-        marker.graphicalProperties.line.noFill = True
-        # The series name beside its single point: the CSV line is readable on the chart itself.
-        marker.dLbls = DataLabelList(showSerName=True, showVal=False, showCatName=False, showLegendKey=False,
-                                     showPercent=False, showBubbleSize=False, dLblPos="r")
-
-    chart.x_axis.title = "CSV line (execution order)"
-    chart.y_axis.title = col.COSINE
-    lines.y_axis.title = col.MAX_ABS + " (log)"
-    # The secondary value axis (id 200) is laid out as Excel writes one: with its own hidden category axis
-    # (id 300), so that LibreOffice too puts it on the right instead of drawing a second x axis on top.
-    lines.x_axis = TextAxis(axId=300, crossAx=200, delete=True)
-    lines.y_axis.axId, lines.y_axis.crossAx = 200, 300
-    lines.y_axis.crosses = "max"  # drawn on the right
-    lines.y_axis.scaling.logBase = 10
-    lines.y_axis.majorGridlines = None
-    # openpyxl 3.1 writes axes as deleted unless told otherwise: Excel would then draw no axis at all
-    for axis in (chart.x_axis, chart.y_axis, lines.y_axis):
-        axis.delete = False
-    chart.x_axis.axPos, lines.y_axis.axPos = "b", "r"
-    # ~20 labels along x whatever the row count, instead of thousands of overlapping line numbers
-    chart.x_axis.tickLblSkip = chart.x_axis.tickMarkSkip = max(1, len(table) // 20)
-    chart.legend.position = "b"
-    chart += lines
-    sheet.add_chart(chart, "F2")
+    x_values = Reference(sheet, min_col=1, min_row=2, max_row=last_row)
+    failure_direction = points[first_failure][1] if first_failure is not None else None
+    anchor_rows = {"forward": 2, "backward": 32}
+    for number, direction in enumerate(directions):
+        chart = ScatterChart()
+        failing_here = any(results[i] == "error" and points[i][1] == direction for i in range(len(points)))
+        chart.title = _chart_title(columns, table, first_failure if failure_direction == direction else None,
+                                   direction, failing_here)
+        chart.style = 13
+        chart.width, chart.height = 30, 14
+        for offset, grade in enumerate(GRADES):
+            column = 2 + number * len(GRADES) + offset
+            series = Series(Reference(sheet, min_col=column, min_row=1, max_row=last_row), x_values,
+                            title_from_data=True)
+            series.marker.symbol = "circle"
+            series.marker.size = 4
+            series.marker.graphicalProperties.solidFill = POINT_COLOURS[grade]
+            series.marker.graphicalProperties.line.solidFill = POINT_COLOURS[grade]
+            series.graphicalProperties.line.noFill = True  # points only: a line would join unrelated rows
+            chart.series.append(series)
+        limit = Series(Reference(sheet, min_col=2 + 2 * len(GRADES), min_row=1, max_row=last_row), x_values,
+                       title_from_data=True)
+        limit.marker.symbol = "none"
+        limit.smooth = False
+        limit.graphicalProperties.line.solidFill = "404040"
+        limit.graphicalProperties.line.dashStyle = "dash"
+        chart.series.append(limit)
+        if failure_direction == direction:
+            marker = Series(Reference(sheet, min_col=3 + 2 * len(GRADES), min_row=1, max_row=last_row), x_values,
+                            title="first failure (CSV line {})".format(first_failure + 2))
+            marker.marker.symbol = "diamond"
+            marker.marker.size = 14
+            marker.marker.graphicalProperties.solidFill = "C00000"
+            marker.marker.graphicalProperties.line.solidFill = "000000"
+            marker.graphicalProperties.line.noFill = True
+            chart.series.append(marker)
+        chart.x_axis.title = "CSV line (execution order)"
+        chart.y_axis.title = "error / allowed (1 = the limit)"
+        chart.y_axis.scaling.logBase = 10
+        chart.y_axis.scaling.min, chart.y_axis.scaling.max = SHARE_FLOOR, SHARE_CEILING
+        chart.x_axis.scaling.min, chart.x_axis.scaling.max = 2, max(last_row, 3)
+        # openpyxl 3.1 writes axes as deleted unless told otherwise: Excel would then draw no axis at all
+        chart.x_axis.delete = chart.y_axis.delete = False
+        chart.legend.position = "b"
+        sheet.add_chart(chart, "{}{}".format(_letter(len(header) + 2), anchor_rows[direction]))
 
 
-def _chart_title(columns: Sequence[str], table: Sequence[Sequence[object]], first_failure: Optional[int]) -> str:
-    title = "Cosine and MaxAbsErr along execution order"
+def _letter(number: int) -> str:
+    from openpyxl.utils import get_column_letter
+
+    return get_column_letter(number)
+
+
+def _chart_title(columns: Sequence[str], table: Sequence[Sequence[object]], first_failure: Optional[int],
+                 direction: str, failing: bool) -> str:
+    title = "{} calls: error / allowed along execution order".format(direction.capitalize())
     if first_failure is None:
-        return title + ": no failure"
+        return title + (": failing rows after the first failure" if failing else ": no failure")
     title += " - first failure: CSV line {}".format(first_failure + 2)
     if col.NPU_NAME in columns:
         title += ", {}".format(table[first_failure][columns.index(col.NPU_NAME)])

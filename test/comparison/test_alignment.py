@@ -116,7 +116,10 @@ def test_extra_npu_call_end_to_end(legacy_dump, output_dir):
     counts = outcome.counts
     assert (counts.rows, counts.paired, counts.compared, counts.failed, counts.npu_only, counts.bench_only) == (
         12, 10, 10, 0, 2, 0)
-    assert outcome and outcome.first_failure is None
+    # 2 of 12 NPU rows (17 %, beyond the 5 % allowed) were never compared: not a pass, but not a failure either
+    assert not outcome and outcome.first_failure is None and outcome.status == "incomplete"
+    assert counts.coverage_problems() == ("2 of 12 NPU rows (17%) have no bench partner (different models, dump "
+                                          "modes or filters: list, range, api_list, scope?)",)
 
 
 def test_bench_only_call_is_placed_after_the_npu_partner_of_the_bench_call_before_it():
@@ -223,7 +226,8 @@ def test_backward_in_another_order_end_to_end(legacy_dump, output_dir):
         ("Functional_linear_1_backward_output.0", "Functional_linear_0_backward_output.0"),
     ]
     assert [r["Result"] for r in rows] == ["unmatched"] * 2 + ["pass"] * 8
-    assert outcome
+    # the extra NPU call is 2 of 10 NPU rows, never compared: incomplete (beyond 5 %), though nothing failed
+    assert not outcome and outcome.status == "incomplete" and outcome.counts.failed == 0
 
 
 # --------------------------------------------------------------------------- checkpoint re-computation

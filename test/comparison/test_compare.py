@@ -48,8 +48,9 @@ def test_identical_dumps_all_yes_and_columns_in_legacy_order(two_dumps, output_d
     with open(outcome.advisor_path) as handle:
         assert handle.read() == ("All data in comparison result meets the accuracy requirements.\nCompared: 7 of 7 "
                                  "paired tensors (0 failing, 0 warnings, 0 not compared, 0 unmatched); 0 NPU-only and "
-                                 "0 bench-only rows.\nLine: NA\nSuspect Nodes: NA\nExpert Advice: All data in "
-                                 "comparison result meets the accuracy requirements.\n")
+                                 "0 bench-only rows. Paired: forward 7 of 7 NPU rows, backward 0 of 0.\nLine: NA\n"
+                                 "Suspect Nodes: NA\nExpert Advice: All data in comparison result meets the accuracy "
+                                 "requirements.\n")
     assert outcome and str(outcome) == "all compared tensors reached the accuracy (7 of 7 paired tensors compared, " \
         "0 failing)"
 
@@ -65,11 +66,10 @@ def test_planted_difference_is_first_no_and_advisor_suspect(two_dumps, output_di
     assert outcome.first_failure == "Functional_linear_0_forward_output"
     with open(outcome.advisor_path) as handle:
         text = handle.read()
-    assert text.startswith("Suspect API: Functional_linear_0_forward (Cause: its inputs still match, its output "
-                           "does not)\n")
+    assert text.startswith("Suspect API: Functional_linear_0_forward (Cause: its output differs beyond what its "
+                           "precision and its inputs explain)\n")
     assert "\nLine: 4\nSuspect Nodes: Functional_linear_0_forward_output\nExpert Advice: The inputs " \
-           "of Functional_linear_0_forward still match but its output does not" in text
-    assert "Suspect API: Functional_linear_0_forward (Cause: its inputs still match, its output does not)" in text
+           "of Functional_linear_0_forward are within what their precision explains, but its output is not" in text
     assert os.path.basename(outcome.advisor_path).startswith("advisor_run1_")
 
 

@@ -94,7 +94,8 @@ def test_planted_learning_rate_names_the_optimizer_call_as_the_cause(runs, tmp_p
     assert finding.user_line.endswith("optimizer.step()  # the optimizer line")
     with open(outcome.advisor_path, encoding="utf-8") as handle:
         advice = handle.read()
-    assert "The inputs of {} still match but its output does not".format(suspect) in advice
+    assert "The inputs of {} are within what their precision explains, but its output is not".format(suspect) in advice
+    assert "Check the optimizer's hyper-parameters on both sides (lr, betas, eps" in advice  # its class's next step
     assert "no dumped API produced it" not in advice and "seed_all() on both sides" not in advice
 
 
