@@ -360,15 +360,17 @@ class RankDirectoryClaim(object):
             raise
         self.lock, self._created = lock, created
 
-    def release(self, cut: str = "") -> None:
-        """Unlock, and remove the directories this claim created if they are empty. Idempotent. ``cut``
-        (default "": a clean close) says why the dump ends cut short: the lock then stays, holding it
-        (:meth:`DumpLock.leave_cut`)."""
+    def release(self, cut: str = "") -> bool:
+        """Unlock, and remove the directories this claim created if they are empty; whether there was a
+        claim. Idempotent. ``cut`` (default "": a clean close) says why the dump ends cut short: the lock
+        then stays, holding it (:meth:`DumpLock.leave_cut`)."""
         lock, self.lock = self.lock, None
-        if lock is not None:
-            if cut:
-                lock.leave_cut(cut)
-            else:
-                lock.release()
-            remove_empty_dirs(self._created)
-            self._created = []
+        if lock is None:
+            return False
+        if cut:
+            lock.leave_cut(cut)
+        else:
+            lock.release()
+        remove_empty_dirs(self._created)
+        self._created = []
+        return True

@@ -52,6 +52,8 @@ TRAIN = textwrap.dedent('''
         print("STEP", k, flush=True)
         if mode == "clean" and k == {steps} - 1:
             break
+        if mode == "raise" and k == {raise_at}:
+            raise KeyboardInterrupt  # Ctrl-C mid-run: the exit closes the window that had no OFF/stop()
         if k >= {steps} - 1 and kind == "legacy":
             time.sleep(600)  # never past the clean run: wait here to be killed
         time.sleep(0.01)
@@ -59,7 +61,7 @@ TRAIN = textwrap.dedent('''
         set_dump_switch("OFF")
     else:
         debugger.stop()
-''').replace("{steps}", str(CLEAN_STEPS))
+''').replace("{steps}", str(CLEAN_STEPS)).replace("{raise_at}", "9")
 
 
 def run_clean(tmp_path, kind: str, name: str) -> str:
@@ -229,6 +231,56 @@ def test_killed_precision_debugger_run(tmp_path, output_dir, capsys):
     assert torn[0].endswith("the last complete call is {}{}. Compare runs on what is there.".format(last, tail))
     assert [d.calls for d in outcome.torn] == [len(data), len(data)]
     assert outcome.counts.compared == outcome.torn[0].records > 0
+
+
+# -- 1b. a run ended by an uncaught exception with its window on: cut, though every record is there ---------
+@needs_torch
+@pytest.mark.parametrize("kind", ["legacy", "msprobe"])
+def test_a_run_ended_by_an_uncaught_exception_is_named_cut(tmp_path, capsys, kind):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    npu = tmp_path / "npu"
+    run = subprocess.run([sys.executable, str(script), str(npu), kind, "raise"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, timeout=120)
+    assert run.returncode != 0 and "KeyboardInterrupt" in run.stderr, run.stderr
+    assert "ends cut short: the process exited on an uncaught KeyboardInterrupt" in run.stdout, run.stdout
+    rank_dir = str(npu / ("run_v1.0/rank0" if kind == "legacy" else "step0/rank"))
+    with open(os.path.join(rank_dir, ".ptdbg.lock"), encoding="utf-8") as handle:
+        pid_host, cut = handle.read().split("\n")[:2]
+    assert pid_host.split()[1] == HOST
+    assert cut == "cut: the process exited on an uncaught KeyboardInterrupt with the dump window on"
+    dump = os.path.join(rank_dir, "npu_dump.pkl" if kind == "legacy" else "dump.json")
+    capsys.readouterr()
+    parse(dump, "Functional_linear_0_forward")
+    (torn,) = torn_warnings(capsys.readouterr().out)
+    # nothing is lost: the 10 steps up to the exception are all there, 8 calls each in the pkl (the filter drops
+    # the backward of Tensor.sum, whose only tensor is 0-d), 9 in dump.json
+    assert torn.startswith("The dump {} ended without a clean close (pid {} on host {} is gone; the process exited "
+                           "on an uncaught KeyboardInterrupt with the dump window on): {}{} complete calls".format(
+                               dump, pid_host.split()[0], HOST, "its last flush holds " if kind == "msprobe" else "",
+                               80 if kind == "legacy" else 90)), torn
+    assert torn.endswith("parse shows what is there.")
+
+
+@needs_torch
+def test_the_next_run_takes_over_a_killed_runs_lock_and_removes_its_temporary_files(tmp_path):
+    npu, pid = run_killed(tmp_path, "legacy", "npu", lambda out, steps: steps >= 4)
+    rank_dir = os.path.join(npu, "run_v1.0", "rank0")
+    planted = [os.path.join(rank_dir, "npu_dump", ".Torch_relu_9_forward_output.npy.k2j4h5g6.tmp"),
+               os.path.join(rank_dir, ".npu_dump.pkl.a8b7c6d5.tmp")]
+    for path in planted:  # what a kill in the middle of writing these files leaves
+        open(path, "wb").close()
+    mine = os.path.join(rank_dir, ".notes.tmp")  # not one of the tool's temporary names: kept
+    open(mine, "wb").close()
+    script = tmp_path / "train.py"
+    run = subprocess.run([sys.executable, str(script), str(npu), "legacy", "clean"], stdout=subprocess.PIPE,
+                         text=True, timeout=120, check=True)
+    assert "Taking over the stale dump lock {} of process {} (no longer running).".format(
+        os.path.join(rank_dir, ".ptdbg.lock"), pid) in run.stdout
+    removed = re.search(r"Removed (\d+) temporary files? that the killed run left in (.*)\.", run.stdout)
+    assert removed and int(removed.group(1)) >= 2 and removed.group(2) == rank_dir, run.stdout
+    assert not any(os.path.exists(path) for path in planted) and os.path.exists(mine)
+    assert not os.path.exists(os.path.join(rank_dir, ".ptdbg.lock"))
 
 
 # -- 2. a lock whose writer is alive, another host's lock, leftovers, a partial line (hand-made) ------

@@ -18,6 +18,7 @@ from ptdbg_ascend.formats.naming import STACK_SUFFIX
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.legacy.pkl_writer import LegacyPklWriter
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
+from ptdbg_ascend.fs.writes import LOCK_NAME
 
 
 class DumpLocation(object):
@@ -58,8 +59,8 @@ class LegacySink(RecordSink):
         directory's lock: a second process writing there gets a DumpPathError naming the holder."""
         self._rank_dir.claim(os.path.dirname(self.location.pkl_path(rank, self.config.mode)))
 
-    def _release(self) -> None:
-        self._rank_dir.release()
+    def _release(self, cut: str = "") -> None:
+        self._rank_dir.release(cut)
 
     def inputs_before(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         # Their statistics and npy copies are taken now and written with the outputs, in the same lines.
@@ -131,14 +132,27 @@ class LegacySink(RecordSink):
                 self._writer.flush()
 
     def close(self) -> None:
+        self._close("")
+
+    def close_cut(self, why: str) -> None:
+        # The process ends with the window on (no OFF): what was recorded is written, and the lock stays
+        # with why in it, so the dump reads as cut, not as a complete shorter run.
+        self._close(why)
+
+    def _close(self, cut: str) -> None:
         with self.lock:
             writer, self._writer = self._writer, None
         try:
             if writer is not None:
                 writer.close()
-                logger.info("Dump data of this window is in {}.".format(writer.pkl_path))
+                if cut:
+                    logger.warning("The dump {} ends cut short: {}. Its calls up to the exception are written; its "
+                                   "{} stays in {}, so compare and parse name it as cut.".format(
+                                       writer.pkl_path, cut, LOCK_NAME, os.path.dirname(writer.pkl_path)))
+                else:
+                    logger.info("Dump data of this window is in {}.".format(writer.pkl_path))
         finally:
-            self._release()
+            self._release(cut if writer is not None else "")
 
 
 class LegacyRecorder(Recorder):
@@ -179,6 +193,9 @@ class LegacyRecorder(Recorder):
     def flush(self) -> None:
         """Wait until everything recorded so far is on disk."""
         self.legacy_sink.flush()
+
+    def close_cut(self, why: str) -> None:
+        self.legacy_sink.close_cut(why)
 
     def close(self) -> None:
         self.legacy_sink.close()

@@ -2,12 +2,11 @@
 dump.json, stack.json, construct.json and the ``.pt`` files, as ``reference/msprobe_1_0_4.md`` §5-6.
 
 The writer is a formatter: it receives entries (dicts built by ``ptdbg_ascend.msprobe.leaves``) and tensors.
-The JSON text is ``json_text``'s (msprobe's key order, ``indent=1``, bare ``NaN``/``Infinity`` tokens);
-``.pt`` files are ``torch.save`` of a detached contiguous copy, keeping device and dtype (bf16 stays bf16),
-written by a background thread; the copy is taken at once, so a later in-place update of the tensor
-(optimizer step) cannot change what is saved. That thread also reads a CPU tensor's statistics from the copy
-(``late_statistics.py``); a tensor saved again unchanged gets a hard link to its first file. Files 0640,
-directories 0750.
+The JSON text is ``json_text``'s (msprobe's key order, ``indent=1``, bare ``NaN``/``Infinity`` tokens); ``.pt``
+files are ``torch.save`` of a detached contiguous copy, keeping device and dtype (bf16 stays bf16), written by
+a background thread; the copy is taken at once, so a later in-place update of the tensor (optimizer step)
+cannot change what is saved. That thread also reads a CPU tensor's statistics from the copy
+(``late_statistics.py``); a tensor saved again unchanged gets a hard link to its first file (files 0640).
 
 Unlike 1.0.4 (§12 quirk 3), :meth:`MsprobeJsonWriter.flush` rewrites the files with *every* entry of the
 step so far: a second start()/stop() window in a step adds to the first. JSON files are replaced atomically
@@ -437,11 +436,12 @@ class MsprobeJsonWriter(object):
         if self._failed is not None:
             self._resume()
 
-    def release(self) -> None:
-        """Remove the reserve and give the lock back (stop(), exit). Idempotent. The reserve's blocks are
-        given back by a helper thread (``JsonReserve.release``): the training thread does not wait."""
+    def release(self, cut: str = "") -> bool:
+        """Remove the reserve and give the lock back (stop(), exit); whether it was held. Idempotent. The
+        reserve's blocks are given back by a helper thread (``JsonReserve.release``): the training thread
+        does not wait. ``cut`` (default "": a clean close): why the step ends cut short; the lock stays."""
         self._space.release(wait=False)
-        self._rank_dir.release()
+        return self._rank_dir.release(cut)
 
 
 def _write_atomic(path: str, text: JsonPieces) -> None:

@@ -99,15 +99,28 @@ class MsprobeSink(RecordSink):
         """Write the JSON files of the current step (at stop() and at interpreter exit). overflow_check:
         the pending calls are read first, which may raise OverflowLimitReached (the files are still
         written)."""
+        self._close("")
+
+    def close_cut(self, why: str) -> None:
+        """:meth:`close` at an exit that ends the process with the window on (``why``: an uncaught
+        exception): the JSON files hold every call recorded, and the lock stays with ``why`` in it."""
+        self._close(why)
+
+    def _close(self, cut: str) -> None:
         try:
             if self.overflow is not None:
                 self.overflow.flush()
         finally:
-            if self.writer is not None:
+            writer = self.writer
+            if writer is not None:
                 try:
-                    self.writer.flush()
+                    writer.flush()
                 finally:
-                    self.writer.release()  # the step/rank directory's lock (a later start() takes it again)
+                    # the step/rank directory's lock (a later start() takes it again)
+                    if writer.release(cut) and cut:
+                        logger.warning("The dump {} ends cut short: {}. Its dump.json holds every call recorded "
+                                       "until then; its .ptdbg.lock stays, so compare and parse name it as cut."
+                                       .format(writer.directory, cut))
 
     # -- construct.json ----------------------------------------------------------------------------
     def parent_of(self, name: str) -> Optional[str]:
