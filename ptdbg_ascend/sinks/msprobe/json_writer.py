@@ -47,7 +47,8 @@ from ptdbg_ascend.sinks.msprobe.json_text import JsonPieces
 from ptdbg_ascend.sinks.msprobe.late_statistics import CopyStatistics, LateStatistics
 from ptdbg_ascend.sinks.host_copies import host_tensor, release_copy
 from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
-from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
+from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, STACK, JsonReserve
+from ptdbg_ascend.sinks.msprobe.text_length import SEPARATOR
 from ptdbg_ascend.fs.writes import link_file, own_dir, own_dirs, remove_quietly, replace_text_file
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
@@ -86,7 +87,8 @@ class MsprobeJsonWriter(object):
         self._background = background
         self._flush_every = flush_every
         self._max_delay = background_module.DEFAULT_MAX_DELAY if max_delay is None else max_delay
-        self._entries = StepEntries()
+        self._space = JsonReserve(directory)
+        self._entries = StepEntries(self._space)
         self._unflushed = 0
         self._made_dirs = False
         self._rank_dir = RankDirectoryClaim()  # step/rank directories and their lock
@@ -97,11 +99,10 @@ class MsprobeJsonWriter(object):
         self._submit_lock = threading.Lock()
         self._queued = 0
         self._written = 0
-        # A full disk (module docstring): the reserve, the first write error's message (None while all is
-        # well; set, nothing more is written), whether the training thread has raised it yet, and the
-        # data_names queued since the last add_entry (an entry still being built: its files are removed
-        # when a write error leaves it unfinished).
-        self._space = JsonReserve(directory)
+        # A full disk (module docstring): the reserve (``_space``, above), the first write error's message
+        # (None while all is well; set, nothing more is written), whether the training thread has raised it
+        # yet, and the data_names queued since the last add_entry (an entry still being built: its files are
+        # removed when a write error leaves it unfinished).
         self._failed = None  # type: Optional[str]
         self._reported = False
         self._unclaimed = []  # type: List[str]
@@ -130,11 +131,9 @@ class MsprobeJsonWriter(object):
         if not self._made_dirs:
             self._make_dirs()
         space = self._space
-        if space.unmeasured[ENTRY]:  # before any rewrite has measured entries
-            space.measured(ENTRY, entry_length(name, entry))
         if not self.saves_tensors:  # (with tensor files, each file's job grows the reserve first)
-            try:
-                space.ensure(1, 1)  # the reserve covers this entry and its stack before it exists
+            try:  # the reserve covers this entry and its stack before they exist
+                space.ensure(entry_length(name, entry, self.late.new_count()) + SEPARATOR, 1)
             except OSError as error:
                 self._stop_after_error(space.error_text(error))
             if self._failed is not None:
@@ -145,7 +144,6 @@ class MsprobeJsonWriter(object):
                 if self._unclaimed:
                     with self._submit_lock:
                         self._unclaimed = []  # the files queued since the last entry: this entry names them
-                space.pending[ENTRY] += 1
                 queued = self._queued
                 deferred = self.late.take_new()
                 self._entries.add(name, entry, queued if queued > self._written else None, deferred)
@@ -165,14 +163,12 @@ class MsprobeJsonWriter(object):
     def add_stack_literals(self, name: str, literals: List[str]) -> None:
         """:meth:`add_stack` with the frames as JSON string literals (``dump/stack.user_stack_literals``)."""
         with self._lock:
-            self._space.measured(STACK, self._entries.add_stack(name, literals))
-            self._space.pending[STACK] += 1
+            self._space.added(STACK, self._entries.add_stack(name, literals))
 
     def add_construct(self, name: str, parent: Optional[str]) -> None:
         """construct.json entry ``name`` -> its parent module's name (None at top level)."""
         with self._lock:
-            self._space.measured(CONSTRUCT, self._entries.add_construct(name, parent))
-            self._space.pending[CONSTRUCT] += 1
+            self._space.added(CONSTRUCT, self._entries.add_construct(name, parent))
 
     def save_tensor(self, stem: str, tensor: Any, statistics: Optional[CopyStatistics] = None,
                     same_as: Optional[str] = None) -> Optional[str]:
@@ -203,7 +199,10 @@ class MsprobeJsonWriter(object):
                 space = self._space
                 try:
                     # Every entry that is finished if this write fails was added before it was queued:
-                    # the reserve covers them all before the file takes any space.
+                    # the reserve covers them all (counted by the bytes of their text) before the file
+                    # takes any space.
+                    with self._lock:
+                        self._entries.measure()
                     space.ensure()
                 except OSError as error:
                     self._stop_after_error("Cannot write the tensor file {}: {}".format(
