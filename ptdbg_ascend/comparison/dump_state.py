@@ -203,8 +203,8 @@ def missing_dump_note(dump_path: str) -> str:
         else:
             holds.append(note[len("its directory holds "):] if note.startswith("its directory holds ") else note)
     return ("its directory holds {}: the run writing it {} before it first wrote {} (a PrecisionDebugger writes it "
-            "within about a second of the step's first call, then at least once a second: doc/safety_guide.md), so "
-            "the calls of this step are lost; compare an earlier step.".format(
+            "about a second after the step starts, then about once a second: doc/safety_guide.md), so the calls "
+            "of this step are lost; compare an earlier step.".format(
                 " and ".join(holds), "is still running, or was killed" if lock is not None and lock[0] == RUNNING
                 else "was killed", os.path.basename(dump_path)))
 

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from ptdbg_ascend.comparison.api import compare, compare_distributed
-from ptdbg_ascend.errors import CompareError
+from ptdbg_ascend.errors import CompareError, FileFormatError
 from ptdbg_ascend import parse
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the dumping runs need torch")
@@ -44,7 +44,7 @@ TRAIN = textwrap.dedent('''
         register_hook(model, acc_cmp_dump)
         set_dump_switch("ON")
     else:
-        debugger = PrecisionDebugger(task="statistics", dump_path=out)
+        debugger = PrecisionDebugger(task="tensor" if kind == "msprobe_tensor" else "statistics", dump_path=out)
         debugger.start()
     for k in range(100000):
         x = torch.randn(4, 8, generator=torch.Generator().manual_seed(k))
@@ -231,6 +231,34 @@ def test_killed_precision_debugger_run(tmp_path, output_dir, capsys):
     assert torn[0].endswith("the last complete call is {}{}. Compare runs on what is there.".format(last, tail))
     assert [d.calls for d in outcome.torn] == [len(data), len(data)]
     assert outcome.counts.compared == outcome.torn[0].records > 0
+
+
+@needs_torch
+def test_a_step_killed_before_its_first_flush_is_said_not_just_missing(tmp_path, output_dir):
+    def early(out, _steps):  # tensor files on disk, no dump.json yet (its first rewrite comes after about 1 s)
+        tensors = os.path.join(out, "step0", "rank", "dump_tensor_data")
+        return os.path.isdir(tensors) and len(os.listdir(tensors)) >= 20
+
+    npu, pid = run_killed(tmp_path, "msprobe_tensor", "npu", early)
+    rank_dir = os.path.join(npu, "step0", "rank")
+    if os.path.exists(os.path.join(rank_dir, "dump.json")):
+        pytest.skip("the machine was too slow: the first rewrite came before the kill")
+    tensors = len([name for name in os.listdir(os.path.join(rank_dir, "dump_tensor_data")) if name.endswith(".pt")])
+    dump_json = os.path.join(rank_dir, "dump.json")
+    said = ("dump.json does not exist: its directory holds {} tensor files in dump_tensor_data and the dump lock of "
+            "pid {} on host {}, which is gone: the run writing it was killed before it first wrote dump.json".format(
+                tensors, pid, HOST))
+    with pytest.raises(FileFormatError) as compared:
+        compare({"npu_json_path": dump_json, "bench_json_path": dump_json, "is_print_compare_log": False}, output_dir,
+                xlsx=False)
+    assert str(compared.value).startswith("NPU dump file {}".format(rank_dir)) and said in str(compared.value)
+    with pytest.raises(FileFormatError) as parsed:
+        parse(dump_json, "Functional_linear_0_forward")
+    assert said in str(parsed.value)
+    with pytest.raises(CompareError) as distributed:
+        compare_distributed(os.path.join(npu, "step0"), os.path.join(npu, "step0"), output_dir, xlsx=False)
+    assert "There is no dump.json: its directory holds {} tensor files".format(tensors) in str(distributed.value)
+    assert os.listdir(output_dir) == []
 
 
 # -- 1b. a run ended by an uncaught exception with its window on: cut, though every record is there ---------
