@@ -72,13 +72,15 @@ class StepEntries(object):
         self.counted = {}  # type: Dict[str, int]
         self.unmeasured = []  # type: List[str]
 
-    def add(self, name: str, entry: Any, waits_for: Optional[int], deferred: List[Tuple[Dict[str, Any], Any]]) -> None:
+    def add(self, name: str, entry: Any, waits_for: Optional[int], deferred: List[Tuple[Dict[str, Any], Any]],
+            length: Optional[int] = None) -> None:
         """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``: a dict,
         its finished member text (``entry_text.py``: no file, nothing deferred), or an ``EntryTemplate`` (no
         file; finished when its late leaves' numbers are read back). ``waits_for``: the number
         of the last ``.pt`` job queued, when it is not written yet (None: all are); ``deferred``: its leaves
         whose statistics are still on the device. An entry finished now is kept as its text only
-        (:meth:`_keep_text`)."""
+        (:meth:`_keep_text`). ``length``: a bound of a waiting dict entry's text, when the caller has one
+        (default None: :meth:`measure` counts it later)."""
         if type(entry) is str:
             if name not in self.data:
                 self._store_text(name, entry)
@@ -119,7 +121,10 @@ class StepEntries(object):
         elif name not in self.stat_waiting and name not in self.ready_at:
             self._keep_text(name)
             return
-        self.unmeasured.append(name)
+        if length is not None:
+            self._count(name, length)
+        else:
+            self.unmeasured.append(name)
 
     def _keep_text(self, name: str) -> None:
         """Encode the finished entry ``name`` and drop its dict. Why now: a step's entries would otherwise

@@ -131,9 +131,11 @@ class MsprobeJsonWriter(object):
         if not self._made_dirs:
             self._make_dirs()
         space = self._space
-        if not self.saves_tensors:  # (with tensor files, each file's job grows the reserve first)
+        length = None  # (with tensor files, each file's job measures the entries and grows the reserve first)
+        if not self.saves_tensors:
             try:  # the reserve covers this entry and its stack before they exist
-                space.ensure(entry_length(name, entry, self.late.new_count()) + SEPARATOR, 1)
+                length = entry_length(name, entry, self.late.new_count())
+                space.ensure(length + SEPARATOR, 1)
             except OSError as error:
                 self._stop_after_error(space.error_text(error))
             if self._failed is not None:
@@ -146,7 +148,7 @@ class MsprobeJsonWriter(object):
                         self._unclaimed = []  # the files queued since the last entry: this entry names them
                 queued = self._queued
                 deferred = self.late.take_new()
-                self._entries.add(name, entry, queued if queued > self._written else None, deferred)
+                self._entries.add(name, entry, queued if queued > self._written else None, deferred, length)
                 self._unflushed += 1
                 due = self._rewrite_due()
         if not added:
