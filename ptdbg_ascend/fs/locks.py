@@ -1,6 +1,15 @@
-"""One writer per dump directory: :class:`DumpLock` (``.ptdbg.lock`` holding pid and host) and
-:class:`RankDirectoryClaim` (a rank directory claimed by one process), with the two facts they rest on,
-:func:`host_name` and :func:`pid_alive`."""
+"""One writer per dump directory: :class:`DumpLock` (``.ptdbg.lock``, held with an exclusive ``flock``, holding
+pid and host) and :class:`RankDirectoryClaim` (a rank directory claimed by one process), with the two facts
+they rest on, :func:`host_name` and :func:`pid_alive`, and :func:`remove_leftover_temporaries` (what a killed
+writer left, removed by the one that takes its lock over).
+
+Why ``flock`` and not ``O_EXCL`` alone: a killed writer's lock must be taken over, and a takeover that removes
+the file and creates it again races with another process doing the same (each removes what is there by then,
+the other's fresh lock included, and both write). The flock makes the takeover a rewrite of the file by the one
+process the kernel lets hold it; the kernel releases it when that process ends, however it ends. The file
+still exists exactly while a window writes (compare reads a lock left behind as a torn dump), so a release
+removes it, under the flock, and a taker checks that the file it locked is still the one at the path.
+"""
 
 from __future__ import annotations
 
