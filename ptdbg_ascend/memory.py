@@ -11,7 +11,8 @@ member sizes) *before* allocating it, and refuse beyond a budget:
 - :func:`default_budget`: a quarter of that, shared by the processes that load at once (default 1),
   never below :data:`MIN_BUDGET`.
 - :func:`parse_size` / :func:`format_size`: ``"8G"``, ``"512M"``, ``"1.5GiB"``, bytes as an int.
-- :func:`is_out_of_memory`: whether an error is an allocation that failed (numpy's, torch's on any device).
+- :func:`is_out_of_memory`: whether an error is an allocation that failed (numpy's, torch's on any device), and
+  :func:`out_of_memory_reason`, how the dump writers say it.
 
 Torch-free: the compare side uses it too.
 """
@@ -142,3 +143,15 @@ def is_out_of_memory(error: BaseException) -> bool:
         return False
     text = str(error).lower()
     return any(words in text for words in _OUT_OF_MEMORY_WORDS)
+
+
+REASON_LENGTH = 300  # characters of the error kept in a reason (an allocator's message fits)
+
+
+def out_of_memory_reason(error: BaseException) -> str:
+    """"out of memory while copying the tensor ({type}: {message})", the message cut at REASON_LENGTH: why a
+    dump writer saved no file for a tensor."""
+    text = " ".join(str(error).split())
+    if len(text) > REASON_LENGTH:
+        text = text[:REASON_LENGTH - 3] + "..."
+    return "out of memory while copying the tensor ({}: {})".format(type(error).__name__, text)

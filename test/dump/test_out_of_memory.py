@@ -109,3 +109,64 @@ def test_a_hostile_no_npy_file_gives_no_reason_it_should_not(tmp_path, capsys):
     # changed since it was read: read again
     noted.write_text('["Torch_a_0_forward_output", "another reason"]\n')
     assert no_npy.reason(str(data_dir), "Torch_a_0_forward_output") == "another reason"
+
+
+TRAIN_MSPROBE = textwrap.dedent('''
+    import re, resource, sys
+    import torch
+    torch.set_num_threads(1)
+    from ptdbg_ascend import PrecisionDebugger
+    out, limited = sys.argv[1], sys.argv[2] == "limited"
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=out)
+    big = torch.ones(25_000_000)  # 100 MB
+    debugger.start()
+    torch.relu(torch.ones(3))  # the writer thread starts before the limit
+    if limited:
+        mapped = int(re.search(r"VmSize:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + 150_000_000, resource.RLIM_INFINITY))
+    for _ in range(2):
+        torch.relu(big)
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    torch.relu(torch.full((3,), 2.0))
+    debugger.stop()
+    print("DONE", flush=True)
+''')
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status")
+def test_a_pt_copy_that_runs_out_of_memory_leaves_a_leaf_that_says_why(tmp_path):
+    script = tmp_path / "train_msprobe.py"
+    script.write_text(TRAIN_MSPROBE)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    runs = {}
+    for name, limited in (("npu", True), ("bench", False)):
+        run = subprocess.run([sys.executable, str(script), str(tmp_path / name), "limited" if limited else "free"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+        assert run.returncode == 0 and "DONE" in run.stdout, run.stdout + run.stderr
+        runs[name] = (tmp_path / name / "step0" / "rank", run.stdout)
+    rank_dir, log = runs["npu"]
+    with open(str(rank_dir / "dump.json"), encoding="utf-8") as handle:
+        data = json.load(handle)["data"]
+    # every call is there; the big tensors' leaves have no file and say why, the small ones after them do
+    assert list(data) == ["Torch.relu.0.forward", "Torch.relu.1.forward", "Torch.relu.2.forward", "Torch.full.0.forward",
+                          "Torch.relu.3.forward"]
+    for k in (1, 2):
+        entry = data["Torch.relu.{}.forward".format(k)]
+        for leaf in (entry["input_args"][0], entry["output"][0]):
+            assert "data_name" not in leaf and leaf["shape"] == [25000000], leaf
+            assert leaf["not_saved"].startswith("out of memory while copying the tensor"), leaf
+    assert data["Torch.relu.3.forward"]["output"][0]["data_name"] == "Torch.relu.3.forward.output.0.pt"
+    assert "No .pt file for Torch.relu.1.forward.input.0: out of memory" in log
+    assert "4 tensors of {} have no .pt file: out of memory".format(rank_dir) in log
+
+    output_dir = str(tmp_path / "compare")
+    os.mkdir(output_dir)
+    outcome = compare({"npu_json_path": str(rank_dir / "dump.json"),
+                       "bench_json_path": str(runs["bench"][0] / "dump.json"), "is_print_compare_log": False},
+                      output_dir, xlsx=False, auto_analyze=False)
+    with open(outcome.csv_path, newline="", encoding="utf-8") as handle:
+        rows = {row["NPU Name"]: row for row in csv.DictReader(handle)}
+    message = [cell for cell in rows["Torch_relu_1_forward_output"].values() if "saved no tensor file" in cell]
+    assert message and "out of memory while copying the tensor" in message[0], rows["Torch_relu_1_forward_output"]
+    assert rows["Torch_relu_3_forward_output"]["Accuracy Reached or Not"] == "Yes"

@@ -18,18 +18,8 @@ from typing import Any, List, Optional, Set
 from ptdbg_ascend.formats.layout import NO_NPY_FILE
 from ptdbg_ascend.fs.writes import FILE_MODE, write_all
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.memory import is_out_of_memory
+from ptdbg_ascend.memory import is_out_of_memory, out_of_memory_reason
 from ptdbg_ascend.sinks.legacy.npy_files import host_copy
-
-REASON_LENGTH = 300  # characters of the error kept in the reason (an allocator's message fits)
-
-
-def out_of_memory_reason(error: BaseException) -> str:
-    """"out of memory while copying the tensor ({type}: {message})", the message cut at REASON_LENGTH."""
-    text = " ".join(str(error).split())
-    if len(text) > REASON_LENGTH:
-        text = text[:REASON_LENGTH - 3] + "..."
-    return "out of memory while copying the tensor ({}: {})".format(type(error).__name__, text)
 
 
 class MissingNpyFiles(object):

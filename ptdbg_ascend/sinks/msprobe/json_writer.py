@@ -186,10 +186,10 @@ class MsprobeJsonWriter(object):
         self._make_dirs()
         data_name = stem + PT_SUFFIX
         path = os.path.join(self.tensor_dir, data_name)
+        first_path = None if same_as is None else os.path.join(self.tensor_dir, same_as + PT_SUFFIX)
+        copy, nbytes = snapshot(tensor) if first_path is None else (None, 0)  # (out of memory: the sink says it)
         if statistics is not None:
             self.late.expect(tensor, statistics)
-        first_path = None if same_as is None else os.path.join(self.tensor_dir, same_as + PT_SUFFIX)
-        copy, nbytes = snapshot(tensor) if first_path is None else (None, 0)
         with self._submit_lock:
             self._queued += 1
             number = self._queued
