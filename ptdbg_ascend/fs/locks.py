@@ -229,15 +229,17 @@ class DumpLock(object):
         return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
     def _wait_for_holder(self, descriptor: int) -> LockHolder:
-        """The holder's text; a holder that has just taken the flock writes it at once: wait for it up to
-        HOLDER_WAIT seconds (a lock left empty reads "pid -1")."""
+        """The holder's text. A holder that has just taken the flock writes it at once, over the text of the
+        killed run it takes over (a dead pid) or an empty file: wait for it up to HOLDER_WAIT seconds."""
         deadline = time.monotonic() + HOLDER_WAIT
+        host = host_name()
         while True:
             try:
                 holder = _parse_holder(self.path, _read_text(descriptor, self.path))
             except DumpPathError:  # half rewritten: read it again
                 holder = None
-            if (holder is not None and holder.pid >= 0) or time.monotonic() >= deadline:
+            written = holder is not None and holder.pid >= 0 and (holder.host != host or pid_alive(holder.pid))
+            if written or time.monotonic() >= deadline:
                 return holder if holder is not None else LockHolder(-1, "(unknown)")
             time.sleep(0.01)
 

@@ -358,6 +358,19 @@ def test_another_hosts_lock_leftover_temp_files_and_a_partial_line(legacy_dump, 
                                                  "Torch_relu_0_forward_input.0", "Torch_relu_0_forward_output"]
 
 
+@pytest.mark.torchfree
+def test_a_pkl_cut_mid_line_is_torn_even_copied_without_its_lock(legacy_dump, output_dir, capsys):
+    npu, bench = _small_dump(legacy_dump, "npu"), _small_dump(legacy_dump, "bench")
+    with open(npu.pkl, "a") as handle:  # a kill cut the write of Torch_relu_1's line; the lock was not copied
+        handle.write('["Torch_relu_1_forward_output", 0, [], "torch.flo')
+    outcome = compare(npu.param(bench), output_dir, xlsx=False, auto_analyze=False)
+    assert torn_warnings(capsys.readouterr().out) == [
+        "NPU dump {} was cut short (it ends in a partial line) and ended without a clean close: 2 complete calls (4 "
+        "tensor records) read, the last complete call is Torch_relu_0_forward; the pkl ends in a partial line "
+        "(skipped). Compare runs on what is there.".format(npu.pkl)]
+    assert [(d.state, d.partial_line, d.pid) for d in outcome.torn] == [("ended", True, None)]
+
+
 # -- 3. compare_distributed stays inside the dump directories -----------------------------------------
 def _ranks(legacy_dump, tmp_path, side, ranks, value=1.0):
     cls = type(legacy_dump("probe"))
