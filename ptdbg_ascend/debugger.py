@@ -118,6 +118,7 @@ class PrecisionDebugger(object):
         except BaseException:
             session.remove_observer(recorder)  # the window never started: nothing to write at exit
             raise
+        recorder.step = self.current_step
         recorder.switch(True)
         self._started = True
         logger.info("Dump switch is turned on at step {}.".format(self.current_step))

@@ -11,6 +11,8 @@ member sizes) *before* allocating it, and refuse beyond a budget:
 - :func:`default_budget`: a quarter of that, shared by the processes that load at once (default 1),
   never below :data:`MIN_BUDGET`.
 - :func:`parse_size` / :func:`format_size`: ``"8G"``, ``"512M"``, ``"1.5GiB"``, bytes as an int.
+- :func:`is_out_of_memory`: whether an error is an allocation that failed (numpy's, torch's on any device), and
+  :func:`out_of_memory_reason`, how the dump writers say it.
 
 Torch-free: the compare side uses it too.
 """
@@ -125,3 +127,31 @@ def format_size(size: int) -> str:
             return "{:.0f} B".format(value) if unit == "B" else "{:.1f} {}".format(value, unit)
         value /= 1024
     return "{:.1f} TiB".format(value)  # not reached
+
+
+# How allocators word a failed allocation: torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory"),
+# its device ones ("CUDA out of memory", "NPU out of memory"), the C library's ENOMEM text.
+_OUT_OF_MEMORY_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is a failed allocation: a MemoryError (numpy), torch's ``OutOfMemoryError`` (CUDA,
+    NPU), or a RuntimeError in the words of an allocator that could not allocate."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    if not isinstance(error, RuntimeError):
+        return False
+    text = str(error).lower()
+    return any(words in text for words in _OUT_OF_MEMORY_WORDS)
+
+
+REASON_LENGTH = 300  # characters of the error kept in a reason (an allocator's message fits)
+
+
+def out_of_memory_reason(error: BaseException) -> str:
+    """"out of memory while copying the tensor ({type}: {message})", the message cut at REASON_LENGTH: why a
+    dump writer saved no file for a tensor."""
+    text = " ".join(str(error).split())
+    if len(text) > REASON_LENGTH:
+        text = text[:REASON_LENGTH - 3] + "..."
+    return "out of memory while copying the tensor ({}: {})".format(type(error).__name__, text)

@@ -103,7 +103,11 @@ def rank_files(rank_dir: str) -> Tuple[str, Optional[str], Optional[str]]:
         return (dump_file(rank_dir), data if os.path.isdir(data) else None,
                 stack if os.path.isfile(stack) else None)
     if not pkls:
-        raise CompareError("No file is found in dump dir {}. ".format(rank_dir))
+        from ptdbg_ascend.comparison.dump_state import missing_dump_note
+
+        note = missing_dump_note(dump_file(rank_dir))
+        raise CompareError("No file is found in dump dir {}. {}".format(
+            rank_dir, "There is no {}: {}".format(DUMP_FILE, note) if note else ""))
     if len(pkls) > 1:
         raise CompareError("Several pkl files ({}) in dump dir {}: keep one dump per rank directory."
                            .format(", ".join(pkls), rank_dir))

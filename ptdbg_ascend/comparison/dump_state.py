@@ -1,15 +1,22 @@
 """Is a dump complete? Tell compare/parse users when the dump they read ended torn (no clean close).
 
-The dump writers mark a rank directory while they write: ``.ptdbg.lock`` (``"{pid} {host}"``, see
-:class:`ptdbg_ascend.fs.writes.DumpLock`) exists from the first write of a window to its clean close,
-and every final file is written under a temporary ``.{name}.XXXXXXXX.tmp`` name and renamed. So a rank
-directory that still holds the lock, or a temporary file, was not closed cleanly: the writer is still
-running, or it was killed (SIGKILL, OOM killer, a crash of the machine).
+The dump writers leave three marks of a dump that did not end cleanly:
+
+* ``.ptdbg.lock`` (``"{pid} {host}"``, see :class:`ptdbg_ascend.fs.locks.DumpLock`) exists in the rank
+  directory from the first write of a window to its clean close (``set_dump_switch("OFF")``,
+  ``PrecisionDebugger.stop()``, the interpreter's exit). A writer killed (SIGKILL, the OOM killer, a crash)
+  leaves it; one whose process ends on an uncaught exception with its window on leaves it too, with a
+  second line ``cut: {why}``;
+* every final file is written under a temporary ``.{name}.XXXXXXXX.tmp`` name and renamed, so a kill
+  mid-write leaves such a file;
+* a pkl line goes out in one write: a pkl whose last byte is not a newline was cut mid-write (a kill),
+  which is seen even in a dump copied without its lock.
 
 :func:`check_dump` reads those marks next to a dump that was just read and, when it is torn, logs one
 warning saying which case it is and how far the dump got (complete calls and records read, the last
 complete call, a partial last pkl line, leftover temporary files) and returns a :class:`TornDump` for the
-report. Compare still runs on what is there.
+report. Compare still runs on what is there. :func:`missing_dump_note` says what a rank directory holds
+when its ``dump.json`` is missing (a PrecisionDebugger run killed before the step's first flush).
 """
 
 from __future__ import annotations
@@ -19,10 +26,10 @@ from typing import NamedTuple, Optional, Sequence, Set
 
 from ptdbg_ascend.comparison.records import CallRecord
 from ptdbg_ascend.errors import DumpPathError
-from ptdbg_ascend.formats.layout import default_data_dir, is_dump_json
+from ptdbg_ascend.formats.layout import PT_SUFFIX, TENSOR_DIR, default_data_dir, is_dump_json
 from ptdbg_ascend.formats.naming import leading_call_name
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.fs.writes import TEMP_SUFFIX
+from ptdbg_ascend.fs.writes import TEMP_SUFFIX, is_temporary_name
 from ptdbg_ascend.fs.locks import DumpLock, host_name, pid_alive
 
 RUNNING = "running"  # the lock's holder is alive on this host
@@ -40,7 +47,9 @@ class TornDump(NamedTuple):
     ``note`` says which). ``calls``/``records``: complete calls and tensor records read. ``last_call``: the last
     complete call (legacy record-name grammar; None when none). ``partial_line``: a legacy pkl ends in a
     partial line (the reader skips it). ``temp_files``: leftover ``.*.tmp`` files in the rank and data
-    directories."""
+    directories. ``note``: why the state is unknown. ``cut``: why the writer's process ended with its
+    window on, as its lock says (e.g. "the process exited on an uncaught KeyboardInterrupt ..."; "" when it
+    does not say)."""
 
     side: str
     dump_path: str
@@ -53,13 +62,17 @@ class TornDump(NamedTuple):
     partial_line: bool
     temp_files: int
     note: str = ""
+    cut: str = ""
 
     def describe(self) -> str:
         """One sentence for the log and the reports."""
         if self.state == RUNNING:
             head = "is still being written by pid {} on {}".format(self.pid, self.host)
         elif self.state == ENDED and self.pid is not None:
-            head = "ended without a clean close (pid {} on host {} is gone)".format(self.pid, self.host)
+            head = "ended without a clean close (pid {} on host {} is gone{})".format(
+                self.pid, self.host, "; " + self.cut if self.cut else "")
+        elif self.state == ENDED and self.partial_line and not self.temp_files:
+            head = "was cut short (it ends in a partial line) and ended without a clean close"
         elif self.state == ENDED:
             head = "ended without a clean close"
         else:
@@ -91,35 +104,39 @@ def check_dump(side: str, dump_path: str, data_dir: Optional[str], calls: Sequen
     rank_dir = os.path.dirname(os.path.abspath(dump_path))
     lock = _lock_state(rank_dir)
     temp_files = _count_temp_files({rank_dir, data_dir or default_data_dir(dump_path)})
-    if lock is None and not temp_files:
-        return None
-    state, pid, host, note = lock if lock is not None else (ENDED, None, None, "")
+    # A pkl cut mid-line is torn even without the other marks (a dump copied without its lock).
     partial, partial_call = _partial_last_line(dump_path) if not is_dump_json(dump_path) else (False, None)
+    if lock is None and not temp_files and not partial:
+        return None
+    state, pid, host, note, cut = lock if lock is not None else (ENDED, None, None, "", "")
     complete = list(calls)
     # The pkl's last line was cut inside a call: that call is not complete.
     if partial and complete and complete[-1].name == partial_call:
         complete = complete[:-1]
     torn = TornDump(side, dump_path, state, pid, host, len(complete), sum(len(call.records) for call in complete),
-                    complete[-1].name if complete else None, partial, temp_files, note)
+                    complete[-1].name if complete else None, partial, temp_files, note, cut)
     logger.warning(torn.describe() + " " + consequence)
     return torn
 
 
 def _lock_state(rank_dir: str):
-    """``(state, pid, host, note)`` of ``rank_dir``'s lock, or None when there is none."""
+    """``(state, pid, host, note, cut)`` of ``rank_dir``'s lock, or None when there is none."""
     try:
-        holder = DumpLock(rank_dir).holder()  # reads it with O_NOFOLLOW, parses "pid host"
+        holder = DumpLock(rank_dir).holder()  # reads it with O_NOFOLLOW, parses "pid host" (+ "cut: why")
     except DumpPathError as error:
-        return UNKNOWN, None, None, "its directory holds a dump lock that cannot be read ({})".format(error)
+        return UNKNOWN, None, None, "its directory holds a dump lock that cannot be read ({})".format(error), ""
     if holder is None:  # no lock: the writer closed cleanly
         return None
-    pid, host = holder
+    pid, host, cut = holder
     if pid < 0:  # an empty lock: its writer is creating it right now
-        return RUNNING, None, "this host", ""
+        return RUNNING, None, "this host", "", ""
     if host != host_name():
-        return UNKNOWN, pid, host, ("its directory holds the dump lock of pid {} on host {}, another host: that "
-                                    "writer is still running there or ended without a clean close".format(pid, host))
-    return (RUNNING if pid_alive(pid) else ENDED), pid, host, ""
+        note = ("its directory holds the dump lock of pid {} on host {}, another host: that writer is still running "
+                "there or ended without a clean close".format(pid, host))
+        if cut:
+            note = "its directory holds the dump lock of pid {} on host {}, which says: {}".format(pid, host, cut)
+        return UNKNOWN, pid, host, note, cut
+    return (ENDED if cut or not pid_alive(pid) else RUNNING), pid, host, "", cut
 
 
 def _count_temp_files(directories: Set[str]) -> int:
@@ -133,7 +150,7 @@ def _count_temp_files(directories: Set[str]) -> int:
         seen.add(real)
         try:
             with os.scandir(directory) as entries:
-                count += sum(1 for entry in entries if entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX))
+                count += sum(1 for entry in entries if is_temporary_name(entry.name))
         except OSError:  # no such directory (summary-only dump) or unreadable: nothing to count
             continue
     return count
@@ -158,3 +175,43 @@ def _partial_last_line(path: str):
     if not last.startswith('["'):  # a pkl line is a JSON array whose first item is the record name
         return True, None
     return True, leading_call_name(last[2:].split('"', 1)[0])
+
+
+def missing_dump_note(dump_path: str) -> str:
+    """Why ``dump_path`` (a ``dump.json`` that does not exist) is missing, from what its directory holds:
+    the lock of the writer and the tensor files it wrote before it first wrote dump.json (a
+    PrecisionDebugger step killed early). "" when the directory holds neither (a wrong path)."""
+    if not is_dump_json(dump_path):
+        return ""
+    rank_dir = os.path.dirname(os.path.abspath(dump_path))
+    if not os.path.isdir(rank_dir):
+        return ""
+    lock = _lock_state(rank_dir)
+    tensors = _count_files(os.path.join(rank_dir, TENSOR_DIR), PT_SUFFIX)
+    if lock is None and not tensors:
+        return ""
+    holds = []
+    if tensors:
+        holds.append("{} tensor file{} in {}".format(tensors, "" if tensors == 1 else "s", TENSOR_DIR))
+    if lock is not None:
+        state, pid, host, note, cut = lock
+        if state == RUNNING and pid is not None:
+            holds.append("the dump lock of pid {} on {}, still running".format(pid, host))
+        elif state == ENDED:
+            holds.append("the dump lock of pid {} on host {}, which is gone{}".format(
+                pid, host, "; " + cut if cut else ""))
+        else:
+            holds.append(note[len("its directory holds "):] if note.startswith("its directory holds ") else note)
+    return ("its directory holds {}: the run writing it {} before it first wrote {} (a PrecisionDebugger writes it "
+            "about a second after the step starts, then about once a second: doc/safety_guide.md), so the calls "
+            "of this step are lost; compare an earlier step.".format(
+                " and ".join(holds), "is still running, or was killed" if lock is not None and lock[0] == RUNNING
+                else "was killed", os.path.basename(dump_path)))
+
+
+def _count_files(directory: str, suffix: str) -> int:
+    try:
+        with os.scandir(directory) as entries:
+            return sum(1 for entry in entries if entry.name.endswith(suffix) and not entry.name.startswith("."))
+    except OSError:
+        return 0

@@ -121,8 +121,12 @@ def check_print_log(value: Any) -> bool:
 
 
 def check_dump_file(side: str, dump: str) -> str:
-    """``dump`` (of side ``"npu"`` or ``"bench"``), which must be a file."""
+    """``dump`` (of side ``"npu"`` or ``"bench"``), which must be a file. A missing dump.json beside the
+    marks of a killed run says so (``readers.check_dump_json_exists``)."""
     if not os.path.isfile(dump):
+        from ptdbg_ascend.readers import check_dump_json_exists
+
+        check_dump_json_exists(dump, "{} dump file".format(side.upper() if side == "npu" else "Bench"))
         raise FileFormatError("{} dump file {} does not exist or is not a file. Please check the pkl path is "
                               "valid.".format(side.upper() if side == "npu" else "Bench", dump))
     return dump

@@ -8,6 +8,7 @@ recorded (shape, kind of dtype) becomes a row message, never an exception.
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import numpy as np
@@ -15,7 +16,9 @@ import numpy as np
 from ptdbg_ascend.comparison.metrics import Metrics, Status, compare_arrays, not_compared
 from ptdbg_ascend.comparison.records import TensorRecord
 from ptdbg_ascend.comparison.tolerances import Tolerance
+from ptdbg_ascend.formats.layout import NPY_SUFFIX
 from ptdbg_ascend.fs.confined import load_tensor
+from ptdbg_ascend.readers import no_npy
 
 
 def compare_files(npu_path: Optional[str], bench_path: Optional[str],
@@ -54,9 +57,18 @@ def _load_or_message(path: Optional[str], root: Optional[str]):
     try:
         return load_tensor(path, root)
     except FileNotFoundError:
-        return not_compared(Status.NOT_READ, "Dump file: {} not found.".format(path))
+        return not_compared(Status.NOT_READ, "Dump file: {} not found{}.".format(path, _why_missing(path, root)))
     except (OSError, ValueError, RuntimeError, EOFError) as error:
         return not_compared(Status.NOT_READ, "Dump file: {} cannot be read ({}).".format(path, error))
+
+
+def _why_missing(path: str, root: Optional[str]) -> str:
+    """": the dump wrote no npy for it: {why}" when the writer noted why (``readers/no_npy.py``), else ""."""
+    name = os.path.basename(path)
+    if not name.endswith(NPY_SUFFIX):
+        return ""
+    why = no_npy.reason(root, name[:-len(NPY_SUFFIX)])
+    return ": the dump wrote no npy for it: {}".format(why) if why else ""
 
 
 def _dtype_kinds(dtype: str) -> Optional[str]:

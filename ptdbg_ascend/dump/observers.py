@@ -110,3 +110,8 @@ class CallObserver(object):
 
     def close(self) -> None:
         """Flush and release files. Called at switch OFF, on unregister and at interpreter exit."""
+
+    def close_cut(self, why: str) -> None:
+        """:meth:`close` at an interpreter exit that cuts the dump short (``why``: an uncaught exception
+        ends the process while this observer still records). Default: :meth:`close`."""
+        self.close()

@@ -66,6 +66,12 @@ class RecordSink(object):
     def close(self) -> None:
         """Flush and release files."""
 
+    def close_cut(self, why: str) -> None:
+        """:meth:`close` at an exit that cuts the dump short (``why``): the files are flushed as by
+        :meth:`close`, and a sink that locks its rank directory leaves the lock with ``why`` in it, so
+        compare and parse name the dump as cut (``comparison/dump_state.py``). Default: :meth:`close`."""
+        self.close()
+
 
 class Recorder(CallObserver):
     """Records the calls ``selection`` selects into ``sink``.
@@ -147,3 +153,6 @@ class Recorder(CallObserver):
 
     def close(self) -> None:
         self.sink.close()
+
+    def close_cut(self, why: str) -> None:
+        self.sink.close_cut(why)

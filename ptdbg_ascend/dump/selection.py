@@ -7,7 +7,8 @@ and substring list matching).
 
 :class:`SwitchConfig` is the validated, immutable form of the switch arguments; the matching functions
 are pure. The only state, the position inside a range, lives in :class:`RangeState` owned by the
-window's :class:`LegacySelection` (so every ``set_dump_switch("ON", mode="range")`` starts a fresh range).
+window's :class:`LegacySelection` (so every ``set_dump_switch("ON", mode="range")`` starts a fresh range),
+with what the window's items have matched so far (:meth:`SelectionPolicy.unmatched`, said at OFF).
 """
 
 from __future__ import annotations
@@ -179,6 +180,20 @@ def static_match(config: SwitchConfig, prefix: str, api: str, name: str) -> Opti
     return any(name_matches(item, name) for item in config.scope)  # list, stack with one item, acl
 
 
+class Unmatched(NamedTuple):
+    """What a window's selection never matched: ``items`` of the ``total`` listed ones (a list, an
+    api_list), or the ``start`` of a range (nothing was dumped) or only its ``end`` (everything after the
+    start was). Empty (false) when every name matched."""
+
+    items: Tuple[str, ...] = ()
+    total: int = 0
+    start: Optional[str] = None
+    end: Optional[str] = None
+
+    def __bool__(self) -> bool:
+        return bool(self.items) or self.start is not None or self.end is not None
+
+
 class SelectionPolicy(object):
     """Which calls a recorder records (the protocol; see ``dump/recorder.py`` for when each is asked).
 
@@ -207,6 +222,10 @@ class SelectionPolicy(object):
     def reset(self) -> None:
         """Start again (a new window or step): a range is closed until its start is seen again."""
 
+    def unmatched(self) -> Unmatched:
+        """The names that matched no call since the window began. Default: none."""
+        return Unmatched()
+
 
 class LegacySelection(SelectionPolicy):
     """The selection of one ``set_dump_switch`` window: modes all/api_stack (everything), list/acl/stack
@@ -220,6 +239,10 @@ class LegacySelection(SelectionPolicy):
         self.range = RangeState(config.scope[0], config.scope[1]) if config.is_range else None
         self._all = selects_every_call(config)
         self._lock = threading.Lock()
+        # The items no call has matched yet (a list, a stack or acl name, an api_list), in the given order;
+        # a range's are its RangeState's.
+        listed = config.api_list if config.mode == "api_list" else () if config.is_range or self._all else config.scope
+        self._waiting = list(dict.fromkeys(listed))
 
     @property
     def selects_all(self) -> bool:
@@ -231,7 +254,26 @@ class LegacySelection(SelectionPolicy):
         if matched is None:
             with self._lock:
                 matched = self.range.step(name)
+        elif matched and self._waiting:
+            self._matched(call, name)
         return matched
+
+    def _matched(self, call: Any, name: str) -> None:
+        """Strike the items that ``call`` (named ``name``) matches off the waiting ones."""
+        if self.config.mode == "api_list":
+            hits = [item for item in self._waiting if api_list_matches((item,), call.prefix, call.api)]
+        else:
+            hits = [item for item in self._waiting if name_matches(item, name)]
+        with self._lock:
+            self._waiting = [item for item in self._waiting if item not in hits]
+
+    def unmatched(self) -> Unmatched:
+        if self.range is not None:
+            state = self.range.state
+            return Unmatched(start=self.range.start if state == "before" else None,
+                             end=self.range.end if state == "inside" else None)
+        listed = self.config.api_list if self.config.mode == "api_list" else self.config.scope
+        return Unmatched(tuple(self._waiting), len(set(listed))) if self._waiting else Unmatched()
 
     def forward_event(self, call: Any) -> bool:
         return self._all or self._selected(call, call.forward_name)

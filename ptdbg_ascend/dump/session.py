@@ -134,12 +134,18 @@ class DumpSession(object):
         self.counters.clear()
 
     def close_observers(self) -> None:
-        """Call ``close`` on every observer (at exit). Errors are logged, not raised: exit must finish."""
+        """Call ``close`` on every observer (at exit); ``close_cut`` when an uncaught exception ends the
+        process, so a dump window still on is named as cut (:func:`uncaught_exception`). Errors are logged,
+        not raised: exit must finish."""
         if os.getpid() != self.pid:
             return
+        cut = uncaught_exception()
         for observer in self.observers:
             try:
-                observer.close()
+                if cut is None:
+                    observer.close()
+                else:
+                    observer.close_cut(cut)
             except Exception as error:  # noqa: BLE001 - reported, other observers still close
                 logger.error("Closing {!r} failed: {}".format(observer, error))
 
@@ -243,6 +249,21 @@ class DumpSession(object):
                 observer.on_backward(call, backward_input, backward_output)
 
         backward_capture.arm(deliver, n_inputs, edges, outputs)
+
+
+def uncaught_exception() -> Optional[str]:
+    """At exit: "the process exited on an uncaught {type} ({message})" when an uncaught exception ends the
+    interpreter (Python sets ``sys.last_type`` before the exit handlers run; Ctrl-C's KeyboardInterrupt too),
+    else None (a normal end, or ``sys.exit``)."""
+    kind = getattr(sys, "last_type", None)
+    if kind is None:
+        return None
+    text = str(getattr(sys, "last_value", "") or "")
+    text = " ".join(text.split())
+    if len(text) > 160:
+        text = text[:157] + "..."
+    return "the process exited on an uncaught {}{} with the dump window on".format(
+        getattr(kind, "__name__", "exception"), " ({})".format(text) if text else "")
 
 
 def environment_rank() -> Optional[int]:

@@ -36,6 +36,9 @@ BACKWARD_INPUT = "input"
 OUTPUT = "output"
 TENSOR_TYPE = "torch.Tensor"
 STATISTICS_KEYS = ("Max", "Min", "Mean", "Norm")  # a tensor leaf's statistics, in the legacy pkl's order
+# This tool's key of a tensor leaf of a tensor dump that has no data_name: why its file was not saved (out of
+# memory while copying it). Compare's row for it says so.
+NOT_SAVED = "not_saved"
 # A frame as the readers keep it (comparison.records.Frame): (file, line, function, code or None).
 _Frame = Tuple[str, str, str, Optional[str]]
 

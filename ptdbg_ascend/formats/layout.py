@@ -33,6 +33,9 @@ RANK_DIR = re.compile(r"^rank([0-9]*)\Z")
 # -- legacy -----------------------------------------------------------------------------------------
 PKL_SUFFIX = ".pkl"
 NPY_SUFFIX = ".npy"  # a tensor file: its record name + ".npy", in the pkl's npy directory
+# In the npy directory: one JSON line ``[record name, why]`` per tensor record the writer left without its
+# npy (out of memory while copying it), read by compare for the record's row. A leading dot: never a record.
+NO_NPY_FILE = ".ptdbg.no_npy"
 OVERFLOW_PREFIX = "Overflow_info_"
 
 

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -31,6 +32,8 @@ DIR_MODE = 0o750
 FILE_MODE = 0o640
 LOCK_NAME = ".ptdbg.lock"
 TEMP_SUFFIX = ".tmp"
+# What temporary_beside (mkstemp: 8 of [a-z0-9_]) and link_file (8 hex digits) name a temporary file.
+_TEMPORARY_NAME = re.compile(r"\A\..+\.[a-z0-9_]{8}\.tmp\Z", re.DOTALL)
 
 
 def check_path_text(parameter: str, value: Any) -> str:
@@ -130,6 +133,12 @@ def temporary_beside(path: str) -> Tuple[int, str]:
     except OSError:
         pass
     return descriptor, temporary
+
+
+def is_temporary_name(name: str) -> bool:
+    """Whether ``name`` is one of this tool's temporary files (``.{basename}.XXXXXXXX.tmp``, see
+    :func:`temporary_beside`): what a write cut short (a kill) leaves, never a user's file."""
+    return _TEMPORARY_NAME.match(name) is not None
 
 
 def replace_file(path: str, write: Callable[[int], None], what: str = "") -> None:

@@ -16,6 +16,7 @@ from ptdbg_ascend import numpy_view
 from ptdbg_ascend.dump import tensor_kinds
 from ptdbg_ascend.dump.statistics import small_float32_statistics, tensor_statistics
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
+from ptdbg_ascend.formats.dump_json import NOT_SAVED
 from ptdbg_ascend.log import logger
 
 # save(data_name_without_suffix, tensor) -> the data_name written in the leaf, or None (not saved)
@@ -105,6 +106,26 @@ def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
         leaf["md5"] = crc32_hex(tensor)
     if data_name is not None:
         leaf["data_name"] = data_name
+    return leaf
+
+
+class TensorNotSaved(Exception):
+    """Raised by a ``save`` callback of :func:`value_leaf` that could not save the tensor (no memory for its
+    copy): the leaf is written without a ``data_name``, with ``reason`` under ``NOT_SAVED``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _not_saved_leaf(tensor: Any, reason: str, md5: bool,
+                    statistics_of: Optional[Callable[[Any], List[Optional[float]]]]) -> Dict[str, Any]:
+    """The leaf of a tensor whose file was not saved: its statistics read now (null when they cannot be) and why."""
+    try:
+        leaf = tensor_leaf(tensor, None, md5, statistics_of=statistics_of)
+    except Exception:  # noqa: BLE001 - out of memory again: the leaf keeps what is known without values
+        leaf = blank_leaf(dtype_text(tensor.dtype), list(tensor.shape), bool(tensor.requires_grad))
+    leaf[NOT_SAVED] = reason
     return leaf
 
 
@@ -265,6 +286,8 @@ def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = Fa
         try:
             data_name = save(path, value) if save is not None else None
             return tensor_leaf(value, data_name, md5, defer, defer_cpu, statistics_of)
+        except TensorNotSaved as error:
+            return _not_saved_leaf(value, error.reason, md5, statistics_of)
         except (RuntimeError, TypeError, ValueError, NotImplementedError):  # a dtype without arithmetic...
             return special_tensor_leaf(value, path, save, md5)
     if key == "device" and isinstance(value, (torch.device, str)):

@@ -12,6 +12,8 @@ from typing import Optional
 
 from ptdbg_ascend.config import DebuggerConfig
 from ptdbg_ascend.dump.recorder import Recorder
+from ptdbg_ascend.dump.selection import Unmatched
+from ptdbg_ascend.log import logger
 from ptdbg_ascend.msprobe.selection import MsprobeSelection
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 from ptdbg_ascend.sinks.msprobe.sink import MsprobeSink
@@ -34,6 +36,8 @@ class MsprobeRecorder(Recorder):
         self.msprobe_sink = MsprobeSink(config, record_construct, self._stopped)
         super().__init__(MsprobeSelection(config), self.msprobe_sink, stack_forward=True, stack_backward=False)
         self.recording = False
+        self.step = 0  # the step of the current window, for its messages (PrecisionDebugger sets it)
+        self._said = Unmatched()
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -63,6 +67,7 @@ class MsprobeRecorder(Recorder):
 
     def switch(self, on: bool) -> None:
         if on:
+            self.selection.start_window()  # the names that match no call are said at the window's end
             # A new window: the files an earlier one saved may be in another step's directory, or removed
             # after a write error; a tensor recorded again is saved again, not linked to them. Likewise its
             # statistics are taken again: those pending in an earlier writer's batch may never be read back.
@@ -70,5 +75,43 @@ class MsprobeRecorder(Recorder):
                 self.statistics.clear()
         self.on = on
 
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._say_unmatched()
+
+    def close_cut(self, why: str) -> None:
+        try:
+            super().close_cut(why)
+        finally:
+            self._say_unmatched()
+
+    def _say_unmatched(self) -> None:
+        """The config's names that matched no call in the window that ends, said once for each new set of them
+        (a run whose every step misses the same name is told once)."""
+        unmatched = self.selection.unmatched()
+        if unmatched and unmatched != self._said:
+            logger.warning(unmatched_text(unmatched, self.config.task, self.step, self.config.module_range))
+        self._said = unmatched
+
     def _stopped(self) -> None:
         self.on = False  # what the script does while it handles the overflow stop is not recorded
+
+
+def unmatched_text(unmatched: Unmatched, task: str, step: int, module_range: bool) -> str:
+    """The warning of a window's ``unmatched`` names (the config's ``{task}.scope`` / ``{task}.list``) at
+    ``step``; ``module_range``: the scope names modules."""
+    hint = ("Names count each API's calls from 0 at every step (Torch.relu.0.forward is the first torch.relu of a "
+            "step)." if not module_range else "Module names are those of construct.json (level L0 or mix).")
+    if unmatched.start is not None:
+        return "The start of {}.scope, {!r}, matched no call at step {}: nothing was dumped. {}".format(
+            task, unmatched.start, step, hint)
+    if unmatched.end is not None:
+        return ("The end of {}.scope, {!r}, matched no call at step {}: every call from its start to the end of the "
+                "window was dumped. {}".format(task, unmatched.end, step, hint))
+    return ("{} of the {} {}.list item{} matched no call at step {}: {}{} (an item selects the calls whose name holds "
+            "it, e.g. 'relu' or 'Functional.relu.0.forward').".format(
+                len(unmatched.items), unmatched.total, task, "" if unmatched.total == 1 else "s", step,
+                ", ".join(repr(item) for item in unmatched.items),
+                "; nothing was dumped" if len(unmatched.items) == unmatched.total else ""))

@@ -13,6 +13,9 @@
 * both ``scope`` and ``list``: a call must satisfy both.
 * ``data_mode`` (OR, as 1.0.4): a block (forward/backward x input/output) is dumped if the list holds
   ``all``, its direction or its side.
+
+The selector also keeps, per window (:meth:`Selector.start_window`), which list items matched no call and
+whether the scope's start and end came (:meth:`Selector.unmatched`): the recorder says them at ``stop()``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import threading
 from typing import Any, Tuple
 
 from ptdbg_ascend.config import DebuggerConfig
-from ptdbg_ascend.dump.selection import SelectionPolicy
+from ptdbg_ascend.dump.selection import SelectionPolicy, Unmatched
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 
 
@@ -50,13 +53,40 @@ class Selector(object):
         self.module_range = config.module_range
         self._inside = False
         self._lock = threading.Lock()  # backward events may come from autograd's threads
+        # Since the window began: the list items no selected call matched yet, whether the scope's start
+        # and end came.
+        self._waiting = list(dict.fromkeys(self.api_list))
+        self._started = self._ended = False
 
     def reset(self) -> None:
         with self._lock:
             self._inside = False
 
+    def start_window(self) -> None:
+        """A window begins (``start()``): what matched is counted from now."""
+        with self._lock:
+            self._waiting = list(dict.fromkeys(self.api_list))
+            self._started = self._ended = False
+
+    def unmatched(self) -> Unmatched:
+        """The list items that matched no call in scope since the window began, or the scope's start that
+        never came (nothing was dumped) or its end (everything after the start was)."""
+        with self._lock:
+            if self.scope and not self._started:
+                return Unmatched(start=self.scope[0])
+            if self.scope and not self._ended:
+                return Unmatched(end=self.scope[1])
+            return Unmatched(tuple(self._waiting), len(set(self.api_list))) if self._waiting else Unmatched()
+
     def _listed(self, name: str) -> bool:
-        return not self.api_list or any(item in name for item in self.api_list)
+        if not self.api_list:
+            return True
+        if not any(item in name for item in self.api_list):
+            return False
+        if self._waiting:
+            with self._lock:
+                self._waiting = [item for item in self._waiting if item not in name]
+        return True
 
     def api_event(self, name: str) -> bool:
         """An API call's forward or backward event, in time order: is it selected?"""
@@ -68,17 +98,17 @@ class Selector(object):
             return inside and self._listed(name)
         with self._lock:
             if name == self.scope[0]:
-                self._inside = True
+                self._inside = self._started = True
             inside = self._inside
-            if name == self.scope[1]:
-                self._inside = False
+            if name == self.scope[1] and inside:
+                self._inside, self._ended = False, True
         return inside and self._listed(name)
 
     def module_start(self, name: str) -> None:
         """A module forward/backward begins (module ranges only)."""
         if self.module_range and name == self.scope[0]:
             with self._lock:
-                self._inside = True
+                self._inside = self._started = True
 
     def module_end(self, name: str) -> bool:
         """A module forward/backward ends: is its own entry selected? (Closes a module range at
@@ -89,8 +119,8 @@ class Selector(object):
             return self.api_event(name)
         with self._lock:
             inside = self._inside
-            if name == self.scope[1]:
-                self._inside = False
+            if name == self.scope[1] and inside:
+                self._inside, self._ended = False, True
         return inside and self._listed(name)
 
 

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import List, Optional
 
 from ptdbg_ascend.comparison.records import CallRecord
+from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats.layout import is_dump_json
 
 
@@ -20,7 +22,23 @@ def read_dump(path: str, data_dir: Optional[str] = None, stack_path: Optional[st
     if is_dump_json(path):
         from ptdbg_ascend.readers import msprobe_json
 
+        check_dump_json_exists(path)
+
         return msprobe_json.read(path, data_dir, stack_path)
     from ptdbg_ascend.readers import legacy_pkl
 
     return legacy_pkl.read(path, data_dir, overflow_statistics)
+
+
+def check_dump_json_exists(path: str, what: str = "Dump file") -> None:
+    """A missing dump.json whose directory shows a killed run (its lock, tensor files written before the
+    step's first flush) is a FileFormatError saying so (``comparison/dump_state.missing_dump_note``);
+    ``what`` starts the message. A dump.json that exists, or a missing one in a directory without those
+    marks, passes (the reader says what is wrong with it)."""
+    if os.path.lexists(path):
+        return
+    from ptdbg_ascend.comparison.dump_state import missing_dump_note
+
+    note = missing_dump_note(path)
+    if note:
+        raise FileFormatError("{} {} does not exist: {}".format(what, path, note))

@@ -15,8 +15,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, data_file
 from ptdbg_ascend.errors import FileFormatError
-from ptdbg_ascend.formats.dump_json import (STATISTICS_KEYS, call_values, entries, is_tensor, parse_construct,
-                                            parse_stacks)
+from ptdbg_ascend.formats.dump_json import (NOT_SAVED, STATISTICS_KEYS, call_values, entries, is_tensor,
+                                            parse_construct, parse_stacks)
 from ptdbg_ascend.formats.layout import construct_file_beside
 from ptdbg_ascend.formats.naming import module_to_legacy, to_legacy
 from ptdbg_ascend.jsonfile import load_json
@@ -134,6 +134,8 @@ def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List
         data_path, problem = data_file(data_dir, data_name, "tensor's data_name holds a")
         if problem is not None:
             logger.warning("Tensor {} of {}: {}".format(name, path, problem))
+    elif data_dir and isinstance(value.get(NOT_SAVED), str):  # the writer saved no file for it, and said why
+        problem = "Not compared: the dump saved no tensor file for it: {}.".format(value[NOT_SAVED][:400])
     out.append(TensorRecord(
         name=name, side=side, dtype=str(value.get("dtype")), shape=shape,
         statistics=tuple(as_number(value.get(key)) for key in STATISTICS_KEYS),

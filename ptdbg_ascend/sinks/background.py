@@ -3,10 +3,18 @@
 One worker thread runs submitted jobs in order (FIFO), so a job can write an npy and then the pkl line
 that describes it: the line never exists without its file. The backlog is bounded in bytes and in time:
 ``submit`` blocks the training thread while more than ``max_pending_bytes`` (default 256 MiB) are queued,
-or while the oldest queued job has waited more than ``max_delay`` seconds (default 1.0). A training step
-that produces data faster than the disk takes it waits instead of growing memory, and a killed process
-loses at most the queued jobs: at most 256 MiB of tensor data, submitted within about the last second
-before the kill, plus the job being written (its files keep temporary names; see legacy_pkl.py).
+while the queued jobs would take the writer more than ``max_delay`` seconds (default 1.0) to write at the
+speed it has shown so far, or while the oldest queued job has waited more than ``max_delay``. A training
+step that produces data faster than the disk takes it waits instead of growing memory, and a killed
+process loses at most the queued jobs: at most 256 MiB of tensor data, submitted within about the last
+second before the kill (``max_delay`` plus the job being written, as long as the disk keeps its speed),
+plus the job being written (its files keep temporary names; see legacy_pkl.py). The bytes alone were not
+a bound in time: 256 MiB take a disk at 20 MB/s 13 s.
+
+The writer's speed is learned from the jobs it runs: seconds per byte of the jobs that write at least
+``SPEED_SAMPLE_BYTES``, and the seconds of a job besides its bytes (opening, renaming, a pkl line), both
+as moving averages, so a disk that slows down (a full page cache, other writers) tightens the bound within
+a few jobs.
 An error in a job is kept and raised as :class:`DumpWriteError` by the next ``submit`` or by ``close``:
 training stops rather than losing data silently.
 """
@@ -23,6 +31,10 @@ from ptdbg_ascend.errors import DumpWriteError
 DEFAULT_MAX_PENDING_BYTES = 256 * 1024 * 1024
 # Read when a writer is made (not a default argument), so a test can tighten it.
 DEFAULT_MAX_DELAY = 1.0
+# Jobs of at least this many bytes measure the writer's seconds per byte; smaller ones its time per job.
+SPEED_SAMPLE_BYTES = 256 * 1024
+# Weight of the newest job in the moving averages of the writer's speed.
+SPEED_WEIGHT = 0.25
 
 
 class BackgroundWriter(object):
@@ -30,8 +42,8 @@ class BackgroundWriter(object):
 
     Args:
         max_pending_bytes: bytes of queued data above which ``submit`` blocks. Default 256 MiB.
-        max_delay: seconds the oldest queued job may wait before ``submit`` blocks until the thread has
-            taken it. Default None: ``DEFAULT_MAX_DELAY`` (1.0 s).
+        max_delay: seconds of queued work (at the speed the writer has shown) and seconds the oldest
+            queued job may wait, above which ``submit`` blocks. Default None: ``DEFAULT_MAX_DELAY`` (1.0 s).
         name: the worker thread's name (shown in stack dumps). Default "ptdbg-writer".
 
     Attributes:
@@ -48,6 +60,9 @@ class BackgroundWriter(object):
         self._error = None  # type: Optional[BaseException]
         self._closed = False
         self._busy = False
+        # The writer's speed (module docstring): seconds per byte, and seconds per job besides its bytes.
+        self._seconds_per_byte = 0.0
+        self._seconds_per_job = 0.0
         # Seconds spent running jobs: with the bytes written, the rate the writer sustains while it has
         # work (the benchmark compares it with np.save), apart from how fast training produces data.
         self.busy_seconds = 0.0
@@ -55,9 +70,9 @@ class BackgroundWriter(object):
         self._thread.start()
 
     def submit(self, job: Callable[[], None], nbytes: int = 0) -> None:
-        """Queue ``job``; blocks while more than ``max_pending_bytes`` are queued (a single job larger
-        than the bound is accepted when the queue is empty) or while the oldest queued job has waited
-        more than ``max_delay`` seconds."""
+        """Queue ``job``; blocks while more than ``max_pending_bytes`` are queued or the queued jobs would
+        take the writer more than ``max_delay`` seconds (a single job larger than either bound is accepted
+        when the queue is empty), or while the oldest queued job has waited more than ``max_delay`` seconds."""
         with self._condition:
             self._raise_pending_error()
             if self._closed:
@@ -67,8 +82,9 @@ class BackgroundWriter(object):
                 now = time.monotonic()
                 while jobs and self._error is None:
                     late = now - jobs[0][2] - self._max_delay
-                    if self._pending_bytes + nbytes > self._max_pending:
-                        self._condition.wait()
+                    if self._pending_bytes + nbytes > self._max_pending or self._queued_seconds(nbytes) > \
+                            self._max_delay:
+                        self._condition.wait()  # until the thread has written a job
                     elif late > 0:
                         self._condition.wait(0.05)  # until the thread has taken it
                     else:
@@ -80,6 +96,21 @@ class BackgroundWriter(object):
                 jobs.append((job, nbytes, time.monotonic()))
             self._pending_bytes += nbytes
             self._condition.notify_all()
+
+    def _queued_seconds(self, nbytes: int) -> float:
+        """How long the writer would take for the queued jobs and one more of ``nbytes``, at its speed so far
+        (0.0 before it has run a job). Under the condition's lock."""
+        return (len(self._jobs) + 1) * self._seconds_per_job + (self._pending_bytes + nbytes) * \
+            self._seconds_per_byte
+
+    def _learn_speed(self, nbytes: int, seconds: float) -> None:
+        """Fold one job's time into the moving averages of the writer's speed. Under the condition's lock."""
+        if nbytes >= SPEED_SAMPLE_BYTES:
+            sample = max(0.0, seconds - self._seconds_per_job) / nbytes
+            self._seconds_per_byte += SPEED_WEIGHT * (sample - self._seconds_per_byte) if self._seconds_per_byte \
+                else sample
+        else:
+            self._seconds_per_job += SPEED_WEIGHT * (seconds - self._seconds_per_job)
 
     def flush(self) -> None:
         """Wait until every queued job has run; raise the first error of a job, if any."""
@@ -133,7 +164,9 @@ class BackgroundWriter(object):
                 # process ("terminate called without an active exception").
                 job = None
                 with self._condition:
-                    self.busy_seconds += time.perf_counter() - started
+                    seconds = time.perf_counter() - started
+                    self.busy_seconds += seconds
+                    self._learn_speed(nbytes, seconds)
                     self._busy = False
                     self._pending_bytes -= nbytes
                     self._condition.notify_all()

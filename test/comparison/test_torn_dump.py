@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from ptdbg_ascend.comparison.api import compare, compare_distributed
-from ptdbg_ascend.errors import CompareError
+from ptdbg_ascend.errors import CompareError, FileFormatError
 from ptdbg_ascend import parse
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the dumping runs need torch")
@@ -44,7 +44,7 @@ TRAIN = textwrap.dedent('''
         register_hook(model, acc_cmp_dump)
         set_dump_switch("ON")
     else:
-        debugger = PrecisionDebugger(task="statistics", dump_path=out)
+        debugger = PrecisionDebugger(task="tensor" if kind == "msprobe_tensor" else "statistics", dump_path=out)
         debugger.start()
     for k in range(100000):
         x = torch.randn(4, 8, generator=torch.Generator().manual_seed(k))
@@ -52,6 +52,8 @@ TRAIN = textwrap.dedent('''
         print("STEP", k, flush=True)
         if mode == "clean" and k == {steps} - 1:
             break
+        if mode == "raise" and k == {raise_at}:
+            raise KeyboardInterrupt  # Ctrl-C mid-run: the exit closes the window that had no OFF/stop()
         if k >= {steps} - 1 and kind == "legacy":
             time.sleep(600)  # never past the clean run: wait here to be killed
         time.sleep(0.01)
@@ -59,7 +61,7 @@ TRAIN = textwrap.dedent('''
         set_dump_switch("OFF")
     else:
         debugger.stop()
-''').replace("{steps}", str(CLEAN_STEPS))
+''').replace("{steps}", str(CLEAN_STEPS)).replace("{raise_at}", "9")
 
 
 def run_clean(tmp_path, kind: str, name: str) -> str:
@@ -231,6 +233,84 @@ def test_killed_precision_debugger_run(tmp_path, output_dir, capsys):
     assert outcome.counts.compared == outcome.torn[0].records > 0
 
 
+@needs_torch
+def test_a_step_killed_before_its_first_flush_is_said_not_just_missing(tmp_path, output_dir):
+    def early(out, _steps):  # tensor files on disk, no dump.json yet (its first rewrite comes after about 1 s)
+        tensors = os.path.join(out, "step0", "rank", "dump_tensor_data")
+        return os.path.isdir(tensors) and len(os.listdir(tensors)) >= 20
+
+    npu, pid = run_killed(tmp_path, "msprobe_tensor", "npu", early)
+    rank_dir = os.path.join(npu, "step0", "rank")
+    if os.path.exists(os.path.join(rank_dir, "dump.json")):
+        pytest.skip("the machine was too slow: the first rewrite came before the kill")
+    tensors = len([name for name in os.listdir(os.path.join(rank_dir, "dump_tensor_data")) if name.endswith(".pt")])
+    dump_json = os.path.join(rank_dir, "dump.json")
+    said = ("dump.json does not exist: its directory holds {} tensor files in dump_tensor_data and the dump lock of "
+            "pid {} on host {}, which is gone: the run writing it was killed before it first wrote dump.json".format(
+                tensors, pid, HOST))
+    with pytest.raises(FileFormatError) as compared:
+        compare({"npu_json_path": dump_json, "bench_json_path": dump_json, "is_print_compare_log": False}, output_dir,
+                xlsx=False)
+    assert str(compared.value).startswith("NPU dump file {}".format(rank_dir)) and said in str(compared.value)
+    with pytest.raises(FileFormatError) as parsed:
+        parse(dump_json, "Functional_linear_0_forward")
+    assert said in str(parsed.value)
+    with pytest.raises(CompareError) as distributed:
+        compare_distributed(os.path.join(npu, "step0"), os.path.join(npu, "step0"), output_dir, xlsx=False)
+    assert "There is no dump.json: its directory holds {} tensor files".format(tensors) in str(distributed.value)
+    assert os.listdir(output_dir) == []
+
+
+# -- 1b. a run ended by an uncaught exception with its window on: cut, though every record is there ---------
+@needs_torch
+@pytest.mark.parametrize("kind", ["legacy", "msprobe"])
+def test_a_run_ended_by_an_uncaught_exception_is_named_cut(tmp_path, capsys, kind):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    npu = tmp_path / "npu"
+    run = subprocess.run([sys.executable, str(script), str(npu), kind, "raise"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, timeout=120)
+    assert run.returncode != 0 and "KeyboardInterrupt" in run.stderr, run.stderr
+    assert "ends cut short: the process exited on an uncaught KeyboardInterrupt" in run.stdout, run.stdout
+    rank_dir = str(npu / ("run_v1.0/rank0" if kind == "legacy" else "step0/rank"))
+    with open(os.path.join(rank_dir, ".ptdbg.lock"), encoding="utf-8") as handle:
+        pid_host, cut = handle.read().split("\n")[:2]
+    assert pid_host.split()[1] == HOST
+    assert cut == "cut: the process exited on an uncaught KeyboardInterrupt with the dump window on"
+    dump = os.path.join(rank_dir, "npu_dump.pkl" if kind == "legacy" else "dump.json")
+    capsys.readouterr()
+    parse(dump, "Functional_linear_0_forward")
+    (torn,) = torn_warnings(capsys.readouterr().out)
+    # nothing is lost: the 10 steps up to the exception are all there, 8 calls each in the pkl (the filter drops
+    # the backward of Tensor.sum, whose only tensor is 0-d), 9 in dump.json
+    assert torn.startswith("The dump {} ended without a clean close (pid {} on host {} is gone; the process exited "
+                           "on an uncaught KeyboardInterrupt with the dump window on): {}{} complete calls".format(
+                               dump, pid_host.split()[0], HOST, "its last flush holds " if kind == "msprobe" else "",
+                               80 if kind == "legacy" else 90)), torn
+    assert torn.endswith("parse shows what is there.")
+
+
+@needs_torch
+def test_the_next_run_takes_over_a_killed_runs_lock_and_removes_its_temporary_files(tmp_path):
+    npu, pid = run_killed(tmp_path, "legacy", "npu", lambda out, steps: steps >= 4)
+    rank_dir = os.path.join(npu, "run_v1.0", "rank0")
+    planted = [os.path.join(rank_dir, "npu_dump", ".Torch_relu_9_forward_output.npy.k2j4h5g6.tmp"),
+               os.path.join(rank_dir, ".npu_dump.pkl.a8b7c6d5.tmp")]
+    for path in planted:  # what a kill in the middle of writing these files leaves
+        open(path, "wb").close()
+    mine = os.path.join(rank_dir, ".notes.tmp")  # not one of the tool's temporary names: kept
+    open(mine, "wb").close()
+    script = tmp_path / "train.py"
+    run = subprocess.run([sys.executable, str(script), str(npu), "legacy", "clean"], stdout=subprocess.PIPE,
+                         text=True, timeout=120, check=True)
+    assert "Taking over the stale dump lock {} of process {} (no longer running).".format(
+        os.path.join(rank_dir, ".ptdbg.lock"), pid) in run.stdout
+    removed = re.search(r"Removed (\d+) temporary files? that the killed run left in (.*)\.", run.stdout)
+    assert removed and int(removed.group(1)) >= 2 and removed.group(2) == rank_dir, run.stdout
+    assert not any(os.path.exists(path) for path in planted) and os.path.exists(mine)
+    assert not os.path.exists(os.path.join(rank_dir, ".ptdbg.lock"))
+
+
 # -- 2. a lock whose writer is alive, another host's lock, leftovers, a partial line (hand-made) ------
 def _small_dump(legacy_dump, side):
     dump = legacy_dump(side, stem="npu_dump")
@@ -276,6 +356,19 @@ def test_another_hosts_lock_leftover_temp_files_and_a_partial_line(legacy_dump, 
     rows = read_csv(outcome.csv_path)
     assert [row["NPU Name"] for row in rows] == ["Functional_linear_0_forward_input.0", "Functional_linear_0_forward_output",
                                                  "Torch_relu_0_forward_input.0", "Torch_relu_0_forward_output"]
+
+
+@pytest.mark.torchfree
+def test_a_pkl_cut_mid_line_is_torn_even_copied_without_its_lock(legacy_dump, output_dir, capsys):
+    npu, bench = _small_dump(legacy_dump, "npu"), _small_dump(legacy_dump, "bench")
+    with open(npu.pkl, "a") as handle:  # a kill cut the write of Torch_relu_1's line; the lock was not copied
+        handle.write('["Torch_relu_1_forward_output", 0, [], "torch.flo')
+    outcome = compare(npu.param(bench), output_dir, xlsx=False, auto_analyze=False)
+    assert torn_warnings(capsys.readouterr().out) == [
+        "NPU dump {} was cut short (it ends in a partial line) and ended without a clean close: 2 complete calls (4 "
+        "tensor records) read, the last complete call is Torch_relu_0_forward; the pkl ends in a partial line "
+        "(skipped). Compare runs on what is there.".format(npu.pkl)]
+    assert [(d.state, d.partial_line, d.pid) for d in outcome.torn] == [("ended", True, None)]
 
 
 # -- 3. compare_distributed stays inside the dump directories -----------------------------------------

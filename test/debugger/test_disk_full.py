@@ -318,3 +318,94 @@ def test_start_on_a_full_disk_says_so_and_leaves_no_lock(small_disk, session):
     debugger.stop()
     assert list(_load(rank_dir / "dump.json")["data"]) == ["Torch.add.0.forward"]
     assert sorted(os.listdir(str(rank_dir))) == ["construct.json", "dump.json", "stack.json"]
+
+
+# -- the reserve is sized by the bytes of the entries to come, not their count x the longest ----------------------
+def _held(rank_dir):
+    """Bytes of blocks ``.ptdbg.reserve`` holds now (0 without one)."""
+    try:
+        return os.stat(str(rank_dir / ".ptdbg.reserve")).st_blocks * 512
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_one_call_with_3000_inputs_does_not_inflate_the_reserve(tmp_path, session, task):
+    """One entry of 3,000 tensor leaves (~1 MB of text) among 2,000 small ones: the reserve follows the bytes of
+    what is not yet in the JSON files, so it stays within a few times the largest one's size (it held 1,000+
+    times dump.json's size, counting every later small entry as long as the big one)."""
+    inputs = [torch.full((2,), float(k)) for k in range(3000)]
+    small = torch.ones(4)
+    dump_path = tmp_path / "dump"
+    rank_dir = dump_path / "step0" / "rank"
+    debugger = PrecisionDebugger(task=task, level="L1", dump_path=str(dump_path))
+    debugger.start()
+    torch.cat(inputs)
+    peak = 0
+    for k in range(2000):
+        torch.relu(small)
+        if k % 50 == 0:
+            peak = max(peak, _held(rank_dir))
+    debugger.stop()
+    size = os.path.getsize(str(rank_dir / "dump.json"))
+    assert 1e6 < size < 4e6, size
+    # the reserve covers the largest file's next rewrite: here stack.json's (pytest's frames make deep stacks)
+    largest = max(os.path.getsize(str(rank_dir / name)) for name in ("dump.json", "stack.json", "construct.json"))
+    assert peak < 3 * largest, (peak, largest, size)
+
+
+def test_a_64_mib_disk_takes_a_dump_whose_json_fits_many_times(small_disk, session):
+    """A statistics dump of one call with 3,000 inputs, then small calls, on a 64 MiB disk: dump.json
+    (under 2 MB) fits 30 times, and the reserve must not stop the dump."""
+    disk = small_disk(64)
+    inputs = [torch.full((2,), float(k)) for k in range(3000)]
+    small = torch.ones(4)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(disk / "dump"))
+    debugger.start()
+    torch.cat(inputs)
+    for _ in range(2000):
+        torch.relu(small)  # a DumpWriteError here fails the test
+    debugger.stop()
+    data = _load(disk / "dump" / "step0" / "rank" / "dump.json")["data"]
+    assert len(data) == 2001 and len(data["Torch.cat.0.forward"]["input_args"][0]) == 3000
+
+
+def test_the_length_bound_of_an_entry_holds_for_any_value_and_stays_close_for_real_ones(tmp_path, session):
+    """The reserve counts a dict entry at a bound of its text (``text_length.py``) computed without encoding it:
+    never below the text json_text writes, statistics filled later included, and close to it for real entries."""
+    import random
+
+    from ptdbg_ascend.msprobe.leaves import fill_statistics
+    from ptdbg_ascend.sinks.msprobe.json_text import member_text
+    from ptdbg_ascend.sinks.msprobe.text_length import member_length_bound
+
+    chooser = random.Random(7)
+
+    def value(depth):
+        pick = chooser.random()
+        if depth > 5 or pick < 0.3:
+            return chooser.choice([None, True, False, 0, -12345, 10 ** 30, 1.5, -2.2250738585072014e-308,
+                                   float("nan"), float("-inf"), "", "é\"\n\x01"])
+        if pick < 0.65:
+            return [value(depth + 1) for _ in range(chooser.randint(0, 4))]
+        return {"k{}é".format(k): value(depth + 1) for k in range(chooser.randint(0, 4))}
+
+    for _ in range(5000):
+        item = value(0)
+        assert member_length_bound("Torch.x.0.forward", item, 1) >= len(member_text("Torch.x.0.forward", item, 1))
+    # a leaf whose statistics come later: null now, then numbers and msprobe's two extra keys
+    leaf = {"type": "torch.Tensor", "dtype": "torch.float16", "shape": [2, 3], "Max": None, "Min": None, "Mean": None,
+            "Norm": None, "requires_grad": True, "data_name": "Torch.x.0.forward.output.0.pt"}
+    bound = member_length_bound("Torch.x.0.forward", {"output": [leaf]}, 1, late_leaves=1)
+    fill_statistics(leaf, [float("inf"), -1.0000000000000002e-300, 1.2345678901234567, 2.0, 65504.0, -1.5e-300])
+    assert "Max_except_inf_nan" in leaf and bound >= len(member_text("Torch.x.0.forward", {"output": [leaf]}, 1))
+    # real entries of a tensor dump: within a third of their text
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "dump"))
+    debugger.start()
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    net(torch.ones(2, 4)).sum().backward()
+    debugger.stop()
+    data = _load(tmp_path / "dump" / "step0" / "rank" / "dump.json")["data"]
+    for name, entry in data.items():
+        exact = len(member_text(name, entry, 1))
+        assert exact <= member_length_bound(name, entry, 1) <= 1.35 * exact, name

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -368,3 +370,80 @@ def test_sigkill_at_random_points_loses_at_most_the_bound(tmp_path):
                     assert "Tensor_add__{}_forward_output".format(4 * step + 3) in names, (trial, step)
                     checked += 1
         assert checked >= 20, checked  # the check above did bite
+
+
+# -- 4. a slow disk: the writer's backlog is bounded in time, not only in bytes ---------------------------------
+# The disk takes SLOW_DISK_RATE bytes a second (os.write sleeps for what it writes: a real disk under dirty-page
+# throttling does the same to a writer), far less than training makes: the npy backlog fills. Its bound in time
+# (background.DEFAULT_MAX_DELAY, 1 s by default) must hold all the same: every step that finished more than about
+# that long before the kill has its records in the pkl.
+SLOW_DISK_RATE = 20e6
+SLOW_DISK = textwrap.dedent('''
+    import os, sys, time
+    import torch
+    torch.set_num_threads(1)
+    real_write = os.write
+
+    def slow_write(descriptor, data):
+        if len(data) >= 65536:
+            time.sleep(len(data) / float(sys.argv[2]))
+        return real_write(descriptor, data)
+
+    os.write = slow_write
+    from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, foreach=False)
+    register_hook(model, acc_cmp_dump)
+    set_dump_path(os.path.join(sys.argv[1], "npu_dump.pkl"), dump_tag="run")
+    set_dump_switch("ON")
+    x = torch.randn(256, 512)
+    for k in range(100000):
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print("STEP {} {!r}".format(k, time.monotonic()), flush=True)
+''')
+
+
+def test_a_slow_disk_loses_at_most_about_a_second_of_finished_steps(tmp_path):
+    bound, slack = 1.0, 0.8  # the default max_delay; a loaded 2-core machine, the job being written
+    script = tmp_path / "train.py"
+    script.write_text(SLOW_DISK)
+    out = tmp_path / "out"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    env.pop("LOCAL_RANK", None)
+    child = subprocess.Popen([sys.executable, str(script), str(out), str(SLOW_DISK_RATE)], stdout=subprocess.PIPE,
+                             text=True, env=env)
+    printed = {}
+
+    def read_steps():  # a thread: the run may print nothing for seconds (its writes block it)
+        for line in child.stdout:
+            if line.startswith("STEP "):
+                printed[int(line.split()[1])] = float(line.split()[2])
+
+    reader = threading.Thread(target=read_steps, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not printed:
+            assert time.monotonic() < deadline and child.poll() is None, "the run never stepped"
+            time.sleep(0.01)
+        time.sleep(4.0)  # long past the bound: a backlog of seconds would show
+        child.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+    finally:
+        child.kill()
+        child.wait()
+        reader.join(10)
+    records = _check_pkl_and_npy(out / "run_v1.0" / "rank0", killed=True)
+    names = set(record[0] for record in records)
+    on_disk = [step for step in printed if "Tensor_add__{}_forward_output".format(4 * step + 3) in names]
+    late = [step for step, when in printed.items() if when < killed_at - bound - slack and step not in on_disk]
+    assert not late, "{} steps finished more than {} s before the kill are not in the pkl (of {} printed; {} on " \
+        "disk; the oldest missing finished {:.1f} s before the kill)".format(
+            len(late), bound + slack, len(printed), len(on_disk), killed_at - printed[min(late)])
+    # the check did bite: steps old enough to be checked (the disk's speed sets the pace: a few steps a second)
+    assert len([when for when in printed.values() if when < killed_at - bound - slack]) >= 4, printed

@@ -25,7 +25,8 @@ from ptdbg_ascend.formats import pkl
 from ptdbg_ascend.formats.pkl import SCALAR_SHAPE_TEXT, line_head, numbers_text, record_text, stack_line
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.host_copies import on_host, release_copy
-from ptdbg_ascend.sinks.legacy.npy_files import host_copy, save_npy, take_special
+from ptdbg_ascend.sinks.legacy.missing_npy import MissingNpyFiles
+from ptdbg_ascend.sinks.legacy.npy_files import save_npy, take_special
 from ptdbg_ascend.fs.writes import FILE_MODE, link_file, open_new, own_dir, own_dirs, remove_quietly, write_all
 
 # lookup(tensor, record name[, compute]) -> (statistics, name of an earlier record of the same unchanged
@@ -142,6 +143,7 @@ class LegacyPklWriter(object):
         self._device_batch = None  # type: Optional[DeviceStatisticsBatch]
         self._held = []  # type: List[Any]
         self._defer_cpu = statistics_module.DEFERRAL.on_cpu  # decided once: write_records is the hot path
+        self._missing = MissingNpyFiles(npy_dir)  # records left without npy (out of memory)
 
     # -- records -------------------------------------------------------------------------------
     def write_record(self, name: str, value: Any, statistics: Optional[List[Optional[float]]] = None,
@@ -271,7 +273,7 @@ class LegacyPklWriter(object):
                 if transformed:
                     nbytes += take_special(name, value, dtype, npy_dir, lines, files, head)[0]
                     continue
-                statistics = None
+                statistics = array = None
                 try:
                     shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
                     if lookup is None:
@@ -288,12 +290,15 @@ class LegacyPklWriter(object):
                         statistics, same_as = lookup(value, name)
                     if npy_dir is not None:
                         path = os.path.join(npy_dir, name + ".npy")
-                        if same_as is not None:
+                        if same_as is not None and same_as not in self._missing:
                             files.append((path, None, os.path.join(npy_dir, same_as + ".npy")))
-                        else:
-                            array = host_copy(value)
-                            nbytes += array.nbytes
-                            files.append((path, array, None))
+                        else:  # (a tensor whose first npy was not written is copied again, never linked)
+                            array = self._missing.copy(name, value)  # None: out of memory (said)
+                            if array is not None:
+                                nbytes += array.nbytes
+                                files.append((path, array, None))
+                            elif type(statistics) is _PendingStatistics:  # its job would read them from the copy
+                                statistics[:] = tensor_statistics(value)
                 except Exception:  # noqa: BLE001 - RuntimeError, TypeError, AttributeError (jagged sizes)...
                     # Nested (no shape), sparse/quantized/meta/fake (no numpy()): the values tensor_kinds.py
                     # says such a record holds. Nothing of this record was appended yet.
@@ -303,7 +308,7 @@ class LegacyPklWriter(object):
                         statistics[:] = special
                     continue
                 if type(statistics) is _PendingStatistics:
-                    if same_as is None:  # the first record of this tensor: its job fills the list
+                    if same_as is None and array is not None:  # the first record of this tensor: its job fills them
                         reductions.append((array, statistics))
                     lines.append((name, dtype, shape, statistics))
                     continue
@@ -347,6 +352,7 @@ class LegacyPklWriter(object):
                     self._background.flush()
         finally:
             os.close(self._descriptor)
+            self._missing.say_summary()
 
     # -- internals -----------------------------------------------------------------------------
     def _device_statistics(self) -> DeviceStatisticsBatch:

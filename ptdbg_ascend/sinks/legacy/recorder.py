@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ptdbg_ascend.dump.capture import gradient_records, input_records, output_records, tensors_in
 from ptdbg_ascend.dump.observers import ApiCall
 from ptdbg_ascend.dump.recorder import Recorder, RecordSink
-from ptdbg_ascend.dump.selection import MODE_PREFIX, LegacySelection, SwitchConfig
+from ptdbg_ascend.dump.selection import MODE_PREFIX, LegacySelection, SwitchConfig, Unmatched
 from ptdbg_ascend.dump.stack import user_stack_json
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.formats import layout
@@ -18,6 +18,7 @@ from ptdbg_ascend.formats.naming import STACK_SUFFIX
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.legacy.pkl_writer import LegacyPklWriter
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
+from ptdbg_ascend.fs.writes import LOCK_NAME
 
 
 class DumpLocation(object):
@@ -58,8 +59,8 @@ class LegacySink(RecordSink):
         directory's lock: a second process writing there gets a DumpPathError naming the holder."""
         self._rank_dir.claim(os.path.dirname(self.location.pkl_path(rank, self.config.mode)))
 
-    def _release(self) -> None:
-        self._rank_dir.release()
+    def _release(self, cut: str = "") -> None:
+        self._rank_dir.release(cut)
 
     def inputs_before(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         # Their statistics and npy copies are taken now and written with the outputs, in the same lines.
@@ -131,14 +132,27 @@ class LegacySink(RecordSink):
                 self._writer.flush()
 
     def close(self) -> None:
+        self._close("")
+
+    def close_cut(self, why: str) -> None:
+        # The process ends with the window on (no OFF): what was recorded is written, and the lock stays
+        # with why in it, so the dump reads as cut, not as a complete shorter run.
+        self._close(why)
+
+    def _close(self, cut: str) -> None:
         with self.lock:
             writer, self._writer = self._writer, None
         try:
             if writer is not None:
                 writer.close()
-                logger.info("Dump data of this window is in {}.".format(writer.pkl_path))
+                if cut:
+                    logger.warning("The dump {} ends cut short: {}. Its calls up to the exception are written; its "
+                                   "{} stays in {}, so compare and parse name it as cut.".format(
+                                       writer.pkl_path, cut, LOCK_NAME, os.path.dirname(writer.pkl_path)))
+                else:
+                    logger.info("Dump data of this window is in {}.".format(writer.pkl_path))
         finally:
-            self._release()
+            self._release(cut if writer is not None else "")
 
 
 class LegacyRecorder(Recorder):
@@ -180,10 +194,45 @@ class LegacyRecorder(Recorder):
         """Wait until everything recorded so far is on disk."""
         self.legacy_sink.flush()
 
+    def close_cut(self, why: str) -> None:
+        try:
+            self.legacy_sink.close_cut(why)
+        finally:
+            self._say_unmatched()
+
     def close(self) -> None:
-        self.legacy_sink.close()
-        if self.matched == 0 and not self.selection.selects_all:
-            selection = ("api_list={}".format(list(self.config.api_list)) if self.config.mode == "api_list"
-                         else "scope={}".format(list(self.config.scope)))
-            logger.warning("No call matched {} (mode {!r}) in this dump window: nothing was dumped.".format(
-                selection, self.config.mode))
+        try:
+            self.legacy_sink.close()
+        finally:
+            self._say_unmatched()
+
+    def _say_unmatched(self) -> None:
+        """The window's names that matched no call, said once at its end (a typo, a counter off by one, an
+        API that did not run): the dump is empty or shorter than asked, and nothing else would say so."""
+        text = unmatched_text(self.selection.unmatched(), self.config.mode, self.config.scope)
+        if text:
+            logger.warning(text)
+
+
+# Where a scope name's counter comes from: what a user most often gets wrong in them.
+NAMES_HINT = ("Names count each API's calls from 0 (Torch_relu_0_forward is the first torch.relu); ptdbg parse "
+              "shows the names a dump holds.")
+
+
+def unmatched_text(unmatched: Unmatched, mode: str, scope: Sequence[str]) -> str:
+    """The warning of a legacy window's ``unmatched`` names (mode ``mode``, ``scope`` the window's), or ""
+    when every name matched."""
+    if unmatched.start is not None:
+        return "The start of the range (mode {!r}), {!r}, matched no call in this dump window: nothing was dumped. " \
+            "{}".format(mode, unmatched.start, NAMES_HINT)
+    if unmatched.end is not None:
+        return "The end of the range (mode {!r}), {!r}, matched no call in this dump window: every call from {!r} " \
+            "to the end of the window was dumped. {}".format(mode, unmatched.end, scope[0], NAMES_HINT)
+    if not unmatched.items:
+        return ""
+    parameter = "api_list" if mode == "api_list" else "scope"
+    text = "{} of the {} {} item{} (mode {!r}) matched no call in this dump window: {}{}.".format(
+        len(unmatched.items), unmatched.total, parameter, "" if unmatched.total == 1 else "s", mode,
+        ", ".join(repr(item) for item in unmatched.items),
+        "; nothing was dumped" if len(unmatched.items) == unmatched.total else "")
+    return text if mode == "api_list" else text + " " + NAMES_HINT

@@ -21,6 +21,7 @@ from ptdbg_ascend.sinks.msprobe.json_text import (JsonPieces, document_pieces, e
                                                     member_of_text, member_text, members_pieces, object_pieces)
 from ptdbg_ascend.sinks.msprobe.pt_files import data_names
 from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
+from ptdbg_ascend.sinks.msprobe.text_length import SEPARATOR, member_length_bound
 
 
 # An entry kept as its text only (``StepEntries.encoded``): finished, and never changed again but by an
@@ -28,19 +29,27 @@ from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonRese
 _AS_TEXT = object()
 
 
-def entry_length(name: str, entry: Any) -> int:
-    """The length of entry ``name``'s member text (of a template: an upper bound), for the disk reserve."""
+def entry_length(name: str, entry: Any, late_leaves: int = 0) -> int:
+    """An upper bound of the length of entry ``name``'s member text, for the disk reserve: a text's own
+    length, a template's longest rendering, a dict's bound (``text_length.py``; ``late_leaves`` of its
+    tensor leaves get their statistics later)."""
     if type(entry) is str:
         return len(entry)
     if type(entry) is EntryTemplate:
         return entry.longest()
-    return len(member_text(name, entry, 1))
+    return member_length_bound(name, entry, 1, late_leaves)
 
 
 class StepEntries(object):
-    """dump.json's entries, stack.json's lines and construct.json's links of one directory."""
+    """dump.json's entries, stack.json's lines and construct.json's links of one directory, and the bytes of
+    the entries not yet in dump.json at their current version, for the disk reserve ``space``
+    (``space.pending[ENTRY]``).
 
-    def __init__(self) -> None:
+    Args:
+        space: the reserve of the directory. Default None: counts of its own, for no file (tests).
+    """
+
+    def __init__(self, space: Optional[JsonReserve] = None) -> None:
         self.data = {}  # type: Dict[str, Any]
         self.stack = {}  # type: Dict[str, List[str]]
         self.construct = {}  # type: Dict[str, Optional[str]]
@@ -55,16 +64,23 @@ class StepEntries(object):
         self.ready_at = {}  # type: Dict[str, int]
         self.previous = {}  # type: Dict[str, str]
         self.stat_waiting = {}  # type: Dict[str, Any]
-        # The length of the longest member encoded by add() since the last texts() (for the reserve).
-        self.longest_new = 0
+        # The disk reserve: the bytes counted for each entry not in dump.json at its current version
+        # (``counted``, also summed in ``space.pending[ENTRY]``), and the dict entries added since the
+        # last :meth:`measure`, counted then (a bound of a dict's text costs a walk of it: done off the
+        # training thread where there is a writer thread).
+        self._space = space if space is not None else JsonReserve("")
+        self.counted = {}  # type: Dict[str, int]
+        self.unmeasured = []  # type: List[str]
 
-    def add(self, name: str, entry: Any, waits_for: Optional[int], deferred: List[Tuple[Dict[str, Any], Any]]) -> None:
+    def add(self, name: str, entry: Any, waits_for: Optional[int], deferred: List[Tuple[Dict[str, Any], Any]],
+            length: Optional[int] = None) -> None:
         """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``: a dict,
         its finished member text (``entry_text.py``: no file, nothing deferred), or an ``EntryTemplate`` (no
         file; finished when its late leaves' numbers are read back). ``waits_for``: the number
         of the last ``.pt`` job queued, when it is not written yet (None: all are); ``deferred``: its leaves
         whose statistics are still on the device. An entry finished now is kept as its text only
-        (:meth:`_keep_text`)."""
+        (:meth:`_keep_text`). ``length``: a bound of a waiting dict entry's text, when the caller has one
+        (default None: :meth:`measure` counts it later)."""
         if type(entry) is str:
             if name not in self.data:
                 self._store_text(name, entry)
@@ -78,6 +94,7 @@ class StepEntries(object):
                     # Waits as itself, not as a list of (leaf, pending) pairs: two objects fewer per entry for
                     # the garbage collector to walk while thousands of entries wait for their batch.
                     self.data[name] = self.stat_waiting[name] = entry
+                    self._count(name, entry.longest())
                 return
             deferred = list(deferred)  # (take_new may hand over its own empty list)
             entry = _as_dict(name, entry, deferred)  # extending an entry (rare): as a dict, its leaves waiting
@@ -103,6 +120,11 @@ class StepEntries(object):
             self.ready_at[name] = waits_for
         elif name not in self.stat_waiting and name not in self.ready_at:
             self._keep_text(name)
+            return
+        if length is not None:
+            self._count(name, length)
+        else:
+            self.unmeasured.append(name)
 
     def _keep_text(self, name: str) -> None:
         """Encode the finished entry ``name`` and drop its dict. Why now: a step's entries would otherwise
@@ -114,7 +136,25 @@ class StepEntries(object):
     def _store_text(self, name: str, text: str) -> None:
         self.data[name] = _AS_TEXT
         self.encoded[name] = text
-        self.longest_new = max(self.longest_new, len(text))
+        self._count(name, len(text))
+
+    def _count(self, name: str, length: int) -> None:
+        """Count entry ``name`` at ``length`` bytes (and a separator) in the reserve, instead of what it was
+        counted at before."""
+        length += SEPARATOR
+        self._space.pending[ENTRY] += length - self.counted.get(name, 0)
+        self.counted[name] = length
+
+    def measure(self) -> None:
+        """Count the dict entries added since the last call at a bound of their text (``text_length.py``),
+        those of their leaves whose statistics come later filled. Under the writer's lock, before the
+        reserve is grown."""
+        unmeasured, self.unmeasured = self.unmeasured, []
+        for name in unmeasured:
+            entry = self.data.get(name)
+            if type(entry) is dict:
+                late = self.stat_waiting.get(name)
+                self._count(name, member_length_bound(name, entry, 1, len(late) if type(late) is list else 0))
 
     def add_stack(self, name: str, literals: List[str]) -> int:
         """The stack.json member ``name``, its frames given as JSON string literals; returns its text's length.
@@ -134,27 +174,27 @@ class StepEntries(object):
         finished entries (:meth:`finished_text`), the seconds spent encoding new members and the number
         of entries shown. ``head``: dump.json's ``(task, level, dump_data_dir)``. Counts what the texts
         leave out, and the longest members, for the reserve ``space``."""
-        data_text, encoding, shown, longest = self.finished_text(written)
-        space.measured(ENTRY, max(longest, self.longest_new))
-        self.longest_new = 0
+        self.measure()
+        data_text, encoding, shown = self.finished_text(written)
+        # Shown at their current version: no longer to come. Left out, or shown at a previous (shorter)
+        # version: still counted.
+        counted, waiting = self.counted, (self.ready_at, self.stat_waiting)
+        for name in [name for name in counted if name not in waiting[0] and name not in waiting[1]]:
+            del counted[name]
+        space.pending[ENTRY] = sum(counted.values())
         texts = [(DUMP_FILE, document_pieces(head[0], head[1], head[2], data_text))]
-        # left out, or shown at a previous (shorter) version: still to come
-        space.pending[ENTRY] = len(self.data) - shown + len(self.previous)
         if with_others:
             for kind, name, items, encoded in ((STACK, STACK_FILE, self.stack, self.stack_encoded),
                                                (CONSTRUCT, CONSTRUCT_FILE, self.construct, self.construct_encoded)):
-                seconds, longest = encode_missing(items, encoded, 0)
-                encoding += seconds
-                space.measured(kind, longest)
+                encoding += encode_missing(items, encoded, 0)[0]
                 texts.append((name, object_pieces(items, encoded, 0)))
                 space.pending[kind] = 0
         return texts, encoding, shown
 
-    def finished_text(self, written: int) -> Tuple[JsonPieces, float, int, int]:
+    def finished_text(self, written: int) -> Tuple[JsonPieces, float, int]:
         """dump.json's ``data`` object of the finished entries (``written``: the number of the last ``.pt``
         job on disk): an entry waiting for a file is left out, or shown at its last finished version. Also
-        returns the seconds spent encoding entries not encoded before, the number of entries shown and the
-        length of the longest member encoded now."""
+        returns the seconds spent encoding entries not encoded before and the number of entries shown."""
         ready_at = self.ready_at
         stat_waiting = self.stat_waiting
         if stat_waiting:
@@ -175,7 +215,6 @@ class StepEntries(object):
         data = self.data
         members = []
         encoding = 0.0
-        longest = 0
         for name, entry in data.items():
             if name in ready_at or name in stat_waiting:
                 text = previous.get(name)
@@ -188,9 +227,8 @@ class StepEntries(object):
                     text = encoded[name] = entry.render() if type(entry) is EntryTemplate else member_text(name, entry, 1)
                     data[name] = _AS_TEXT  # finished: its text is all that is needed from now on
                     encoding += time.perf_counter() - before
-                    longest = max(longest, len(text))
             members.append(text)
-        return members_pieces(members, 1), encoding, len(members), longest
+        return members_pieces(members, 1), encoding, len(members)
 
     def drop_unfinished(self) -> List[str]:
         """Forget the entries still waiting (for a file or for statistics): back to their last finished
@@ -201,6 +239,7 @@ class StepEntries(object):
             entry = self.data.get(name)
             named = set(data_names(entry))
             previous = self.previous.pop(name, None)
+            self._space.pending[ENTRY] -= self.counted.pop(name, 0)
             if previous is None:
                 self.data.pop(name, None)
                 self.encoded.pop(name, None)

@@ -88,12 +88,23 @@ class LateLeaf(object):
         return blank_leaf(self.dtype, list(self.shape), self.requires_grad)
 
     def longest(self) -> int:
-        """An upper bound of its text's length (six statistics of the longest form)."""
-        leaf = self.leaf()
-        leaf.update((key, _LONGEST_NUMBER) for key in ("Max", "Min", "Mean", "Norm"))
-        leaf["requires_grad"] = False  # ("false" is longer than "true")
-        leaf.update((key, _LONGEST_NUMBER) for key in ("Max_except_inf_nan", "Min_except_inf_nan"))
-        return len(indented_text(leaf, self.level))
+        """An upper bound of its text's length (six statistics of the longest form). Remembered per level,
+        dtype and shape: the disk reserve asks it for every late leaf, and a step repeats its shapes."""
+        key = (self.level, self.dtype, self.shape)
+        length = _LONGEST.get(key)
+        if length is None:
+            leaf = blank_leaf(self.dtype, list(self.shape), False)  # ("false" is longer than "true")
+            leaf.update((key, _LONGEST_NUMBER) for key in ("Max", "Min", "Mean", "Norm"))
+            leaf.update((key, _LONGEST_NUMBER) for key in ("Max_except_inf_nan", "Min_except_inf_nan"))
+            length = len(indented_text(leaf, self.level))
+            if len(_LONGEST) >= _LONGEST_MAX:  # a run with ever new shapes: start again rather than grow
+                _LONGEST.clear()
+            _LONGEST[key] = length
+        return length
+
+
+_LONGEST = {}  # type: Dict[Tuple[int, str, Tuple[int, ...]], int]
+_LONGEST_MAX = 4096
 
 
 class EntryTemplate(object):

@@ -2,12 +2,11 @@
 dump.json, stack.json, construct.json and the ``.pt`` files, as ``reference/msprobe_1_0_4.md`` §5-6.
 
 The writer is a formatter: it receives entries (dicts built by ``ptdbg_ascend.msprobe.leaves``) and tensors.
-The JSON text is ``json_text``'s (msprobe's key order, ``indent=1``, bare ``NaN``/``Infinity`` tokens);
-``.pt`` files are ``torch.save`` of a detached contiguous copy, keeping device and dtype (bf16 stays bf16),
-written by a background thread; the copy is taken at once, so a later in-place update of the tensor
-(optimizer step) cannot change what is saved. That thread also reads a CPU tensor's statistics from the copy
-(``late_statistics.py``); a tensor saved again unchanged gets a hard link to its first file. Files 0640,
-directories 0750.
+The JSON text is ``json_text``'s (msprobe's key order, ``indent=1``, bare ``NaN``/``Infinity`` tokens); ``.pt``
+files are ``torch.save`` of a detached contiguous copy, keeping device and dtype (bf16 stays bf16), written by
+a background thread; the copy is taken at once, so a later in-place update of the tensor (optimizer step)
+cannot change what is saved. That thread also reads a CPU tensor's statistics from the copy
+(``late_statistics.py``); a tensor saved again unchanged gets a hard link to its first file (files 0640).
 
 Unlike 1.0.4 (§12 quirk 3), :meth:`MsprobeJsonWriter.flush` rewrites the files with *every* entry of the
 step so far: a second start()/stop() window in a step adds to the first. JSON files are replaced atomically
@@ -48,7 +47,8 @@ from ptdbg_ascend.sinks.msprobe.json_text import JsonPieces
 from ptdbg_ascend.sinks.msprobe.late_statistics import CopyStatistics, LateStatistics
 from ptdbg_ascend.sinks.host_copies import host_tensor, release_copy
 from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
-from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, ENTRY, STACK, JsonReserve
+from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, STACK, JsonReserve
+from ptdbg_ascend.sinks.msprobe.text_length import SEPARATOR
 from ptdbg_ascend.fs.writes import link_file, own_dir, own_dirs, remove_quietly, replace_text_file
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
@@ -87,7 +87,8 @@ class MsprobeJsonWriter(object):
         self._background = background
         self._flush_every = flush_every
         self._max_delay = background_module.DEFAULT_MAX_DELAY if max_delay is None else max_delay
-        self._entries = StepEntries()
+        self._space = JsonReserve(directory)
+        self._entries = StepEntries(self._space)
         self._unflushed = 0
         self._made_dirs = False
         self._rank_dir = RankDirectoryClaim()  # step/rank directories and their lock
@@ -98,11 +99,10 @@ class MsprobeJsonWriter(object):
         self._submit_lock = threading.Lock()
         self._queued = 0
         self._written = 0
-        # A full disk (module docstring): the reserve, the first write error's message (None while all is
-        # well; set, nothing more is written), whether the training thread has raised it yet, and the
-        # data_names queued since the last add_entry (an entry still being built: its files are removed
-        # when a write error leaves it unfinished).
-        self._space = JsonReserve(directory)
+        # A full disk (module docstring): the reserve (``_space``, above), the first write error's message
+        # (None while all is well; set, nothing more is written), whether the training thread has raised it
+        # yet, and the data_names queued since the last add_entry (an entry still being built: its files are
+        # removed when a write error leaves it unfinished).
         self._failed = None  # type: Optional[str]
         self._reported = False
         self._unclaimed = []  # type: List[str]
@@ -131,11 +131,11 @@ class MsprobeJsonWriter(object):
         if not self._made_dirs:
             self._make_dirs()
         space = self._space
-        if space.unmeasured[ENTRY]:  # before any rewrite has measured entries
-            space.measured(ENTRY, entry_length(name, entry))
-        if not self.saves_tensors:  # (with tensor files, each file's job grows the reserve first)
-            try:
-                space.ensure(1, 1)  # the reserve covers this entry and its stack before it exists
+        length = None  # (with tensor files, each file's job measures the entries and grows the reserve first)
+        if not self.saves_tensors:
+            try:  # the reserve covers this entry and its stack before they exist
+                length = entry_length(name, entry, self.late.new_count())
+                space.ensure(length + SEPARATOR, 1)
             except OSError as error:
                 self._stop_after_error(space.error_text(error))
             if self._failed is not None:
@@ -146,10 +146,9 @@ class MsprobeJsonWriter(object):
                 if self._unclaimed:
                     with self._submit_lock:
                         self._unclaimed = []  # the files queued since the last entry: this entry names them
-                space.pending[ENTRY] += 1
                 queued = self._queued
                 deferred = self.late.take_new()
-                self._entries.add(name, entry, queued if queued > self._written else None, deferred)
+                self._entries.add(name, entry, queued if queued > self._written else None, deferred, length)
                 self._unflushed += 1
                 due = self._rewrite_due()
         if not added:
@@ -166,14 +165,12 @@ class MsprobeJsonWriter(object):
     def add_stack_literals(self, name: str, literals: List[str]) -> None:
         """:meth:`add_stack` with the frames as JSON string literals (``dump/stack.user_stack_literals``)."""
         with self._lock:
-            self._space.measured(STACK, self._entries.add_stack(name, literals))
-            self._space.pending[STACK] += 1
+            self._space.added(STACK, self._entries.add_stack(name, literals))
 
     def add_construct(self, name: str, parent: Optional[str]) -> None:
         """construct.json entry ``name`` -> its parent module's name (None at top level)."""
         with self._lock:
-            self._space.measured(CONSTRUCT, self._entries.add_construct(name, parent))
-            self._space.pending[CONSTRUCT] += 1
+            self._space.added(CONSTRUCT, self._entries.add_construct(name, parent))
 
     def save_tensor(self, stem: str, tensor: Any, statistics: Optional[CopyStatistics] = None,
                     same_as: Optional[str] = None) -> Optional[str]:
@@ -189,10 +186,10 @@ class MsprobeJsonWriter(object):
         self._make_dirs()
         data_name = stem + PT_SUFFIX
         path = os.path.join(self.tensor_dir, data_name)
+        first_path = None if same_as is None else os.path.join(self.tensor_dir, same_as + PT_SUFFIX)
+        copy, nbytes = snapshot(tensor) if first_path is None else (None, 0)  # (out of memory: the sink says it)
         if statistics is not None:
             self.late.expect(tensor, statistics)
-        first_path = None if same_as is None else os.path.join(self.tensor_dir, same_as + PT_SUFFIX)
-        copy, nbytes = snapshot(tensor) if first_path is None else (None, 0)
         with self._submit_lock:
             self._queued += 1
             number = self._queued
@@ -204,7 +201,10 @@ class MsprobeJsonWriter(object):
                 space = self._space
                 try:
                     # Every entry that is finished if this write fails was added before it was queued:
-                    # the reserve covers them all before the file takes any space.
+                    # the reserve covers them all (counted by the bytes of their text) before the file
+                    # takes any space.
+                    with self._lock:
+                        self._entries.measure()
                     space.ensure()
                 except OSError as error:
                     self._stop_after_error("Cannot write the tensor file {}: {}".format(
@@ -437,11 +437,12 @@ class MsprobeJsonWriter(object):
         if self._failed is not None:
             self._resume()
 
-    def release(self) -> None:
-        """Remove the reserve and give the lock back (stop(), exit). Idempotent. The reserve's blocks are
-        given back by a helper thread (``JsonReserve.release``): the training thread does not wait."""
+    def release(self, cut: str = "") -> bool:
+        """Remove the reserve and give the lock back (stop(), exit); whether it was held. Idempotent. The
+        reserve's blocks are given back by a helper thread (``JsonReserve.release``): the training thread
+        does not wait. ``cut`` (default "": a clean close): why the step ends cut short; the lock stays."""
         self._space.release(wait=False)
-        self._rank_dir.release()
+        return self._rank_dir.release(cut)
 
 
 def _write_atomic(path: str, text: JsonPieces) -> None:

@@ -156,6 +156,10 @@ class LateStatistics(object):
         # Values reduced from ints cannot be infinite or NaN: no finite extremes to prepare for them.
         return self.batch.add(msprobe_reduced(tensor), extra=deferred_reductions if floating else None)
 
+    def new_count(self) -> int:
+        """How many leaves were deferred since the last :meth:`take_new` (the entry being built)."""
+        return len(self._new)
+
     def take_new(self) -> Leaves:
         """The leaves deferred since the last call: those of the entry being added (under the lock)."""
         new = self._new

@@ -5,14 +5,15 @@ Rewriting ``dump.json`` (and ``stack.json``, ``construct.json``) needs free spac
 file has just failed for lack of it. :class:`JsonReserve` keeps ``.ptdbg.reserve`` in the rank directory
 at least as large as the next rewrite needs and gives it back when a write fails, so that rewrite fits.
 
-Sizing. The files are replaced one after another (temporary file, then rename), so a rewrite needs at
-most the largest file as last written plus what all three grew since: ``largest file + growth +
-SLACK``. The growth is bounded by the members (dump.json entries, stack.json and construct.json items)
-added since the last rewrite, or left out of it (an entry still waiting for its ``.pt`` files), each
-counted at ``GROWTH_FACTOR`` times the longest member text of its kind seen so far. The first
-``CALIBRATION`` members of each kind are measured as they are added (before any rewrite has encoded
-one); every rewrite then measures the members it encodes. The file grows by at least a quarter at a
-time, so a growing dump costs a few ``fallocate`` calls, not one per entry.
+Sizing, by bytes. The files are replaced one after another (dump.json, stack.json, construct.json: a
+temporary file, then a rename), so a rewrite needs, at its largest, one file's new text while the files
+before it already hold their new ones: ``max(file + its pending bytes + those of the files before it) +
+SLACK``, each file as last written. The pending bytes are counted as members are added (a member's
+text, or an upper bound of it: ``text_length.py``), and set again by every rewrite to the members it left
+out (an entry still waiting for its ``.pt`` files or statistics). One member to come (the entry being
+added, and its stack) is counted before it exists. The file grows by at least a quarter at a time, so a
+growing dump costs a few ``fallocate`` calls, not one per entry, and shrinks back when it holds more than
+``SHRINK_FACTOR`` times what the next rewrite needs.
 
 The blocks are allocated (``posix_fallocate``; zeros written where that is not supported), not a
 sparse file: a file system that compresses or deduplicates zeros (ZFS, btrfs with compression) may
@@ -27,16 +28,17 @@ import threading
 from typing import List, Optional
 
 from ptdbg_ascend.fs.writes import open_new, remove_quietly
+from ptdbg_ascend.sinks.msprobe.text_length import SEPARATOR
 
 RESERVE_NAME = ".ptdbg.reserve"
-# Members of each kind, by index in the counters below.
+# Members of each kind (the three files), by index in the counters below.
 ENTRY, STACK, CONSTRUCT = 0, 1, 2
-# A member is counted at this many times the longest one of its kind seen so far.
+# A stack to come (of the entry being added) is counted at this many times the longest one seen.
 GROWTH_FACTOR = 2
-# Members of each kind measured as they are added, before rewrites measure them.
-CALIBRATION = 16
 # Block rounding of three files and their temporary copies, and the document heads.
 SLACK = 64 * 1024
+# The reserve is cut back when it holds more than this many times what the next rewrite needs.
+SHRINK_FACTOR = 4
 _ZEROS = b"\0" * (1024 * 1024)
 
 
@@ -47,10 +49,9 @@ class JsonReserve(object):
         directory: the rank directory (the JSON files' directory; it must exist when :meth:`ensure` runs).
 
     Attributes:
-        pending: per kind (``ENTRY``, ``STACK``, ``CONSTRUCT``), the members not in the files as last
-            written; the writer counts them under its own lock.
-        unmeasured: per kind, how many more members to measure as they are added (:meth:`measured`;
-            ``CALIBRATION`` at first, each measurement, a rewrite's too, counts one).
+        pending: per kind (``ENTRY``, ``STACK``, ``CONSTRUCT``), the bytes of the members not in the files as
+            last written, separators included; the writer counts them under its own lock
+            (:meth:`added`; ``entries.StepEntries`` sets ``pending[ENTRY]`` at each rewrite).
         size: bytes held now (0: none).
     """
 
@@ -58,19 +59,18 @@ class JsonReserve(object):
         self.path = os.path.join(directory, RESERVE_NAME)
         self.pending = [0, 0, 0]  # type: List[int]
         self.size = 0
-        self._longest = [0, 0, 0]  # type: List[int]
-        self.unmeasured = [CALIBRATION] * 3  # type: List[int]
+        self._longest_stack = 0
         self._file_sizes = [0, 0, 0]  # type: List[int]  # dump.json, stack.json, construct.json as last written
         self._descriptor = None  # type: Optional[int]
         self._lock = threading.Lock()
 
     # -- measuring -------------------------------------------------------------------------------
-    def measured(self, kind: int, length: int) -> None:
-        """A member text of ``kind`` is ``length`` characters long (ASCII: JSON escapes the rest)."""
-        if self.unmeasured[kind]:
-            self.unmeasured[kind] -= 1
-        if length > self._longest[kind]:
-            self._longest[kind] = length
+    def added(self, kind: int, length: int) -> None:
+        """A member of ``kind`` whose text is (at most) ``length`` characters long was added (ASCII: JSON
+        escapes the rest)."""
+        self.pending[kind] += length + SEPARATOR
+        if kind == STACK and length > self._longest_stack:
+            self._longest_stack = length
 
     def written(self, dump_bytes: int, stack_bytes: Optional[int], construct_bytes: Optional[int]) -> None:
         """The files as just written (None: that file was not rewritten)."""
@@ -81,41 +81,50 @@ class JsonReserve(object):
         if construct_bytes is not None:
             sizes[2] = construct_bytes
 
-    def needed(self, entries: int = 0, stacks: int = 0) -> int:
-        """Bytes the next rewrite may need, with ``entries`` entries and ``stacks`` stacks more than counted."""
-        pending = self.pending
-        longest = self._longest
-        growth = ((pending[0] + entries) * longest[0] + (pending[1] + stacks) * longest[1]
-                  + pending[2] * longest[2])
-        return max(self._file_sizes) + GROWTH_FACTOR * growth + SLACK
+    def needed(self, entry_bytes: int = 0, stacks: int = 0) -> int:
+        """Bytes the next rewrite may need, with an entry of ``entry_bytes`` and ``stacks`` stacks more than
+        counted."""
+        sizes, pending = self._file_sizes, self.pending
+        grown = [pending[0] + entry_bytes, pending[1] + stacks * GROWTH_FACTOR * self._longest_stack, pending[2]]
+        # Written in this order, each while the files before it already hold their growth.
+        return max(sizes[0] + grown[0], sizes[1] + grown[0] + grown[1], sizes[2] + grown[0] + grown[1] + grown[2]) \
+            + SLACK
 
     # -- the file --------------------------------------------------------------------------------
-    def ensure(self, entries: int = 0, stacks: int = 0) -> None:
-        """Hold at least :meth:`needed` bytes (growing the file by at least a quarter). Raises OSError
-        (``ENOSPC``...) when the file system cannot give them; what was held before stays held."""
-        # needed(), inline: called for every entry (statistics only) or tensor file
-        pending = self.pending
-        longest = self._longest
-        needed = max(self._file_sizes) + SLACK + GROWTH_FACTOR * (
-            (pending[0] + entries) * longest[0] + (pending[1] + stacks) * longest[1] + pending[2] * longest[2])
-        if needed <= self.size:
+    def ensure(self, entry_bytes: int = 0, stacks: int = 0) -> None:
+        """Hold at least :meth:`needed` bytes (growing the file by at least a quarter; cutting it back when it
+        holds more than ``SHRINK_FACTOR`` times that). Raises OSError (``ENOSPC``...) when the file system
+        cannot give them even without the quarter; what was held before stays held."""
+        needed = self.needed(entry_bytes, stacks)
+        size = self.size
+        if needed <= size and size <= SHRINK_FACTOR * needed:
             return
         with self._lock:
-            if needed <= self.size:
-                return
-            target = needed + needed // 4
             if self._descriptor is None:
                 remove_quietly(self.path)  # a killed run's reserve (or anything else there: never followed)
                 self._descriptor = open_new(self.path, os.O_RDWR)
-            try:
-                _allocate(self._descriptor, self.size, target - self.size)
-            except OSError:
+            if needed <= self.size:  # held more than SHRINK_FACTOR times what is needed: give most of it back
+                if self.size > SHRINK_FACTOR * needed:
+                    target = needed + needed // 4
+                    try:
+                        os.ftruncate(self._descriptor, target)
+                    except OSError:  # nothing lost: it still holds what is needed
+                        return
+                    self.size = target
+                return
+            for target in (needed + needed // 4, needed):  # the quarter more if there is room, else exactly
                 try:
-                    os.ftruncate(self._descriptor, self.size)  # give back what a partial allocation took
+                    _allocate(self._descriptor, self.size, target - self.size)
                 except OSError:
-                    pass
-                raise
-            self.size = target
+                    try:
+                        os.ftruncate(self._descriptor, self.size)  # give back what a partial allocation took
+                    except OSError:
+                        pass
+                    if target == needed:
+                        raise
+                    continue
+                self.size = target
+                return
 
     def error_text(self, error: OSError, capital: bool = True) -> str:
         """Why the reserve could not grow: "Cannot keep N bytes free for the dump's JSON files (held in P): E"

@@ -11,7 +11,7 @@ the end of the step and exit), and the ``overflow_nums``-th overflow raises
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ptdbg_ascend.config import DebuggerConfig
 from ptdbg_ascend.dump.observers import ApiCall
@@ -21,10 +21,11 @@ from ptdbg_ascend.dump.statistics import DEFERRAL
 from ptdbg_ascend.dump.statistics_cache import StatisticsCache
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
-from ptdbg_ascend.formats.dump_json import AUTOCAST
+from ptdbg_ascend.formats.dump_json import AUTOCAST, NOT_SAVED
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.msprobe.autocast import autocast_state
-from ptdbg_ascend.msprobe.leaves import tensor_statistics_msprobe, value_leaf
+from ptdbg_ascend.memory import is_out_of_memory, out_of_memory_reason
+from ptdbg_ascend.msprobe.leaves import TensorNotSaved, tensor_statistics_msprobe, value_leaf
 from ptdbg_ascend.msprobe.selection import block_wanted, dotted
 from ptdbg_ascend.overflow import detection
 from ptdbg_ascend.overflow.policy import OverflowPolicy
@@ -65,6 +66,7 @@ class MsprobeSink(RecordSink):
         self._statistics_of = None  # type: Optional[Callable[[Any], List[Optional[float]]]]
         self._texts = None  # type: Optional[EntryTexts]
         self._cached = None  # type: Optional[Callable[[Any, Callable[[Any], Any]], Any]]  # the cache, for late leaves
+        self._not_saved = set()  # type: Set[str]  # the stems of tensors whose copy ran out of memory
 
     def bind(self, statistics: StatisticsCache, lock: Any) -> None:
         super().bind(statistics, lock)
@@ -94,20 +96,41 @@ class MsprobeSink(RecordSink):
             self._texts.pending_of = writer.late.pending_of
         self._forward_parent.clear()
         self.module_stack = []
+        self._not_saved = set()  # a new step's files: none is missing yet
 
     def close(self) -> None:
         """Write the JSON files of the current step (at stop() and at interpreter exit). overflow_check:
         the pending calls are read first, which may raise OverflowLimitReached (the files are still
         written)."""
+        self._close("")
+
+    def close_cut(self, why: str) -> None:
+        """:meth:`close` at an exit that ends the process with the window on (``why``: an uncaught
+        exception): the JSON files hold every call recorded, and the lock stays with ``why`` in it."""
+        self._close(why)
+
+    def _close(self, cut: str) -> None:
         try:
             if self.overflow is not None:
                 self.overflow.flush()
         finally:
-            if self.writer is not None:
+            writer = self.writer
+            if self._not_saved:
+                logger.warning("{} tensor{} of {} {} no .pt file: out of memory while copying them; their leaves in "
+                               "dump.json keep dtype, shape and statistics and say why (\"{}\").".format(
+                                   len(self._not_saved), "" if len(self._not_saved) == 1 else "s",
+                                   writer.directory if writer is not None else "this step",
+                                   "has" if len(self._not_saved) == 1 else "have", NOT_SAVED))
+                self._not_saved = set()
+            if writer is not None:
                 try:
-                    self.writer.flush()
+                    writer.flush()
                 finally:
-                    self.writer.release()  # the step/rank directory's lock (a later start() takes it again)
+                    # the step/rank directory's lock (a later start() takes it again)
+                    if writer.release(cut) and cut:
+                        logger.warning("The dump {} ends cut short: {}. Its dump.json holds every call recorded "
+                                       "until then; its .ptdbg.lock stays, so compare and parse name it as cut."
+                                       .format(writer.directory, cut))
 
     # -- construct.json ----------------------------------------------------------------------------
     def parent_of(self, name: str) -> Optional[str]:
@@ -296,11 +319,25 @@ class MsprobeSink(RecordSink):
     def _save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
         """``value_leaf``'s ``save``: through the recorder's cache, so a tensor saved for the last call or
         two and unchanged since is neither copied nor written again (a hard link to its first file), as in
-        the legacy format; the writer thread reads the statistics from the copy it saves."""
+        the legacy format; the writer thread reads the statistics from the copy it saves. No memory for the
+        copy: :class:`TensorNotSaved` (the leaf says why it has no file), said at the first of the window; a
+        later record of that tensor is copied again, never linked to the file that was not written."""
         writer = self.writer
         with self.lock:  # backward hooks may run on autograd's threads
             statistics, same_as = self.statistics.saved(tensor, stem, writer.copy_statistics)
-        return writer.save_tensor(stem, tensor, statistics, same_as)
+        if same_as is not None and same_as in self._not_saved:
+            same_as = None
+        try:
+            return writer.save_tensor(stem, tensor, statistics, same_as)
+        except Exception as error:  # noqa: BLE001 - only a failed allocation is handled here
+            if not is_out_of_memory(error):
+                raise
+            reason = out_of_memory_reason(error)
+        if not self._not_saved:
+            logger.warning("No .pt file for {}: {}. Its leaf in dump.json keeps dtype, shape and statistics and "
+                           "says why (\"{}\"); the dump goes on.".format(stem, reason, NOT_SAVED))
+        self._not_saved.add(stem)
+        raise TensorNotSaved(reason)
 
 
 class _TextBlocks(list):
