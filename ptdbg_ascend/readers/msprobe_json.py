@@ -5,18 +5,24 @@ code that reads a dump.json file.
 ``formats.dump_json.call_values``: only tensor leaves become records, as legacy dumps filter scalars by
 default; null/{} leaves consume their index). :func:`load_entries` gives the raw entries, for the pre-check
 (which rebuilds calls from them) and ``ptdbg convert`` (which keeps scalars too).
+
+A key that is not an API call name (a counter of 5000 digits included) is skipped with a warning naming it in
+part; a statistic beyond float64's range is no value (a warning names the entry and the statistic). Two keys
+naming one call (``Torch.relu.1.forward`` and ``Torch.relu.01.forward``) are said in one warning per file;
+the later entry is used, as json does with a key written twice (which :mod:`ptdbg_ascend.jsonfile` says).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, data_file
+from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_shape, data_file, read_statistics
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats.dump_json import STATISTICS_KEYS, call_values, entries, is_tensor, parse_stacks
-from ptdbg_ascend.formats.naming import to_legacy
+from ptdbg_ascend.formats.naming import MAX_NUMBER_DIGITS, long_number, to_legacy
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.terminal import excerpt
 
 CRASH_HINT = " (incomplete after a crash?)"
 NOT_A_DUMP = "Dump file {} has no \"data\" object: not an msprobe dump.json."
@@ -57,36 +63,51 @@ def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = 
     if dump.task in ("overflow_check", "free_benchmark"):
         raise FileFormatError("Dump file {} is a {} dump; compare is not required for it.".format(path, dump.task))
     stacks = read_stacks(stack_path) if stack_path else {}
-    calls = []
+    calls: Dict[str, CallRecord] = {}
+    keys: Dict[str, str] = {}  # legacy call name -> the dump.json key it was read from
+    twice: List[Tuple[str, str, str]] = []
     for dotted, entry in dump.entries.items():
         call = to_legacy(dotted)
         if call is None or not isinstance(entry, dict):
-            logger.warning("Skipped entry {!r} of {}: not an API call name.".format(dotted, path))
+            digits = long_number(dotted)
+            logger.warning("Skipped entry {} of {}: not an API call name{}.".format(
+                excerpt(dotted), path, "" if digits is None else ": it holds a number of {} digits (a call counter "
+                "or index has at most {})".format(digits, MAX_NUMBER_DIGITS)))
             continue
         try:
             records = _entry_records(call, entry, data_dir, path, dotted)
         except RecursionError:
-            logger.warning("Skipped entry {!r} of {}: its arguments are nested too deeply.".format(dotted, path))
+            logger.warning("Skipped entry {} of {}: its arguments are nested too deeply.".format(excerpt(dotted), path))
             continue
-        calls.append(CallRecord(name=call, records=tuple(records), stack=stacks.get(dotted, ())))
-    return calls
+        if call in keys:
+            twice.append((keys[call], dotted, call))
+        keys[call] = dotted
+        # the later entry, in the earlier one's place (a dict keeps the first position), as json does
+        calls[call] = CallRecord(name=call, records=tuple(records), stack=stacks.get(dotted, ()))
+    if twice:
+        shown = "; ".join("{} and {} are both {}".format(excerpt(first), excerpt(later), call)
+                          for first, later, call in twice[:5])
+        logger.warning("The dump file {} names a call twice: {}{}. The later entry is used.".format(
+            path, shown, "; and {} more".format(len(twice) - 5) if len(twice) > 5 else ""))
+    return list(calls.values())
 
 
 def _entry_records(call: str, entry: Dict[str, Any], data_dir: Optional[str], path: str,
                    dotted: str) -> List[TensorRecord]:
     def problem(text: str) -> None:
-        logger.warning("Entry {!r} of {}: {}.".format(dotted, path, text))
+        logger.warning("Entry {} of {}: {}.".format(excerpt(dotted), path, text))
 
     records: List[TensorRecord] = []
     for name, side, value in call_values(call, entry, problem):
-        _leaves(name, side, value, data_dir, records, path)
+        _leaves(name, side, value, data_dir, records, path, problem)
     return records
 
 
-def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List[TensorRecord], path: str) -> None:
+def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List[TensorRecord], path: str,
+            problem: Callable[[str], None]) -> None:
     if isinstance(value, list):
         for index, item in enumerate(value):
-            _leaves(name + "." + str(index), side, item, data_dir, out, path)
+            _leaves(name + "." + str(index), side, item, data_dir, out, path, problem)
         return
     if not is_tensor(value):
         return
@@ -96,15 +117,17 @@ def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List
         logger.warning("Skipped tensor {} of {}: {}.".format(name, path, error))
         return
     data_name = value.get("data_name")
-    data_path = problem = None
+    data_path = data_problem = None
     if data_dir and data_name not in (None, ""):
-        data_path, problem = data_file(data_dir, data_name, "tensor's data_name holds a")
-        if problem is not None:
-            logger.warning("Tensor {} of {}: {}".format(name, path, problem))
+        data_path, data_problem = data_file(data_dir, data_name, "tensor's data_name holds a")
+        if data_problem is not None:
+            logger.warning("Tensor {} of {}: {}".format(name, path, data_problem))
+    statistics, beyond = read_statistics([value.get(key) for key in STATISTICS_KEYS], name, STATISTICS_KEYS)
+    for text in beyond:
+        problem(text)
     out.append(TensorRecord(
-        name=name, side=side, dtype=str(value.get("dtype")), shape=shape,
-        statistics=tuple(as_number(value.get(key)) for key in STATISTICS_KEYS),
-        data_path=data_path, data_root=data_dir, data_problem=problem,
+        name=name, side=side, dtype=str(value.get("dtype")), shape=shape, statistics=statistics,
+        data_path=data_path, data_root=data_dir, data_problem=data_problem,
     ))
 
 
