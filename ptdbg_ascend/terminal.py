@@ -1,5 +1,5 @@
 """Text from files, made safe to print: :func:`printable` shows control characters as escapes, and
-:func:`excerpt` shows at most a few hundred characters of a value.
+:func:`excerpt` (a ``repr``) and :func:`shorten` (a text) show at most a few hundred characters of a value.
 
 A stack line, dtype or API name read from someone else's dump may hold terminal escape sequences
 (``\\x1b[2J`` clears the screen, ``\\x1b]0;...\\x07`` sets the window title, some terminals answer
@@ -45,13 +45,13 @@ def printable(text: object, keep_newlines: bool = False) -> str:
     return str(text).translate(_KEEP_NEWLINES if keep_newlines else _STRICT)
 
 
-EXCERPT_LIMIT = 80  # characters of a value a message quotes by default
+EXCERPT_LIMIT = 255  # characters of a value a message quotes by default: a whole file name (NAME_MAX)
 _DEEPEST = 32  # containers nested deeper are shown as "..." (a list holding itself included)
 _BIG_INT_BITS = 1024  # beyond float64's range: described by its digit count (repr of a huge int is slow or refused)
 
 
 def excerpt(value: object, limit: int = EXCERPT_LIMIT) -> str:
-    """``repr(value)`` when it has at most ``limit`` characters (default 80); otherwise its first ``limit``
+    """``repr(value)`` when it has at most ``limit`` characters (default 255); otherwise its first ``limit``
     characters and ``...``, with the length of a long string (``'aaaa...'... (5000 characters)``). Only
     the part shown is formatted: a list of a billion items or a 5000-digit int costs no more than a short one."""
     if isinstance(value, str) and len(value) > limit:
@@ -63,6 +63,12 @@ def excerpt(value: object, limit: int = EXCERPT_LIMIT) -> str:
         if length > limit:
             return "".join(pieces)[:limit] + "..."
     return "".join(pieces)
+
+
+def shorten(text: str, limit: int = EXCERPT_LIMIT) -> str:
+    """``text`` itself (no quotes) when it has at most ``limit`` characters (default 255), else its first
+    ``limit`` and ``... (5000 characters)``: a name from a file, shown in running text."""
+    return text if len(text) <= limit else "{}... ({} characters)".format(text[:limit], len(text))
 
 
 def _pieces(value: object, depth: int, limit: int) -> Iterator[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 import os
 import re
 from typing import Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple

@@ -92,7 +92,7 @@ def read(path: str, data_dir: Optional[str] = None, overflow_statistics: bool = 
         else:  # the later line, in the earlier one's place: the call keeps its structure
             records[call][earlier] = record
     if repeated:
-        _warn_repeated(path, repeated)
+        warn_repeated(path, repeated)
     return [CallRecord(name=call, records=tuple(items), stack=stacks.get(call, ())) for call, items in records.items()]
 
 
@@ -144,7 +144,9 @@ def _note(seen: Dict[str, Tuple[int, int]], repeated: List[Tuple[str, int, int]]
     return earlier[1]
 
 
-def _warn_repeated(path: str, repeated: List[Tuple[str, int, int]]) -> None:
+def warn_repeated(path: str, repeated: List[Tuple[str, int, int]]) -> None:
+    """One warning naming the record names ``path`` repeats (``(name, earlier line, later line)``; the first
+    MAX_REPORTED named, the rest counted) and that the later line of each is used."""
     shown = "; ".join("{} (lines {} and {})".format(excerpt(name), first, later)
                       for name, first, later in repeated[:MAX_REPORTED])
     if len(repeated) > MAX_REPORTED:

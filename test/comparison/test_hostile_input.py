@@ -393,7 +393,7 @@ def test_pkl_record_with_a_5000_digit_counter_is_skipped(tmp_path, output_dir, c
     rows = rows_of(compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False))
     out = capsys.readouterr().out
     assert "Skipped line 4 of {}: {!r}... ({} characters) is not a dump record name: it holds a number of 5000 " \
-           "digits (a call counter or index has at most 18).".format(npu["pkl"], name[:80], len(name)) in out
+           "digits (a call counter or index has at most 18).".format(npu["pkl"], name[:255], len(name)) in out
     assert LONG_COUNTER not in out  # the name is shown in part
     assert sorted(rows) == sorted(good_arrays())
     assert_good_rows_pass(rows)
@@ -411,7 +411,7 @@ def test_dump_json_call_with_a_counter_too_long_is_skipped(tmp_path, output_dir,
     capsys.readouterr()
     rows = rows_of(compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False))
     out = capsys.readouterr().out
-    shown = repr(key) if len(key) <= 80 else "{!r}... ({} characters)".format(key[:80], len(key))
+    shown = repr(key) if len(key) <= 255 else "{!r}... ({} characters)".format(key[:255], len(key))
     assert "Skipped entry {} of {}: not an API call name: it holds a number of {} digits (a call counter or index " \
            "has at most 18).".format(shown, npu["pkl"], len(counter)) in out
     assert sorted(rows) == sorted(good_arrays())
