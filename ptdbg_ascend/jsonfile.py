@@ -62,7 +62,7 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
         raise FileFormatError("The {} {} does not exist (or is not a file).".format(what, path))
     found: List[Tuple[Dict[str, Any], List[str]]] = []
     try:
-        data = _read_regular(path, what, max_bytes)
+        data = read_regular(path, what, max_bytes)
         if on_bytes is not None:
             on_bytes(data)
         value = json.loads(data.decode("utf-8"), object_pairs_hook=_pairs_hook(found), **HOOKS)
@@ -84,9 +84,10 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
     return value
 
 
-def _read_regular(path: str, what: str, max_bytes: Optional[int]) -> bytes:
-    """The bytes of ``path``, opened without blocking (a FIFO swapped in after the ``isfile`` check must not
-    hang the reader) and checked to be a regular file of at most ``max_bytes`` (None: any size)."""
+def read_regular(path: str, what: str, max_bytes: Optional[int]) -> bytes:
+    """The bytes of ``path``, opened without blocking (a FIFO swapped in after an ``isfile`` check must not hang
+    the reader) and checked to be a regular file of at most ``max_bytes`` (None: any size); ``what`` names the
+    file in the FileFormatError otherwise. OSError when it cannot be opened or read."""
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(descriptor, "rb") as handle:
         info = os.fstat(descriptor)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import socket
 from typing import Optional, Tuple
 
@@ -93,12 +94,15 @@ class DumpLock(object):
         """``(pid, host)`` written in the lock (read with O_NOFOLLOW), ``(-1, ...)`` while its creator
         writes it, None when there is no lock; a lock that cannot be read is a DumpPathError."""
         try:
-            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            # O_NONBLOCK: a FIFO planted at the lock's name must not block whoever reads it (compare, parse)
+            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
             return None
         except OSError as error:
             raise DumpPathError("The dump lock {} cannot be read ({}); remove it.".format(self.path, error)) from error
         try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise DumpPathError("The dump lock {} is not a regular file; remove it.".format(self.path))
             text = os.read(descriptor, 4096).decode("utf-8", "replace")
         finally:
             os.close(descriptor)
