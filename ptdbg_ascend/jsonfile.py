@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.formats.json_numbers import HOOKS
+from ptdbg_ascend.terminal import excerpt, shorten
 
 WARN = "warn"    # dumps: a warning per duplicate key, the later value is kept (as json does)
 ERROR = "error"  # configuration files: FileFormatError naming the key and the file
@@ -126,7 +127,8 @@ def _report_duplicates(value: Any, found: List[Tuple[Dict[str, Any], List[str]]]
                        duplicates: str) -> None:
     places = _places(value, {id(obj) for obj, _ in found})
     # an object missing from the result sat inside a value that a later duplicate replaced
-    items = ["{!r} {}".format(key, places.get(id(obj), "in an object that a later duplicate replaced"))
+    # a key, and the keys of the objects around it, may be megabytes long: each shown in part
+    items = ["{} {}".format(excerpt(key), shorten(places.get(id(obj), "in an object that a later duplicate replaced")))
              for obj, keys in found for key in keys]
     shown = "; ".join(items[:MAX_REPORTED]) + ("; and {} more".format(len(items) - MAX_REPORTED)
                                                if len(items) > MAX_REPORTED else "")

@@ -62,8 +62,8 @@ def read_compare_json(path: str) -> CompareJson:
     allowed = PATH_KEYS + FLAG_KEYS
     for key in document:
         if key not in allowed:
-            raise FileFormatError("The {} {} has the unknown key {!r}; allowed keys: {}.".format(
-                WHAT, path, key, ", ".join(allowed)))
+            raise FileFormatError("The {} {} has the unknown key {}; allowed keys: {}.".format(
+                WHAT, path, excerpt(key), ", ".join(allowed)))
     for key in REQUIRED:
         if key not in document:
             raise FileFormatError("The {} {} needs the key {!r} (the {} dump.json, or its step directory)."
@@ -81,8 +81,8 @@ def read_compare_json(path: str) -> CompareJson:
         values[key] = value
     print_log = document.get("is_print_compare_log", True)
     if not isinstance(print_log, bool):
-        raise FileFormatError("The {} {}: 'is_print_compare_log' must be true or false; it is {!r}.".format(
-            WHAT, path, print_log))
+        raise FileFormatError("The {} {}: 'is_print_compare_log' must be true or false; it is {}.".format(
+            WHAT, path, excerpt(print_log)))
     npu, bench = values["npu_path"], values["bench_path"]
     assert npu is not None and bench is not None
     if os.path.isdir(npu) != os.path.isdir(bench):
