@@ -12,6 +12,7 @@ import csv
 import json
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from ptdbg_ascend.cli import main as ptdbg_main
 from ptdbg_ascend.comparison import reports
 from ptdbg_ascend.comparison.api import compare
 from ptdbg_ascend.comparison.metrics import compare_arrays
+from ptdbg_ascend.errors import FileFormatError
 
 GOOD_CALLS = 3  # calls every dump below holds besides the hostile record, so the report has rows that pass
 
@@ -376,6 +378,25 @@ def test_parse_reads_past_malformed_lines(tmp_path, capsys):
     assert "[Torch_relu_9_forward_output][dtype: torch.float32][shape: [4]][max: Nan][min: 0.0]" in out
     assert "Line 6 of {}: the max of Torch_relu_9_forward_output is a 401-digit integer".format(npu["pkl"]) in out
     assert "Traceback" not in out
+
+
+@pytest.mark.torchfree
+def test_dump_json_that_is_not_utf8_is_refused_naming_line_and_column(tmp_path, output_dir):
+    # A dump.json is one JSON document (msprobe and this tool write it ASCII-escaped): a foreign byte means it
+    # was edited or corrupted, and no record boundary is known before it parses. Refused, with where the byte
+    # is. Before: "'utf-8' codec can't decode byte 0xe9 in position 1234: invalid continuation byte".
+    npu, bench = msprobe(tmp_path / "npu"), msprobe(tmp_path / "bench")
+    with open(npu["pkl"], "rb") as handle:
+        data = handle.read().replace(b'"output": [', b'\n"output": [', 1)
+    data = data.replace(b"torch.float32", b"torch.flo\xe9t32", 1)
+    with open(npu["pkl"], "wb") as handle:
+        handle.write(data)
+    line = data.count(b"\n", 0, data.index(b"\xe9")) + 1
+    column = data.index(b"\xe9") - data.rfind(b"\n", 0, data.index(b"\xe9"))
+    with pytest.raises(FileFormatError, match=r"^Cannot read the dump file {}: it is not UTF-8 text \(byte 0xe9 at "
+                                              r"line {}, column {}\)\.$".format(re.escape(npu["pkl"]), line, column)):
+        compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False)
+    assert line == 2
 
 
 # --- 3b. names: a counter too long to be one ---------------------------------------------------------
