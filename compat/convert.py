@@ -41,13 +41,13 @@ from ptdbg_ascend.compat.convert_fs import (TensorDir, check_plain_name, check_t
                                            write_bytes)
 from ptdbg_ascend.compat.convert_layout import ConvertResult, DumpFiles, locate, plan as dump_plan
 from ptdbg_ascend.compat.convert_to_legacy import msprobe_to_legacy
-from ptdbg_ascend.compat.convert_values import (SCALAR_TYPES, Padding, number_problem, scalar_value, skip, statistics,
-                                               tensor_shape, unsafe_name, without_tensor)
+from ptdbg_ascend.compat.convert_values import (SCALAR_TYPES, Padding, scalar_value, skip, statistics, tensor_shape,
+                                               unsafe_name, without_tensor)
 from ptdbg_ascend.comparison.records import STATISTIC_NAMES
 from ptdbg_ascend.errors import DumpPathError, FileFormatError
 from ptdbg_ascend.formats import layout
 from ptdbg_ascend.formats.dump_json import STATISTICS_KEYS, TENSOR_TYPE, document_head, entry_key, new_entry, stack_line
-from ptdbg_ascend.formats.naming import STACK_SUFFIX, parse_record_name, to_dotted
+from ptdbg_ascend.formats.naming import STACK_SUFFIX, number_problem, parse_record_name, to_dotted
 from ptdbg_ascend.formats.pkl import RecordLine, record_fields, stack_frames
 from ptdbg_ascend.fs.writes import check_path_text
 from ptdbg_ascend.log import logger

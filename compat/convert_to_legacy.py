@@ -16,13 +16,13 @@ from typing import Any, Dict, List, Optional, Tuple
 from ptdbg_ascend.compat.convert_fs import (TensorDir, output_path, read_tensor, save_npy, writable_name_problem,
                                            write_bytes)
 from ptdbg_ascend.compat.convert_layout import ConvertResult, DumpFiles
-from ptdbg_ascend.compat.convert_values import (LEGACY_SCALAR_DTYPES, kind_label, number_problem, scalar_value, skip,
-                                               statistics, tensor_shape, unsafe_name, without_tensor)
+from ptdbg_ascend.compat.convert_values import (LEGACY_SCALAR_DTYPES, kind_label, scalar_value, skip, statistics,
+                                               tensor_shape, unsafe_name, without_tensor)
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats import layout
 from ptdbg_ascend.formats import pkl as pkl_format
 from ptdbg_ascend.formats.dump_json import STATISTICS_KEYS, TENSOR_TYPE, call_values
-from ptdbg_ascend.formats.naming import STACK_SUFFIX, to_legacy
+from ptdbg_ascend.formats.naming import STACK_SUFFIX, number_problem, to_legacy
 from ptdbg_ascend.formats.pkl import SCALAR_SHAPE, record_line
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.readers.msprobe_json import load_entries, read_stacks

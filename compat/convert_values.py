@@ -14,7 +14,6 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.records import as_shape, file_name_problem
 from ptdbg_ascend.formats.json_numbers import OutOfRange
-from ptdbg_ascend.formats.naming import MAX_NUMBER_DIGITS, long_number
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.terminal import excerpt, shorten
 
@@ -36,14 +35,6 @@ def unsafe_name(name: Any, suffix: str = "") -> Optional[str]:
     if not isinstance(name, str):
         return "the name {} is not a string".format(excerpt(name))
     return file_name_problem(name + suffix)
-
-
-def number_problem(name: Any) -> str:
-    """``": it holds a number of 19 digits (...)"`` when a number in ``name`` is too long to be a counter."""
-    digits = long_number(name) if isinstance(name, str) else None
-    if digits is None:
-        return ""
-    return ": it holds a number of {} digits (a call counter or index has at most {})".format(digits, MAX_NUMBER_DIGITS)
 
 
 def skip(where: str, what: str, name: Any, problem: str) -> None:

@@ -49,6 +49,15 @@ def long_number(name: str) -> Optional[int]:
     match = _LONG_NUMBER.search(name)
     return len(match.group()) if match else None
 
+
+def number_problem(name: object) -> str:
+    """What a message about a name outside the grammar adds when a number in it is too long to be a counter or
+    an index: ``": it holds a number of 5000 digits (a call counter or index has at most 18)"``; else ""."""
+    digits = long_number(name) if isinstance(name, str) else None
+    if digits is None:
+        return ""
+    return ": it holds a number of {} digits (a call counter or index has at most {})".format(digits, MAX_NUMBER_DIGITS)
+
 CALL_NAME = re.compile(
     r"^(?P<prefix>" + "|".join(PREFIXES) + r")_(?P<api>.+)_(?P<index>\d+)_(?P<direction>forward|backward)$"
 )

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_shape, data_file, read_statistics
 from ptdbg_ascend.errors import FileFormatError
-from ptdbg_ascend.formats.naming import MAX_NUMBER_DIGITS, long_number, split_record_name
+from ptdbg_ascend.formats.naming import number_problem, split_record_name
 from ptdbg_ascend.formats.pkl import is_overflow_step, parse_line, record_fields, stack_frames
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.terminal import excerpt
@@ -75,7 +75,7 @@ def read(path: str, data_dir: Optional[str] = None, overflow_statistics: bool = 
         parsed = split_record_name(line[0])
         if parsed is None:
             logger.warning("Skipped line {} of {}: {} is not a dump record name{}.".format(
-                number, path, excerpt(line[0]), _number_problem(line[0])))
+                number, path, excerpt(line[0]), number_problem(line[0])))
             continue
         call, side = parsed
         records.setdefault(call, [])
@@ -121,14 +121,6 @@ def _record(number: int, line: list, path: str, call: str, side: str, data_dir: 
             logger.warning("Line {} of {}: {}".format(number, path, problem_text))
     return TensorRecord(name=fields.name, side=side, dtype=fields.dtype, shape=shape, statistics=statistics,
                         data_path=data_path, data_root=data_dir, data_problem=problem_text)
-
-
-def _number_problem(name: object) -> str:
-    """``": it holds a number of 5000 digits (...)"`` when a number in ``name`` is too long to be a counter."""
-    digits = long_number(name) if isinstance(name, str) else None
-    if digits is None:
-        return ""
-    return ": it holds a number of {} digits (a call counter or index has at most {})".format(digits, MAX_NUMBER_DIGITS)
 
 
 def _note(seen: Dict[str, Tuple[int, int]], repeated: List[Tuple[str, int, int]], name: str, number: int,

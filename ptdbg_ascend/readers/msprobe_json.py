@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_shape, data_file, read_statistics
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats.dump_json import STATISTICS_KEYS, call_values, entries, is_tensor, parse_stacks
-from ptdbg_ascend.formats.naming import MAX_NUMBER_DIGITS, long_number, to_legacy
+from ptdbg_ascend.formats.naming import number_problem, to_legacy
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.terminal import excerpt
@@ -63,33 +63,45 @@ def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = 
     if dump.task in ("overflow_check", "free_benchmark"):
         raise FileFormatError("Dump file {} is a {} dump; compare is not required for it.".format(path, dump.task))
     stacks = read_stacks(stack_path) if stack_path else {}
-    calls: Dict[str, CallRecord] = {}
-    keys: Dict[str, str] = {}  # legacy call name -> the dump.json key it was read from
-    twice: List[Tuple[str, str, str]] = []
+    calls, keys = [], []
     for dotted, entry in dump.entries.items():
         call = to_legacy(dotted)
         if call is None or not isinstance(entry, dict):
-            digits = long_number(dotted)
-            logger.warning("Skipped entry {} of {}: not an API call name{}.".format(
-                excerpt(dotted), path, "" if digits is None else ": it holds a number of {} digits (a call counter "
-                "or index has at most {})".format(digits, MAX_NUMBER_DIGITS)))
+            logger.warning("Skipped entry {} of {}: not an API call name{}.".format(excerpt(dotted), path,
+                                                                                   number_problem(dotted)))
             continue
         try:
             records = _entry_records(call, entry, data_dir, path, dotted)
         except RecursionError:
             logger.warning("Skipped entry {} of {}: its arguments are nested too deeply.".format(excerpt(dotted), path))
             continue
-        if call in keys:
-            twice.append((keys[call], dotted, call))
-        keys[call] = dotted
-        # the later entry, in the earlier one's place (a dict keeps the first position), as json does
-        calls[call] = CallRecord(name=call, records=tuple(records), stack=stacks.get(dotted, ()))
+        calls.append(CallRecord(name=call, records=tuple(records), stack=stacks.get(dotted, ())))
+        keys.append(dotted)
+    return _one_per_call(calls, keys, path)
+
+
+def _one_per_call(calls: List[CallRecord], keys: List[str], path: str) -> List[CallRecord]:
+    """``calls`` (read from the dump.json keys ``keys``) with one call per name: two keys that name one call
+    (``Torch.relu.1.forward`` and ``Torch.relu.01.forward``) are said in one warning, and the later entry takes
+    the earlier one's place, as json does with a key written twice."""
+    kept: Dict[str, Tuple[int, str]] = {}  # call name -> (its place in the result, the key it was read from)
+    twice: List[Tuple[str, str, str]] = []
+    result: List[CallRecord] = []
+    for call, key in zip(calls, keys):
+        if call.name in kept:
+            place, earlier = kept[call.name]
+            twice.append((earlier, key, call.name))
+            result[place] = call
+            kept[call.name] = (place, key)
+        else:
+            kept[call.name] = (len(result), key)
+            result.append(call)
     if twice:
-        shown = "; ".join("{} and {} are both {}".format(excerpt(first), excerpt(later), call)
-                          for first, later, call in twice[:5])
+        shown = "; ".join("{} and {} are both {}".format(excerpt(first), excerpt(later), name)
+                          for first, later, name in twice[:5])
         logger.warning("The dump file {} names a call twice: {}{}. The later entry is used.".format(
             path, shown, "; and {} more".format(len(twice) - 5) if len(twice) > 5 else ""))
-    return list(calls.values())
+    return result
 
 
 def _entry_records(call: str, entry: Dict[str, Any], data_dir: Optional[str], path: str,
