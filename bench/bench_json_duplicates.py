@@ -1,8 +1,11 @@
-"""Cost of noticing duplicate JSON keys (``jsonfile.load_json``'s ``object_pairs_hook``) on a large dump.json.
+"""Cost of ``jsonfile.load_json``'s checks on a large dump.json: noticing duplicate keys (its
+``object_pairs_hook``) and reading numbers beyond float64's range as ``OutOfRange`` (``formats.json_numbers``'
+``parse_int``/``parse_float``).
 
 Writes a dump.json of realistic msprobe entries (a training step of conv/batch_norm/relu/linear calls,
 forward and backward, tensor leaves with statistics and data names) to a temporary directory, then times,
-alternating, ``json.load`` without a hook and ``load_json`` (with the hook), best of N each.
+alternating, ``json.load`` without a hook, ``json.loads`` with the duplicate hook alone, and ``load_json``
+(both), best of N each, in CPU seconds of this process (a busy machine's other load does not count).
 
     python3 bench/bench_json_duplicates.py               # ~40 MB
     python3 bench/bench_json_duplicates.py --mb 200 -n 3
@@ -20,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ptdbg_ascend.jsonfile import load_json  # noqa: E402
+from ptdbg_ascend.jsonfile import _pairs_hook, load_json  # noqa: E402
 
 APIS = ("Functional.conv2d", "Functional.batch_norm", "Functional.relu", "Tensor.__add__", "Functional.linear")
 
@@ -59,19 +62,24 @@ def main() -> None:
     try:
         path = os.path.join(directory, "dump.json")
         entries = write_dump(path, args.mb)
-        plain, hooked = [], []
+        plain, pairs, hooked = [], [], []
         for _ in range(args.n):
-            started = time.perf_counter()
+            started = time.process_time()
             with open(path, encoding="utf-8") as handle:
                 json.load(handle)
-            plain.append(time.perf_counter() - started)
-            started = time.perf_counter()
+            plain.append(time.process_time() - started)
+            started = time.process_time()
+            with open(path, encoding="utf-8") as handle:
+                json.loads(handle.read(), object_pairs_hook=_pairs_hook([]))
+            pairs.append(time.process_time() - started)
+            started = time.process_time()
             load_json(path, "dump file")
-            hooked.append(time.perf_counter() - started)
+            hooked.append(time.process_time() - started)
         size = os.path.getsize(path) / 1e6
-        print("dump.json {:.1f} MB, {} entries; best of {}: json.load {:.3f} s, load_json (duplicate check) "
-              "{:.3f} s: {:+.1f} %".format(size, entries, args.n, min(plain), min(hooked),
-                                          100.0 * (min(hooked) / min(plain) - 1.0)))
+        print("dump.json {:.1f} MB, {} entries; best of {} (CPU s): json.load {:.3f}, + duplicate check {:.3f} "
+              "({:+.1f} %), load_json (+ numbers beyond float64) {:.3f} ({:+.1f} %)".format(
+                  size, entries, args.n, min(plain), min(pairs), 100.0 * (min(pairs) / min(plain) - 1.0),
+                  min(hooked), 100.0 * (min(hooked) / min(plain) - 1.0)))
     finally:
         shutil.rmtree(directory)
 

@@ -38,12 +38,15 @@ def _export_config(args: argparse.Namespace) -> int:
 def _convert(args: argparse.Namespace) -> int:
     from ptdbg_ascend.compat.convert import convert
 
+    from ptdbg_ascend.terminal import printable
+
     result = convert(args.source, args.target, name=args.name)
     for metadata in result.written:
-        print("Wrote {}.".format(metadata))
+        print("Wrote {}.".format(printable(metadata)))
     print("{} tensor file(s) in all.".format(result.tensor_files))
     for what, count in sorted(result.dropped.items()):
-        print("  not representable in the target format: {} value(s) of type {}".format(count, what))
+        # a kind is a dump.json "type" from the file: its escape sequences must not reach the terminal
+        print("  not representable in the target format: {} value(s) of type {}".format(count, printable(what)))
     return 0
 
 

@@ -19,100 +19,43 @@ the target, nothing is read outside the input's data directory (``compat.convert
 name is not a plain file name is skipped with a warning naming it, a tensor file that resolves outside
 the dump is not read (warning; the record keeps its statistics). torch is imported only to read or
 write ``.pt`` files.
+
+A record that holds what no dump writes is skipped with a warning naming the file, the line (or entry) and
+the record, and the rest converts (``compat.convert_values``): a scalar record holding another kind of value
+(``NaN`` in an int record), a shape that is not a list of sizes, an index whose padding would exceed the
+conversion's bound. A statistic beyond float64's range is written as null (warning); a record whose tensor
+file name (with its temporary name) is too long keeps its statistics without its tensor (warning). A record
+name written twice in a pkl is one warning; the later line is used.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
 import tempfile
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from ptdbg_ascend.readers.legacy_pkl import read_lines
-from ptdbg_ascend.comparison.records import file_name_problem
-from ptdbg_ascend.compat.convert_fs import (TensorDir, check_plain_name, check_target, make_dirs,
-                                           move_into_place, output_path, read_tensor, relative_parts, save_npy,
+from ptdbg_ascend.compat.convert_fs import (TensorDir, check_plain_name, check_target, make_dirs, move_into_place,
+                                           output_path, read_tensor, relative_parts, writable_name_problem,
                                            write_bytes)
-from ptdbg_ascend.errors import DumpPathError, FileFormatError, ParameterError
-from ptdbg_ascend.log import logger
-from ptdbg_ascend.formats.dump_json import (STATISTICS_KEYS, TENSOR_TYPE, call_values, document_head, entry_key,
-                                            new_entry, stack_line)
+from ptdbg_ascend.compat.convert_layout import ConvertResult, DumpFiles, locate, plan as dump_plan
+from ptdbg_ascend.compat.convert_to_legacy import msprobe_to_legacy
+from ptdbg_ascend.compat.convert_values import (SCALAR_TYPES, Padding, scalar_value, skip, statistics, tensor_shape,
+                                               unsafe_name, without_tensor)
+from ptdbg_ascend.comparison.records import STATISTIC_NAMES
+from ptdbg_ascend.errors import DumpPathError, FileFormatError
 from ptdbg_ascend.formats import layout
-from ptdbg_ascend.formats.naming import STACK_SUFFIX, parse_record_name, to_dotted, to_legacy
-from ptdbg_ascend.formats import pkl as pkl_format
-from ptdbg_ascend.formats.pkl import SCALAR_SHAPE, RecordLine, record_fields, record_line, stack_frames
-from ptdbg_ascend.readers.msprobe_json import load_entries, read_stacks
-from ptdbg_ascend.sinks.msprobe.pt_files import save_pt
+from ptdbg_ascend.formats.dump_json import STATISTICS_KEYS, TENSOR_TYPE, document_head, entry_key, new_entry, stack_line
+from ptdbg_ascend.formats.naming import STACK_SUFFIX, number_problem, parse_record_name, to_dotted
+from ptdbg_ascend.formats.pkl import RecordLine, record_fields, stack_frames
 from ptdbg_ascend.fs.writes import check_path_text
+from ptdbg_ascend.log import logger
+from ptdbg_ascend.readers.legacy_pkl import read_lines, warn_repeated
+from ptdbg_ascend.sinks.msprobe.pt_files import save_pt
+from ptdbg_ascend.terminal import excerpt
 
-SCALAR_TYPES = {"<class 'int'>": "int", "<class 'float'>": "float", "<class 'bool'>": "bool"}
-LEGACY_SCALAR_DTYPES = {value: key for key, value in SCALAR_TYPES.items()}
-
-
-class DumpFiles(NamedTuple):
-    """Where one rank's dump lives. ``kind`` is "legacy" (pkl + npy dir) or "msprobe" (dump.json,
-    stack.json, dump_tensor_data); a missing optional part is None."""
-
-    kind: str
-    metadata: str
-    data_dir: Optional[str]
-    stack: Optional[str]
-
-
-def locate(path: str) -> DumpFiles:
-    """Find the dump in ``path``: a ``.pkl`` file, a ``dump.json`` file, or a rank directory holding one."""
-    if os.path.isdir(path):
-        if os.path.isfile(layout.dump_file(path)):
-            return locate(layout.dump_file(path))
-        pkls = sorted(glob.glob(os.path.join(path, "*" + layout.PKL_SUFFIX)))
-        if len(pkls) != 1:
-            raise ParameterError("source", path, "a rank directory with dump.json or exactly one .pkl (found {} .pkl)"
-                                 .format(len(pkls)), "Pass the .pkl file itself.")
-        return locate(pkls[0])
-    if not os.path.isfile(path):
-        raise FileFormatError("Dump {} does not exist.".format(path))
-    directory = os.path.dirname(path)
-    if path.endswith(layout.PKL_SUFFIX):
-        data_dir = layout.npy_dir(path)
-        return DumpFiles("legacy", path, data_dir if os.path.isdir(data_dir) else None, None)
-    if layout.is_dump_json(path):
-        data_dir = layout.tensor_dir(directory)
-        stack = layout.stack_file(directory)
-        return DumpFiles("msprobe", path, data_dir if os.path.isdir(data_dir) else None,
-                         stack if os.path.isfile(stack) else None)
-    raise ParameterError("source", path, "a .pkl file, a dump.json file or a rank directory")
-
-
-class ConvertResult(NamedTuple):
-    """What was written: the metadata file (the first rank's in a tree), the number of tensor files, the
-    dropped values by kind, and every metadata file written."""
-
-    metadata: str
-    tensor_files: int
-    dropped: Dict[str, int]
-    written: Tuple[str, ...] = ()
-
-
-def _plan(source: str) -> List[Tuple[DumpFiles, str]]:
-    """``(dump, directory relative to the target)`` for one rank, or for every ``rank*`` directory of a
-    legacy tag directory (-> ``step0/rank{R}``) or an msprobe step directory (-> ``rank{R}``)."""
-    if os.path.isdir(source) and not os.path.isfile(layout.dump_file(source)) \
-            and not glob.glob(os.path.join(source, "*" + layout.PKL_SUFFIX)):
-        ranks = sorted((entry for entry in os.listdir(source)
-                        if layout.RANK_DIR.match(entry) and os.path.isdir(os.path.join(source, entry))),
-                       key=lambda entry: int(layout.RANK_DIR.match(entry).group(1) or 0))
-        if ranks:
-            plan = []
-            for rank in ranks:
-                files = locate(os.path.join(source, rank))
-                relative = os.path.join("step0", rank) if files.kind == "legacy" else (rank if rank != "rank" else "rank0")
-                plan.append((files, relative))
-            if len({files.kind for files, _ in plan}) != 1:
-                raise ParameterError("source", source, "rank directories of one format (found both pkl and dump.json)")
-            return plan
-    return [(locate(source), "")]
+__all__ = ["ConvertResult", "DumpFiles", "convert", "locate"]
 
 
 def convert(source: str, target: str, *, name: str = "dump") -> ConvertResult:
@@ -133,7 +76,7 @@ def convert(source: str, target: str, *, name: str = "dump") -> ConvertResult:
     """
     _check_path_args(source, target)
     check_plain_name("name", name)
-    plan = _plan(source)
+    plan = dump_plan(source)
     check_target(target)
     parent = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(parent):
@@ -147,7 +90,7 @@ def convert(source: str, target: str, *, name: str = "dump") -> ConvertResult:
             if files.kind == "legacy":
                 result = _legacy_to_msprobe(files, work, out, layout.tensor_dir(os.path.join(target, relative)))
             else:
-                result = _msprobe_to_legacy(files, work, out, name)
+                result = msprobe_to_legacy(files, work, out, name)
             results.append((files, result))
         move_into_place(work, target)
     except BaseException:
@@ -173,17 +116,6 @@ def _check_path_args(source: str, target: str) -> None:
     check_path_text("target", target)
 
 
-def _unsafe_name(name: Any, suffix: str = "") -> Optional[str]:
-    """Why the name from an input file cannot become a file name (None when it can)."""
-    if not isinstance(name, str):
-        return "the name {!r} is not a string".format(name)
-    return file_name_problem(name + suffix)
-
-
-def _skip(where: str, what: str, name: Any, problem: str) -> None:
-    logger.warning("{}: skipped {} {!r}: {}; nothing was converted for it.".format(where, what, name, problem))
-
-
 # --- legacy -> msprobe -------------------------------------------------------------------------------
 
 def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir: str) -> ConvertResult:
@@ -192,12 +124,20 @@ def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir:
     tensors = TensorDir(root, work, layout.TENSOR_DIR)
     saved = 0
     steps = set()
-    for number, line in read_lines(files.metadata):
+    lines = read_lines(files.metadata)
+    padding = Padding(len(lines))
+    seen: Dict[str, int] = {}
+    repeated: List[Tuple[str, int, int]] = []
+    for number, line in lines:
         name = line[0]
-        problem = _unsafe_name(name, layout.NPY_SUFFIX)
+        where = "Line {} of {}".format(number, files.metadata)
+        problem = unsafe_name(name, layout.NPY_SUFFIX)
         if problem is not None:
-            _skip("Line {} of {}".format(number, files.metadata), "the record", name, problem)
+            skip(where, "the record", name, problem)
             continue
+        if name in seen:
+            repeated.append((name, seen[name], number))
+        seen[name] = number
         if name.endswith(STACK_SUFFIX):
             call = to_dotted(name[:-len(STACK_SUFFIX)])
             if call is not None:
@@ -208,17 +148,27 @@ def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir:
         record = parse_record_name(name)
         fields = record_fields(line)
         if record is None or fields is None:
-            raise FileFormatError("Line {} of {}: {!r} is not a legacy dump record.".format(number, files.metadata, name))
-        steps.add(fields.dump_step)
+            raise FileFormatError("{}: {} is not a legacy dump record{}.".format(where, excerpt(name),
+                                                                                  number_problem(name)))
+        leaf, problem = _legacy_value(fields, where)
+        if problem is not None:
+            skip(where, "the record", name, problem)
+            continue
+        # any JSON value (a list is unhashable): kept as the text the warning shows
+        steps.add(str(fields.dump_step) if type(fields.dump_step) is int else excerpt(fields.dump_step, 40))
         call = to_dotted(record.call)
         entry = data.setdefault(call, new_entry(record.direction))
-        leaf, saved_one = _legacy_leaf(fields, files, tensors, to_dotted(name),
-                                       "Line {} of {}".format(number, files.metadata))
-        saved += saved_one
-        _place(entry, entry_key(record.direction, record.side), record.path or (0,), leaf)
-    if steps - {0}:
-        logger.warning("{} holds dump_step {}; msprobe dump.json has no such field.".format(
-            files.metadata, sorted(steps - {0})))
+        problem = _place(entry, entry_key(record.direction, record.side), record.path or (0,), leaf, padding)
+        if problem is not None:
+            skip(where, "the record", name, problem)
+            continue
+        saved += _legacy_tensor(leaf, fields, files, tensors, to_dotted(name), where)
+    if repeated:
+        warn_repeated(files.metadata, repeated)
+    others = sorted(steps - {"0"})
+    if others:
+        logger.warning("{} holds dump_step {}{}; msprobe dump.json has no such field.".format(
+            files.metadata, ", ".join(others[:5]), " and {} more".format(len(others) - 5) if len(others) > 5 else ""))
     dump = dict(document_head("tensor" if files.data_dir else "statistics", "L1", final_tensor_dir if saved else None),
                 data=data)
     metadata = output_path(work, layout.DUMP_FILE)
@@ -228,8 +178,25 @@ def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir:
     return ConvertResult(metadata, saved, {})
 
 
-def _place(entry: Dict[str, Any], key: str, path: Tuple[int, ...], leaf: Any) -> None:
-    """Put ``leaf`` at index path ``path`` of ``entry[key]``, padding skipped positions with null."""
+def _place(entry: Dict[str, Any], key: str, path: Tuple[int, ...], leaf: Any, padding: Padding) -> Optional[str]:
+    """Put ``leaf`` at index path ``path`` of ``entry[key]``, padding skipped positions with null (taken from
+    ``padding``); why not (too much padding, or a place that holds another record's value) without changing
+    anything. A record at the place of an earlier one replaces it (the later line is used)."""
+    container, needed = entry[key], 0
+    for depth, index in enumerate(path):  # check the whole path before anything is changed
+        if container is None or index >= len(container):
+            needed += index - (0 if container is None else len(container))
+            container = None
+            continue
+        inner = container[index]
+        if depth < len(path) - 1 and inner is not None and not isinstance(inner, list):
+            return "its place {} holds a value of another record".format(".".join(map(str, path[:depth + 1])))
+        if depth == len(path) - 1 and isinstance(inner, list):
+            return "its place {} holds the values of other records".format(".".join(map(str, path)))
+        container = inner
+    problem = padding.take(needed, path[-1])
+    if problem is not None:
+        return problem
     container = entry[key]
     for depth, index in enumerate(path):
         while len(container) <= index:
@@ -237,35 +204,51 @@ def _place(entry: Dict[str, Any], key: str, path: Tuple[int, ...], leaf: Any) ->
         if depth == len(path) - 1:
             container[index] = leaf
         else:
-            if not isinstance(container[index], list):
+            if container[index] is None:
                 container[index] = []
             container = container[index]
+    return None
 
 
-def _legacy_leaf(fields: RecordLine, files: DumpFiles, tensors: TensorDir, dotted: str,
-                 where: str) -> Tuple[Dict[str, Any], int]:
-    dtype, shape = fields.dtype, fields.shape if isinstance(fields.shape, list) else []  # a scalar's shape is "[]"
-    statistics = fields.statistics + [None] * (4 - len(fields.statistics))
+def _legacy_value(fields: RecordLine, where: str) -> Tuple[Dict[str, Any], Optional[str]]:
+    """The dump.json leaf of a pkl record (its tensor not read yet), or why the record cannot be one."""
+    dtype = fields.dtype
+    found = fields.statistics + [None] * (4 - len(fields.statistics))
     if dtype in SCALAR_TYPES:
         kind = SCALAR_TYPES[dtype]
-        value = statistics[0]
-        value = None if value is None else {"int": int, "bool": bool, "float": float}[kind](value)
-        return {"type": kind, "value": value}, 0
+        value, problem = scalar_value(kind, found[0])
+        return {"type": kind, "value": value}, problem
+    shape, problem = tensor_shape(fields.shape)
+    if problem is not None:
+        return {}, problem
+    numbers, said = statistics(found[:4], fields.name, STATISTIC_NAMES)
+    for sentence in said:
+        logger.warning("{}: {}.".format(where, sentence))
     leaf: Dict[str, Any] = {"type": TENSOR_TYPE, "dtype": dtype, "shape": shape}
-    leaf.update(zip(STATISTICS_KEYS, statistics[:4]))
-    if not files.data_dir:
-        return leaf, 0
+    leaf.update(zip(STATISTICS_KEYS, numbers))
+    return leaf, None
+
+
+def _legacy_tensor(leaf: Dict[str, Any], fields: RecordLine, files: DumpFiles, tensors: TensorDir, dotted: str,
+                   where: str) -> int:
+    """Read the record's npy (when the dump has them) and write it as the leaf's ``.pt``: 1 when written."""
+    if leaf["type"] != TENSOR_TYPE or not files.data_dir:
+        return 0
+    data_name = dotted + layout.PT_SUFFIX
+    problem = writable_name_problem(data_name)
+    if problem is not None:
+        without_tensor(where, fields.name, problem)
+        return 0
     try:  # the name was checked to be a plain file name
         array = read_tensor(os.path.join(files.data_dir, fields.name + layout.NPY_SUFFIX), files.data_dir, fields.name,
                             where)
     except FileNotFoundError:
-        return leaf, 0  # a record without its npy (filtered, or a summary dump): statistics only
+        return 0  # a record without its npy (filtered, or a summary dump): statistics only
     if array is None:
-        return leaf, 0
-    data_name = dotted + layout.PT_SUFFIX
-    _npy_to_pt(array, tensors.file(data_name), dtype)
+        return 0
+    _npy_to_pt(array, tensors.file(data_name), fields.dtype)
     leaf["data_name"] = data_name
-    return leaf, 1
+    return 1
 
 
 def _stack_line(frame: Any) -> str:
@@ -282,92 +265,6 @@ def _npy_to_pt(array: Any, pt: str, dtype: str) -> None:
     if isinstance(target_dtype, torch.dtype) and tensor.dtype != target_dtype:
         tensor = tensor.to(target_dtype)  # the pkl dtype is authoritative (bf16 npy files hold float32)
     save_pt(pt, tensor)
-
-
-# --- msprobe -> legacy -------------------------------------------------------------------------------
-
-def _msprobe_to_legacy(files: DumpFiles, root: str, work: str, name: str) -> ConvertResult:
-    dump = load_entries(files.metadata, what="msprobe dump file", not_json_hint="")
-    stacks = read_stacks(files.stack, what="msprobe dump file", not_json_hint="", lenient=True) if files.stack else {}
-    npy_dir = TensorDir(root, work, name)
-    lines: List[str] = []
-    dropped: Dict[str, int] = {}
-    saved = 0
-    for dotted, entry in dump.entries.items():
-        problem = _unsafe_name(dotted)
-        if problem is not None:
-            _skip(files.metadata, "the entry", dotted, problem)
-            continue
-        call = to_legacy(dotted)
-        if call is None and str(dotted).startswith("Module."):
-            dropped["Module entry (L0/mix)"] = dropped.get("Module entry (L0/mix)", 0) + 1
-            continue  # the legacy format has no module records
-        if call is None or not isinstance(entry, dict):
-            raise FileFormatError("Entry {!r} of {} is not an API call.".format(dotted, files.metadata))
-        for record_name, leaf in _entry_leaves(call, entry):
-            line, saved_one = _json_leaf(record_name, leaf, files, npy_dir, dropped)
-            if line is not None:
-                lines.append(line)
-                saved += saved_one
-        if dotted in stacks:
-            frames = [[file, line, function, code or ""] for file, line, function, code in stacks[dotted]]
-            lines.append(pkl_format.stack_line(call + STACK_SUFFIX, frames))
-    metadata = output_path(work, name + layout.PKL_SUFFIX)
-    write_bytes(metadata, "".join(line + "\n" for line in lines).encode("utf-8"))
-    return ConvertResult(metadata, saved, dropped)
-
-
-def _entry_leaves(call: str, entry: Dict[str, Any]) -> List[Tuple[str, Any]]:
-    """``(legacy record name, leaf)`` in the legacy engine's order: inputs (kwargs after positionals), outputs."""
-    leaves: List[Tuple[str, Any]] = []
-    for name, _, value in call_values(call, entry):
-        _flatten(name, value, leaves)
-    return leaves
-
-
-def _flatten(name: str, value: Any, out: List[Tuple[str, Any]]) -> None:
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            _flatten(name + "." + str(index), item, out)
-    elif isinstance(value, dict) and "type" not in value and value:
-        for index, item in enumerate(value.values()):  # a dict argument: its values in order
-            _flatten(name + "." + str(index), item, out)
-    else:
-        out.append((name, value))
-
-
-def _json_leaf(name: str, leaf: Any, files: DumpFiles, npy_dir: TensorDir,
-               dropped: Dict[str, int]) -> Tuple[Optional[str], int]:
-    kind = leaf.get("type") if isinstance(leaf, dict) else None
-    if kind in LEGACY_SCALAR_DTYPES and isinstance(leaf.get("value"), (int, float, bool)):
-        value = float(leaf["value"])
-        save_npy(npy_dir.file(name + layout.NPY_SUFFIX), leaf["value"])
-        # the shape of a Python scalar is the string "[]", as the original writes it
-        return record_line(name, LEGACY_SCALAR_DTYPES[kind], SCALAR_SHAPE, [value, value, value, abs(value)]), 0
-    if kind != TENSOR_TYPE:
-        if leaf:  # null / {} are absent values in both formats (the pkl just has no line)
-            dropped[str(kind)] = dropped.get(str(kind), 0) + 1
-        return None, 0
-    statistics = [leaf.get(key) for key in STATISTICS_KEYS]
-    line = record_line(name, str(leaf.get("dtype")), list(leaf.get("shape") or []), statistics)
-    data_name = leaf.get("data_name")
-    tensor_dir = files.data_dir
-    if not (data_name and tensor_dir):
-        return line, 0
-    problem = _unsafe_name(data_name)
-    if problem is not None:
-        logger.warning("{}: record {} keeps its statistics but not its tensor: its data_name {}; nothing was read."
-                       .format(files.metadata, name, problem))
-        return line, 0
-    pt = os.path.join(tensor_dir, data_name)
-    try:
-        array = read_tensor(pt, tensor_dir, name, files.metadata)
-    except FileNotFoundError:
-        raise FileFormatError("Tensor file {} named by {} does not exist.".format(pt, name)) from None
-    if array is None:
-        return line, 0
-    save_npy(npy_dir.file(name + layout.NPY_SUFFIX), array)
-    return line, 1
 
 
 def _write_json(path: str, value: Any) -> None:

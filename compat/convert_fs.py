@@ -45,6 +45,16 @@ def check_plain_name(parameter: str, value: Any) -> str:
     return value
 
 
+def writable_name_problem(name: str) -> Optional[str]:
+    """Why the output file ``name`` (a plain name from the input) cannot be written: its temporary name
+    ``.{name}.XXXXXXXX.tmp`` would be longer than a file name can be. None when it can."""
+    size = len(os.fsencode(name)) + TEMP_EXTRA
+    if size <= NAME_MAX:
+        return None
+    return ("the file name {} and its temporary name (.{}.XXXXXXXX{}) would take {} bytes, more than the {} a file "
+            "name can".format(name, name, TEMP_SUFFIX, size, NAME_MAX))
+
+
 def _is_plain(part: str) -> bool:
     return bool(part) and part not in (".", "..") and "/" not in part and "\\" not in part and "\x00" not in part
 

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ptdbg_ascend.terminal import excerpt
+
+
+VALUE_SHOWN = 500  # characters of an invalid value a ParameterError quotes (terminal.excerpt)
+
 
 class PtdbgError(Exception):
     """Base class of every error this tool raises on purpose."""
@@ -25,7 +30,8 @@ class ParameterError(PtdbgError, TypeError, ValueError):
         self.parameter = parameter
         self.value = value
         self.allowed = allowed
-        message = "Invalid {}={!r}: {}.".format(parameter, value, allowed)
+        # the value may come from a file (a list of a billion shared items, a 5000-digit int): quoted in part
+        message = "Invalid {}={}: {}.".format(parameter, excerpt(value, VALUE_SHOWN), allowed)
         if hint:
             message += " " + hint
         super().__init__(message)

@@ -6,15 +6,25 @@ A key that appears twice in one object is noticed (Python's json keeps the later
 in a dump it is a warning naming the key, the file and where in it (``data["Functional.relu.0.forward"]``),
 in a configuration file (``duplicates=ERROR``) a FileFormatError. The check is one C ``dict(pairs)`` and a
 length comparison per object; the search for where a duplicate sits runs only when there is one.
+
+A number beyond float64's range (``1e400``, a 400-digit integer, which json would read as inf or as an int
+that no file of ours holds, or refuse the whole file for at 4300 digits) is read as a
+:class:`~ptdbg_ascend.formats.json_numbers.OutOfRange` value (:mod:`ptdbg_ascend.formats.json_numbers`): the
+reader that meets it says where. The file is opened without blocking and must be a regular file (a FIFO
+would hang the read), of at most ``max_bytes`` when the caller bounds it; bytes that are not UTF-8 are
+refused with their line and column.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
+from ptdbg_ascend.formats.json_numbers import HOOKS
+from ptdbg_ascend.terminal import excerpt, shorten
 
 WARN = "warn"    # dumps: a warning per duplicate key, the later value is kept (as json does)
 ERROR = "error"  # configuration files: FileFormatError naming the key and the file
@@ -22,7 +32,7 @@ MAX_REPORTED = 5  # duplicate keys named in one warning or error; the rest are c
 
 
 def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = WARN,
-              on_bytes: Optional[Callable[[bytes], None]] = None) -> Any:
+              on_bytes: Optional[Callable[[bytes], None]] = None, max_bytes: Optional[int] = None) -> Any:
     """The JSON value stored in ``path``.
 
     Args:
@@ -35,12 +45,15 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
             (a FileFormatError; for configuration files).
         on_bytes: called with the file's bytes as read, before they are parsed (default None), e.g. to
             fingerprint exactly what was parsed without reading the file twice.
+        max_bytes: the most bytes the file may hold (default None: no bound, for dumps, which grow with the
+            run); a bigger file is refused before it is read.
 
     Raises:
         ParameterError: ``path`` is not a path (an int would be taken for a file descriptor), or
             ``duplicates`` is not WARN/ERROR.
-        FileFormatError: the file does not exist, cannot be read, or does not hold JSON; with
-            ``duplicates=ERROR``, a key appears twice in one object.
+        FileFormatError: the file does not exist, is not a regular file, is bigger than ``max_bytes``,
+            cannot be read, is not UTF-8 or does not hold JSON; with ``duplicates=ERROR``, a key appears twice
+            in one object.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ParameterError(what, path, "must be the path of a JSON file")
@@ -50,13 +63,19 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
         raise FileFormatError("The {} {} does not exist (or is not a file).".format(what, path))
     found: List[Tuple[Dict[str, Any], List[str]]] = []
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = read_regular(path, what, max_bytes)
         if on_bytes is not None:
             on_bytes(data)
-        value = json.loads(data.decode("utf-8"), object_pairs_hook=_pairs_hook(found))
-    except (OSError, UnicodeDecodeError) as error:
+        value = json.loads(data.decode("utf-8"), object_pairs_hook=_pairs_hook(found), **HOOKS)
+    except FileFormatError:  # not a regular file, too big: said as it is (a ValueError, not "not JSON")
+        raise
+    except OSError as error:
         raise FileFormatError("Cannot read the {} {}: {}".format(what, path, error)) from None
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise FileFormatError("Cannot read the {} {}: it is not UTF-8 text (byte 0x{:02x} at line {}, column {})."
+                              .format(what, path, data[error.start], line, column)) from None
     except ValueError as error:
         raise FileFormatError("The {} {} is not valid JSON{}: {}".format(what, path, not_json_hint, error)) from None
     except RecursionError:
@@ -64,6 +83,26 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
     if found:
         _report_duplicates(value, found, path, what, duplicates)
     return value
+
+
+def read_regular(path: str, what: str, max_bytes: Optional[int]) -> bytes:
+    """The bytes of ``path``, opened without blocking (a FIFO swapped in after an ``isfile`` check must not hang
+    the reader) and checked to be a regular file of at most ``max_bytes`` (None: any size); ``what`` names the
+    file in the FileFormatError otherwise. OSError when it cannot be opened or read."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileFormatError("The {} {} is not a regular file; it is not read.".format(what, path))
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise FileFormatError("The {} {} holds {} bytes, more than the {} bytes such a file can hold; it is not "
+                                  "read.".format(what, path, info.st_size, max_bytes))
+        # read one byte more than allowed: a file that grows after the check is still bounded
+        data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise FileFormatError("The {} {} holds more than the {} bytes such a file can hold; it is not read."
+                              .format(what, path, max_bytes))
+    return data
 
 
 def _pairs_hook(found: List[Tuple[Dict[str, Any], List[str]]]):
@@ -88,7 +127,8 @@ def _report_duplicates(value: Any, found: List[Tuple[Dict[str, Any], List[str]]]
                        duplicates: str) -> None:
     places = _places(value, {id(obj) for obj, _ in found})
     # an object missing from the result sat inside a value that a later duplicate replaced
-    items = ["{!r} {}".format(key, places.get(id(obj), "in an object that a later duplicate replaced"))
+    # a key, and the keys of the objects around it, may be megabytes long: each shown in part
+    items = ["{} {}".format(excerpt(key), shorten(places.get(id(obj), "in an object that a later duplicate replaced")))
              for obj, keys in found for key in keys]
     shown = "; ".join(items[:MAX_REPORTED]) + ("; and {} more".format(len(items) - MAX_REPORTED)
                                                if len(items) > MAX_REPORTED else "")

@@ -25,8 +25,9 @@ MAX_LINES = 450
 # What the engine (dump/) must never import: it sits below every feature and front-end.
 ABOVE_THE_ENGINE = ("sinks", "writers", "acl", "msprobe", "comparison", "precheck", "compat")
 # The only modules of the package that formats/ and fs/ (the ground floor) may import, besides their own:
-# numpy_view (a tensor as numpy, widened exactly) imports nothing of the package either.
-GROUND_FLOOR = ("errors", "memory", "log", "numpy_view")
+# numpy_view (a tensor as numpy, widened exactly) and terminal (text from files made safe and short to
+# print) import nothing of the package either.
+GROUND_FLOOR = ("errors", "memory", "log", "numpy_view", "terminal")
 
 
 def _module_files() -> Dict[str, str]:

@@ -4,15 +4,20 @@
 The file may come from someone else: its values are only data (paths and one flag), checked for type and
 kind; nothing in it is imported, executed or chooses another code path than these two: two dump files
 (``compare``) or two step directories of rank folders (``compare_distributed``, msprobe's multi-rank form).
-Relative paths are taken from the current directory, as msprobe does.
+Relative paths are taken from the current directory, as msprobe does. A path may be a symlink (dumps are
+often linked in from shared storage): what it points to is read, and must be a regular file or a directory;
+a FIFO, a socket or a device is refused before anything opens it (a FIFO would block the compare), and a link
+to nothing is named with where it points.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any, Dict, NamedTuple, Optional
 
 from ptdbg_ascend.errors import FileFormatError
+from ptdbg_ascend.terminal import excerpt
 
 WHAT = "compare.json"
 MAX_BYTES = 1 << 20  # a compare.json is a few lines; a bigger file is not one
@@ -48,10 +53,7 @@ def read_compare_json(path: str) -> CompareJson:
     """
     from ptdbg_ascend.jsonfile import ERROR, load_json
 
-    if os.path.isfile(path) and os.path.getsize(path) > MAX_BYTES:
-        raise FileFormatError("The {} {} is {} bytes; a compare.json holds a few paths (at most {} bytes)."
-                              .format(WHAT, path, os.path.getsize(path), MAX_BYTES))
-    document = load_json(path, WHAT, duplicates=ERROR)
+    document = load_json(path, WHAT, duplicates=ERROR, max_bytes=MAX_BYTES)  # a few paths: a bigger file is not one
     if not isinstance(document, dict):
         raise FileFormatError("The {} {} must hold a JSON object such as {{\"npu_path\": \"npu/dump.json\", "
                               "\"bench_path\": \"bench/dump.json\", \"stack_path\": \"npu/stack.json\", "
@@ -60,8 +62,8 @@ def read_compare_json(path: str) -> CompareJson:
     allowed = PATH_KEYS + FLAG_KEYS
     for key in document:
         if key not in allowed:
-            raise FileFormatError("The {} {} has the unknown key {!r}; allowed keys: {}.".format(
-                WHAT, path, key, ", ".join(allowed)))
+            raise FileFormatError("The {} {} has the unknown key {}; allowed keys: {}.".format(
+                WHAT, path, excerpt(key), ", ".join(allowed)))
     for key in REQUIRED:
         if key not in document:
             raise FileFormatError("The {} {} needs the key {!r} (the {} dump.json, or its step directory)."
@@ -73,15 +75,14 @@ def read_compare_json(path: str) -> CompareJson:
             values[key] = None
             continue
         if not isinstance(value, str) or not value:
-            raise FileFormatError("The {} {}: {!r} must be a non-empty path string; it is {!r}.".format(
-                WHAT, path, key, value))
-        if not os.path.exists(value):
-            raise FileFormatError("The {} {}: {!r} names {}, which does not exist.".format(WHAT, path, key, value))
+            raise FileFormatError("The {} {}: {!r} must be a non-empty path string; it is {}.".format(
+                WHAT, path, key, excerpt(value)))
+        _check_kind(path, key, value)
         values[key] = value
     print_log = document.get("is_print_compare_log", True)
     if not isinstance(print_log, bool):
-        raise FileFormatError("The {} {}: 'is_print_compare_log' must be true or false; it is {!r}.".format(
-            WHAT, path, print_log))
+        raise FileFormatError("The {} {}: 'is_print_compare_log' must be true or false; it is {}.".format(
+            WHAT, path, excerpt(print_log)))
     npu, bench = values["npu_path"], values["bench_path"]
     assert npu is not None and bench is not None
     if os.path.isdir(npu) != os.path.isdir(bench):
@@ -97,6 +98,27 @@ def read_compare_json(path: str) -> CompareJson:
                        "read from its rank folder.".format(WHAT, path, stack))
         stack = None
     return CompareJson(npu, bench, stack, print_log, distributed)
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"))
+
+
+def _check_kind(path: str, key: str, value: str) -> None:
+    """``value`` (the ``key`` of the compare.json ``path``) must exist and be, once links are followed, a regular
+    file or a directory: FileFormatError naming the file, the key and what it is otherwise."""
+    try:
+        mode = os.stat(value).st_mode  # follows links: what the compare would open
+    except OSError:
+        link = " (a symlink to {})".format(os.readlink(value)) if os.path.islink(value) else ""
+        raise FileFormatError("The {} {}: {!r} names {}, which does not exist{}.".format(WHAT, path, key, value,
+                                                                                      link)) from None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    what = next((name for test, name in _SPECIAL if test(mode)), "not a regular file")
+    link = " (a symlink to {})".format(os.readlink(value)) if os.path.islink(value) else ""
+    raise FileFormatError("The {} {}: {!r} names {}{}, which is {}, not a regular file or a directory; it is not "
+                          "read.".format(WHAT, path, key, value, link, what))
 
 
 def _kind(path: str) -> str:

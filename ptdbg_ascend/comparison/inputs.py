@@ -11,6 +11,7 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional, Union
 from ptdbg_ascend.errors import DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.formats.layout import is_dump_json, stack_file, tensor_dir_beside
 from ptdbg_ascend.formats.naming import is_api_name
+from ptdbg_ascend.terminal import excerpt, shorten
 
 # key -> (side, role); first listed key of a role wins when several aliases are given.
 KEYS = {
@@ -22,6 +23,8 @@ KEYS = {
 }
 OPTIONS = ("is_print_compare_log",)
 SUFFIX = re.compile(r"^[A-Za-z0-9_.-]*$")
+# An api_mapping file holds a few API names; a file bigger than this is not one (and is not read).
+MAX_MAPPING_BYTES = 1 << 20
 
 
 class CompareInputs(NamedTuple):
@@ -179,7 +182,10 @@ def parse_input_param(input_param: Any) -> CompareInputs:
 def check_api_mapping(api_mapping: Any) -> Dict[str, str]:
     """``api_mapping``: None, a dict of NPU API -> bench API (``"NPU_npu_rms_norm": "Functional_rms_norm"``,
     names without counter and direction), or the path of a JSON or YAML file holding such a dict (YAML
-    needs PyYAML). Returns the dict (empty for None)."""
+    needs PyYAML). Returns the dict (empty for None).
+
+    The file is a stranger's: at most MAX_MAPPING_BYTES (1 MiB) is read, a YAML alias is refused (a few bytes
+    of aliases expand into billions of values), and messages quote a value in part (``terminal.excerpt``)."""
     if api_mapping is None:
         return {}
     source = "api_mapping"
@@ -194,7 +200,7 @@ def check_api_mapping(api_mapping: Any) -> Dict[str, str]:
     for npu_api, bench_api in api_mapping.items():
         for value in (npu_api, bench_api):
             if not isinstance(value, str) or not is_api_name(value):
-                raise ParameterError("api_mapping[{!r}]".format(npu_api), bench_api,
+                raise ParameterError("api_mapping[{}]".format(excerpt(npu_api)), bench_api,
                                      "names must look like 'Functional_rms_norm' (prefix and API, without the call "
                                      "counter and direction; in {})".format(source))
         checked[npu_api] = bench_api
@@ -204,6 +210,8 @@ def check_api_mapping(api_mapping: Any) -> Dict[str, str]:
 def _load_mapping_file(path: str) -> Any:
     if not os.path.isfile(path):
         raise FileFormatError("api_mapping file {} does not exist.".format(path))
+    from ptdbg_ascend.jsonfile import ERROR, load_json, read_regular
+
     if path.endswith((".yaml", ".yml")):
         try:
             import yaml
@@ -211,20 +219,30 @@ def _load_mapping_file(path: str) -> Any:
             raise FileFormatError("api_mapping file {} is YAML, which needs PyYAML (pip install pyyaml); or "
                                   "write it as JSON.".format(path)) from None
         try:
-            with open(path, encoding="utf-8") as handle:
-                return yaml.load(handle, Loader=_unique_key_loader(yaml, path))  # a SafeLoader
-        except (OSError, yaml.YAMLError) as error:
+            text = read_regular(path, "api_mapping file", MAX_MAPPING_BYTES).decode("utf-8")
+            return yaml.load(text, Loader=_unique_key_loader(yaml, path))  # a SafeLoader
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
             raise FileFormatError("api_mapping file {} cannot be read: {}".format(path, error)) from None
-    from ptdbg_ascend.jsonfile import ERROR, load_json
-
-    return load_json(path, "api_mapping file", duplicates=ERROR)
+    return load_json(path, "api_mapping file", duplicates=ERROR, max_bytes=MAX_MAPPING_BYTES)
 
 
 def _unique_key_loader(yaml: Any, path: str) -> Any:
     """A ``yaml.SafeLoader`` that raises FileFormatError naming ``path``, the key and its line when a key
-    appears twice in one mapping (PyYAML keeps the later value silently, as json does)."""
+    appears twice in one mapping (PyYAML keeps the later value silently, as json does), or at the first alias
+    (``*a``): a mapping of names needs none, and aliases let a few bytes stand for billions of values (each
+    alias is one shared object while loading, but anything that walks the result, a message's ``repr``
+    included, expands it)."""
 
     class UniqueKeyLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.events.AliasEvent):
+                event = self.peek_event()
+                raise FileFormatError("The api_mapping file {} uses a YAML alias (*{}, line {}): a mapping of API "
+                                      "names has no use for one, and aliases can make a few bytes expand into "
+                                      "billions of values; write each name out.".format(
+                                          path, shorten(event.anchor, 40), event.start_mark.line + 1))
+            return super().compose_node(parent, index)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen = set()
             for key_node, _value in node.value:

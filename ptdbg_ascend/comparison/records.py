@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 import os
 import re
-from typing import Iterable, Mapping, NamedTuple, Optional, Tuple
+from typing import Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from ptdbg_ascend.formats.json_numbers import OutOfRange
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD, split_call_name
+from ptdbg_ascend.terminal import excerpt
 
 # (file, line, function, code), innermost frame first, as the dump wrote it.
 Frame = Tuple[str, str, str, Optional[str]]
@@ -138,35 +139,57 @@ def call_user_line(call: CallRecord, calls: Mapping[str, CallRecord]) -> Optiona
 
 
 def as_number(value: object) -> Optional[float]:
-    """A statistic as float; None for the legacy placeholders ("Nan", [], null, strings). An integer
-    beyond float64's range (a 400-digit number) is +-inf, as JSON's ``1e400`` is."""
+    """A statistic as float; None for the legacy placeholders ("Nan", [], null, strings) and for a number
+    beyond float64's range (an ``OutOfRange`` from the reader's parser, or a huge int built by a caller),
+    which no tensor has: :func:`read_statistics` says which ones were."""
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, int):
         try:
             return float(value)
         except OverflowError:
-            return math.inf if value > 0 else -math.inf
+            return None
     if isinstance(value, float):
         return value
     return None
 
 
+STATISTIC_NAMES = ("max", "min", "mean", "norm")  # the legacy order of a record's statistics
+
+
+def read_statistics(values: Sequence[object], record: str,
+                    names: Sequence[str] = STATISTIC_NAMES) -> Tuple[Statistics, List[str]]:
+    """The four statistics of the record ``record`` (:func:`as_number` of each of ``values``, missing ones
+    None) and one sentence for each that was a number beyond float64's range, read as no value: ``"the max
+    of X is 1e400, beyond float64's range: read as no value (Nan in the report)"``. ``names``: what to call
+    each statistic (default max, min, mean, norm; a dump.json says Max, Min, Mean, Norm)."""
+    found = [values[index] if index < len(values) else None for index in range(4)]
+    statistics = tuple(as_number(value) for value in found)
+    beyond = ["the {} of {} is {}, beyond float64's range: read as no value (Nan in the report)".format(
+        names[index], record, value if isinstance(value, OutOfRange) else excerpt(value))
+        for index, value in enumerate(found)
+        if isinstance(value, OutOfRange) or (type(value) is int and statistics[index] is None)]
+    return statistics, beyond  # type: ignore[return-value]
+
+
+_MAX_SIZE = 2 ** 63 - 1  # torch sizes are int64
+
+
 def as_shape(value: object) -> Tuple[int, ...]:
     """Shape as a tuple; legacy Python scalars carry the string "[]" (and a missing shape is ``()``).
 
-    :raises ValueError: a list whose items are not non-negative integers (``["x"]``, ``[1.5]``, ``[-1]``).
+    :raises ValueError: a list whose items are not integers from 0 to 2**63 - 1 (``["x"]``, ``[1.5]``,
+        ``[-1]``, a 400-digit size).
     """
     if isinstance(value, (list, tuple)):
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-            raise ValueError("shape {!r} is not a list of non-negative integers".format(_short(value)))
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_SIZE for v in value):
+            raise ValueError("shape {} is not a list of non-negative integers (below 2**63)".format(_short(value)))
         return tuple(value)
     return ()
 
 
 def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+    return excerpt(value, limit)
 
 
 # A tensor file name taken from a dump (a pkl record name + ".npy", a dump.json data_name): one plain

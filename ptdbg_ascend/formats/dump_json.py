@@ -27,6 +27,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ptdbg_ascend.formats.naming import parse_module_call
+from ptdbg_ascend.terminal import excerpt
 
 FRAMEWORK = "framework"  # top-level key, after "level" as msprobe 8.x writes it
 FRAMEWORK_PYTORCH = "pytorch"
@@ -137,8 +138,8 @@ def autocast_of(entry: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
         return None
     if (not isinstance(value, dict) or not isinstance(value.get("device_type"), str) or not value["device_type"]
             or value.get("dtype") not in AUTOCAST_DTYPES):
-        raise ValueError("its \"{}\" value {!r} is not {{\"device_type\": \"cpu\", \"dtype\": one of {}}}"
-                         .format(AUTOCAST, value, ", ".join(AUTOCAST_DTYPES)))
+        raise ValueError("its \"{}\" value {} is not {{\"device_type\": \"cpu\", \"dtype\": one of {}}}"
+                         .format(AUTOCAST, excerpt(value), ", ".join(AUTOCAST_DTYPES)))
     return value["device_type"], value["dtype"]
 
 

@@ -12,7 +12,8 @@ The file is one JSON object: ``{"format": "ptdbg_ascend.finding", "version": 2, 
 :func:`decode` checks the format name, the version and every field's type before anything is used, so a
 file of another format, version or tool is a FileFormatError naming it.
 
-Torch-free; no file access here (the writer and the reader open the file).
+Torch-free; no file access here (the writer and the reader open the file; the reader reads at most
+:data:`MAX_BYTES`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,13 @@ import json
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError
+from ptdbg_ascend.terminal import excerpt
 
 FORMAT = "ptdbg_ascend.finding"
 VERSION = 2
+# The most bytes a finding file may hold: a few names, and one per call present in one run only before the
+# failure (about 50 bytes each: a million such calls fit). A bigger file is refused before it is read.
+MAX_BYTES = 64 << 20
 STEM = "compare_finding_"  # + the tail of compare_result_{tail}.csv + ".json"
 EXTENSION = ".json"
 
@@ -96,7 +101,7 @@ def decode(value: Any, path: str) -> Finding:
     if not isinstance(value, dict):
         raise refuse("it holds a JSON {}, not an object".format(type(value).__name__))
     if value.get("format") != FORMAT or value.get("version") != VERSION:
-        raise refuse("it says format {!r} version {!r}".format(value.get("format"), value.get("version")))
+        raise refuse("it says format {} version {}".format(excerpt(value.get("format")), excerpt(value.get("version"))))
     fields: Dict[str, Any] = {}
     for name, (kind, nullable) in _FIELDS.items():
         if name not in value:
@@ -104,13 +109,13 @@ def decode(value: Any, path: str) -> Finding:
         field = value[name]
         if (field is None and not nullable) or (field is not None and (not isinstance(field, kind)
                                                                        or isinstance(field, bool))):
-            raise refuse("the field {!r} is {!r}, not a {}{}".format(name, field, kind.__name__,
-                                                                     " or null" if nullable else ""))
+            raise refuse("the field {!r} is {}, not a {}{}".format(name, excerpt(field), kind.__name__,
+                                                                   " or null" if nullable else ""))
         fields[name] = field
     if fields["kind"] not in KINDS:
-        raise refuse("the kind {!r} is none of {}".format(fields["kind"], ", ".join(KINDS)))
+        raise refuse("the kind {} is none of {}".format(excerpt(fields["kind"]), ", ".join(KINDS)))
     if fields["level"] not in LEVELS:
-        raise refuse("the level {!r} is none of {}".format(fields["level"], ", ".join(LEVELS)))
+        raise refuse("the level {} is none of {}".format(excerpt(fields["level"]), ", ".join(LEVELS)))
     if not all(isinstance(name, str) for name in fields["one_sided"]):
         raise refuse("the field 'one_sided' holds something else than names")
     fields["one_sided"] = tuple(fields["one_sided"])

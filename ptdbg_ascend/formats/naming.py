@@ -18,6 +18,11 @@ Two strengths, by function name:
   ``parse_*``  strict: the prefix is one of PREFIXES (the names this tool writes for torch APIs).
   ``split_*``  tolerant: any prefix (module dumps ``Module_Conv2d_0_forward``, custom prefixes), for readers that
                must not drop what another tool wrote.
+
+A counter or index of more than :data:`MAX_NUMBER_DIGITS` digits puts a name outside the grammar (every parser
+returns None, ``split_call_name`` its "outside the grammar" value): no run makes 10**18 calls, and ``int()`` of
+a 5000-digit one raises (Python's 4300-digit limit), which must not cost a report its other records.
+:func:`long_number` says why such a name was refused.
 """
 
 from __future__ import annotations
@@ -29,6 +34,29 @@ PREFIXES: Tuple[str, ...] = ("Tensor", "Torch", "Functional", "NPU", "VF", "Dist
 FORWARD = "forward"
 BACKWARD = "backward"
 STACK_SUFFIX = "_stack_info"
+MAX_NUMBER_DIGITS = 18  # a call counter or argument index has at most this many digits (see above)
+_LONG_NUMBER = re.compile(r"\d{%d,}" % (MAX_NUMBER_DIGITS + 1))
+
+
+def _numbers_fit(index: str, path: Optional[str] = None) -> bool:
+    """Whether a matched counter (and index path ``.0.12``) has at most MAX_NUMBER_DIGITS digits each."""
+    return len(index) <= MAX_NUMBER_DIGITS and (not path or _LONG_NUMBER.search(path) is None)
+
+
+def long_number(name: str) -> Optional[int]:
+    """The number of digits of the first number in ``name`` longer than a counter or index can be (None when
+    there is none): why :func:`parse_record_name` and the others refused it."""
+    match = _LONG_NUMBER.search(name)
+    return len(match.group()) if match else None
+
+
+def number_problem(name: object) -> str:
+    """What a message about a name outside the grammar adds when a number in it is too long to be a counter or
+    an index: ``": it holds a number of 5000 digits (a call counter or index has at most 18)"``; else ""."""
+    digits = long_number(name) if isinstance(name, str) else None
+    if digits is None:
+        return ""
+    return ": it holds a number of {} digits (a call counter or index has at most {})".format(digits, MAX_NUMBER_DIGITS)
 
 CALL_NAME = re.compile(
     r"^(?P<prefix>" + "|".join(PREFIXES) + r")_(?P<api>.+)_(?P<index>\d+)_(?P<direction>forward|backward)$"
@@ -60,7 +88,7 @@ def call_name(prefix: str, api: str, index: int, direction: str) -> str:
 def parse_record_name(name: str) -> Optional[RecordName]:
     """Parse a record name; None when it does not follow the grammar."""
     match = RECORD_NAME.match(name)
-    if match is None:
+    if match is None or not _numbers_fit(match.group("index"), match.group("path")):
         return None
     if match.group("stack"):
         side, path = "stack", ()
@@ -81,7 +109,7 @@ def parse_record_name(name: str) -> Optional[RecordName]:
 def parse_call_name(name: str) -> Optional[Tuple[str, str, int, str]]:
     """``(prefix, api, index, direction)`` of a call name, or None."""
     match = CALL_NAME.match(name)
-    if match is None:
+    if match is None or not _numbers_fit(match.group("index")):
         return None
     return match.group("prefix"), match.group("api"), int(match.group("index")), match.group("direction")
 
@@ -101,7 +129,8 @@ def to_dotted_without_direction(name: str) -> Optional[str]:
 # --- tolerant legacy names (any prefix) --------------------------------------------------------------
 _ANY_CALL_NAME = re.compile(r"^(?P<api>.+)_(?P<index>\d+)_(?P<direction>forward|backward)$")
 _ANY_RECORD_NAME = re.compile(
-    r"^(?P<call>.+_\d+_(?:forward|backward))(?:_(?P<side>input|output)(?:\.\d+)*|(?P<stack>_stack_info))$"
+    r"^(?P<call>.+_(?P<index>\d+)_(?:forward|backward))(?:_(?P<side>input|output)(?P<path>(?:\.\d+)*)"
+    r"|(?P<stack>_stack_info))$"
 )
 # the call a record name starts with, when the name may be cut short (the torn last line of a pkl)
 _LEADING_CALL_NAME = re.compile(r"^(?P<call>.+?_\d+_(?:forward|backward))", re.DOTALL)
@@ -119,7 +148,7 @@ def split_call_name(name: str) -> CallName:
     """``Functional_linear_3_forward`` -> ("Functional_linear", 3, "forward"), any prefix; a name outside the
     grammar is its own API with index -1 and direction "forward"."""
     match = _ANY_CALL_NAME.match(name)
-    if match is None:
+    if match is None or not _numbers_fit(match.group("index")):
         return CallName(name, -1, FORWARD)
     return CallName(match.group("api"), int(match.group("index")), match.group("direction"))
 
@@ -134,7 +163,7 @@ def split_record_name(name: str) -> Optional[Tuple[str, str]]:
     """``(call name, side)`` of a record name with any prefix, ``side`` "input", "output" or "stack"
     (``Module_Conv2d_0_forward_input.0`` -> ``("Module_Conv2d_0_forward", "input")``); None outside the grammar."""
     match = _ANY_RECORD_NAME.match(name)
-    if match is None:
+    if match is None or not _numbers_fit(match.group("index"), match.group("path")):
         return None
     return match.group("call"), "stack" if match.group("stack") else match.group("side")
 
@@ -195,7 +224,7 @@ def to_legacy(dotted_name: str, single_output: bool = False) -> Optional[str]:
     tensor); otherwise ``..._output.0``.
     """
     match = DOTTED_RECORD_NAME.match(dotted_name)
-    if match is None:
+    if match is None or not _numbers_fit(match.group("index"), match.group("path")):
         return None
     base = call_name(match.group("prefix"), match.group("api"), int(match.group("index")), match.group("direction"))
     side = match.group("side")
@@ -260,7 +289,7 @@ def parse_dotted_call_name(name: str) -> Optional[DottedCall]:
     overload (``Aten.add.Tensor.0.forward``) keeps ``add.Tensor`` as the API. None for a leaf name, a
     ``Module.`` entry or any other shape."""
     match = DOTTED_RECORD_NAME.match(name)
-    if match is None or match.group("side") is not None:
+    if match is None or match.group("side") is not None or not _numbers_fit(match.group("index")):
         return None
     return DottedCall(match.group("prefix"), match.group("api"), match.group("index"), match.group("direction"))
 

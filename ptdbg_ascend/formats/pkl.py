@@ -7,7 +7,9 @@ Lines::
 
 ``dump_step`` is 0 in a dump and 101 in an overflow dump; a Python scalar's dtype is ``str(type(value))``
 (``"<class 'float'>"``) and its shape the string ``"[]"`` (a 0-d tensor's is the list ``[]``), as the
-original writes them. Numbers are what ``json.dumps`` writes (``NaN``, ``Infinity``, ``null``).
+original writes them. Numbers are what ``json.dumps`` writes (``NaN``, ``Infinity``, ``null``); one beyond
+float64's range (``1e400``, a 400-digit integer: never written by a dump) reads as
+:class:`~ptdbg_ascend.formats.json_numbers.OutOfRange`, so the reader can say which line holds it.
 
 Two ways to write a line, the same text: the dump's hot path fills :data:`RECORD_LINE` and
 :data:`STACK_LINE` with the texts of :func:`numbers_text`, :func:`dtype_text`, :func:`shape_text` and
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import json
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+
+from ptdbg_ascend.formats.json_numbers import HOOKS
 
 DUMP_STEP = 0
 OVERFLOW_DUMP_STEP = 101  # the legacy marker of overflow records (compare skips their statistics)
@@ -112,9 +116,10 @@ class RecordLine(NamedTuple):
 
 def parse_line(text: str) -> Optional[list]:
     """The JSON array of one line; None when the line is not one whose first field is a name (corrupt,
-    truncated by a killed run, nested too deep to parse)."""
+    truncated by a killed run, nested too deep to parse). Numbers beyond float64's range are
+    :class:`~ptdbg_ascend.formats.json_numbers.OutOfRange` values."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, **HOOKS)
     except (ValueError, RecursionError):  # RecursionError: a line nested thousands of levels deep
         return None
     if not isinstance(value, list) or not value or not isinstance(value[0], str):

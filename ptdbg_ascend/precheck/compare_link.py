@@ -203,9 +203,11 @@ def finding_path_of(csv_path: str) -> Optional[str]:
 
 
 def read_finding(path: str) -> finding_file.Finding:
-    """The compare finding stored in ``path``; FileFormatError naming it when it is not JSON or not a
-    finding of this format and version (``formats.finding.decode``)."""
-    return finding_file.decode(jsonfile.load_json(path, "compare finding", duplicates=jsonfile.ERROR), path)
+    """The compare finding stored in ``path``; FileFormatError naming it when it is bigger than
+    ``formats.finding.MAX_BYTES`` (64 MiB; not read), not JSON or not a finding of this format and version
+    (``formats.finding.decode``)."""
+    return finding_file.decode(jsonfile.load_json(path, "compare finding", duplicates=jsonfile.ERROR,
+                                                  max_bytes=finding_file.MAX_BYTES), path)
 
 
 def _warn_without_finding(csv_path: str) -> None:

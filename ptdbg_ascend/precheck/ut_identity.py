@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Dict
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
+from ptdbg_ascend.formats.json_numbers import HOOKS
+from ptdbg_ascend.terminal import excerpt
 from ptdbg_ascend.version import __version__
 from ptdbg_ascend.fs.writes import replace_text_file
 
@@ -107,7 +109,7 @@ def read(path: str, result_csv_path: str) -> RunIdentity:
             data = os.read(descriptor, MAX_BYTES + 1)
         finally:
             os.close(descriptor)
-        record = json.loads(data.decode("utf-8"))
+        record = json.loads(data.decode("utf-8"), **HOOKS)  # 1e400 is OutOfRange, not inf
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise FileFormatError("The run file {} is a symlink; it is not read. {}".format(path, _RESTART)) from None
@@ -118,12 +120,21 @@ def read(path: str, result_csv_path: str) -> RunIdentity:
         if record["format"] != FORMAT or record["version"] != VERSION:
             raise ValueError("format {!r} version {!r}".format(record["format"], record["version"]))
         dump = record["dump"]
-        identity = RunIdentity(str(dump["path"]), int(dump["size"]), str(dump["sha256"]), str(record["inputs"]),
-                               str(record["outputs"]), int(record.get("seed", 0)))
+        identity = RunIdentity(str(dump["path"]), _whole(dump["size"], "its dump size", "a number of bytes", 0),
+                               str(dump["sha256"]), str(record["inputs"]), str(record["outputs"]),
+                               _whole(record.get("seed", 0), "its seed", "an integer", None))
     except (KeyError, TypeError, ValueError) as error:
         raise FileFormatError("The run file {} is not a run_ut run file of format {!r} version {} ({}: {}). {}"
                               .format(path, FORMAT, VERSION, type(error).__name__, error, _RESTART)) from None
     return identity
+
+
+def _whole(value: Any, what: str, kind: str, least: Any) -> int:
+    """``value`` when it is an int (not a bool) of at least ``least`` (None: any); else ValueError saying
+    ``"{what} {value} is not {kind}"``. int() would read 12.5 as 12 and true as 1, and fail on 1e400."""
+    if type(value) is not int or (least is not None and value < least):
+        raise ValueError("{} {} is not {}".format(what, excerpt(value, 80), kind))
+    return value
 
 
 def check(path: str, result_csv_path: str, current: RunIdentity) -> None:

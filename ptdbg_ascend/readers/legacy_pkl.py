@@ -1,17 +1,26 @@
 """Legacy ``.pkl`` reader: UTF-8 text, one JSON array per line (never unpickled; lines as ``formats/pkl.py``
 reads them). Records are grouped by the call name parsed from each record name (not by "a group ends at an
 output line", which merged calls without outputs).
+
+A line that cannot be read is skipped with a warning naming the file, the line and why (not UTF-8: the byte and
+where; not JSON; a name outside the grammar, e.g. a counter of 5000 digits); a statistic beyond float64's range
+is no value (a warning names it), the record is kept. A record name written twice (no dump writes one twice)
+is said in one warning per file naming the names and their lines; the later line is used, in the earlier
+one's place, as json does with a repeated key.
 """
 
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, data_file
+from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_shape, data_file, read_statistics
 from ptdbg_ascend.errors import FileFormatError
-from ptdbg_ascend.formats.naming import split_record_name
+from ptdbg_ascend.formats.naming import number_problem, split_record_name
 from ptdbg_ascend.formats.pkl import is_overflow_step, parse_line, record_fields, stack_frames
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.terminal import excerpt
+
+MAX_REPORTED = 5  # repeated record names named in the warning; the rest are counted
 
 
 def read_lines(path: str) -> List[Tuple[int, list]]:
@@ -31,12 +40,18 @@ def read_lines(path: str) -> List[Tuple[int, list]]:
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
+        last = all(not rest.strip() for rest in lines[number:])
         try:
             value = parse_line(raw.decode("utf-8"))
-        except UnicodeDecodeError:  # a line cut inside a character: as corrupt as any other cut line
+        except UnicodeDecodeError as error:
+            # A kill can cut the last line inside a character ("unexpected end of data"): as corrupt as any
+            # cut line. Any other undecodable byte is no writer's (both tools write ASCII-escaped JSON).
+            if not (last and error.reason == "unexpected end of data"):
+                logger.warning("Skipped line {} of {}: it is not UTF-8 text (byte 0x{:02x} at byte {} of the line)."
+                               .format(number, path, raw[error.start], error.start + 1))
+                continue
             value = None
         if value is None:
-            last = all(not rest.strip() for rest in lines[number:])
             logger.warning("Skipped corrupt line {} of {}{}.".format(
                 number, path, " (truncated last line: was the run killed?)" if last else ""))
             continue
@@ -53,38 +68,80 @@ def read(path: str, data_dir: Optional[str] = None, overflow_statistics: bool = 
     drops as the original did; ``parse`` shows them. Default False."""
     records: Dict[str, List[TensorRecord]] = {}
     stacks: Dict[str, Tuple[Frame, ...]] = {}
+    seen: Dict[str, Tuple[int, int]] = {}  # record name -> (its line, its index in its call's records)
+    repeated: List[Tuple[str, int, int]] = []  # (name, earlier line, later line)
     for number, line in read_lines(path):
         # any "{call}_{n}_{direction}" name, so module dumps (Module_Conv2d_0_forward, custom prefixes) read too
         parsed = split_record_name(line[0])
         if parsed is None:
-            logger.warning("Skipped line {} of {}: {!r} is not a dump record name.".format(number, path, line[0]))
+            logger.warning("Skipped line {} of {}: {} is not a dump record name{}.".format(
+                number, path, excerpt(line[0]), number_problem(line[0])))
             continue
         call, side = parsed
         records.setdefault(call, [])
         if side == "stack":
+            _note(seen, repeated, line[0], number, -1)
             stacks[call] = stack_frames(line)
             continue
-        fields = record_fields(line)
-        if fields is None:
-            logger.warning("Skipped line {} of {}: a tensor record needs 6 fields.".format(number, path))
+        record = _record(number, line, path, call, side, data_dir, overflow_statistics)
+        if record is None:
             continue
-        summary = fields.statistics
-        if not overflow_statistics and is_overflow_step(fields.dump_step):
-            summary = []
-        statistics = tuple(as_number(summary[i]) if i < len(summary) else None for i in range(4))
-        try:
-            shape = as_shape(fields.shape)
-        except ValueError as error:
-            logger.warning("Skipped line {} of {}: {}.".format(number, path, error))
-            continue
-        name = fields.name
-        data_path = problem = None
-        if data_dir:
-            data_path, problem = data_file(data_dir, name + ".npy", "record's")
-            if problem is not None:
-                logger.warning("Line {} of {}: {}".format(number, path, problem))
-        records[call].append(TensorRecord(
-            name=name, side=side, dtype=fields.dtype, shape=shape,
-            statistics=statistics, data_path=data_path, data_root=data_dir, data_problem=problem,
-        ))
+        earlier = _note(seen, repeated, record.name, number, len(records[call]))
+        if earlier is None:
+            records[call].append(record)
+        else:  # the later line, in the earlier one's place: the call keeps its structure
+            records[call][earlier] = record
+    if repeated:
+        warn_repeated(path, repeated)
     return [CallRecord(name=call, records=tuple(items), stack=stacks.get(call, ())) for call, items in records.items()]
+
+
+def _record(number: int, line: list, path: str, call: str, side: str, data_dir: Optional[str],
+            overflow_statistics: bool) -> Optional[TensorRecord]:
+    """The record of a tensor line, or None (with a warning naming the line) when it cannot be one."""
+    fields = record_fields(line)
+    if fields is None:
+        logger.warning("Skipped line {} of {}: a tensor record needs 6 fields.".format(number, path))
+        return None
+    summary = fields.statistics
+    if not overflow_statistics and is_overflow_step(fields.dump_step):
+        summary = []
+    statistics, beyond = read_statistics(summary, fields.name)
+    try:
+        shape = as_shape(fields.shape)
+    except ValueError as error:
+        logger.warning("Skipped line {} of {}: {}.".format(number, path, error))
+        return None
+    for problem in beyond:
+        logger.warning("Line {} of {}: {}.".format(number, path, problem))
+    data_path = problem_text = None
+    if data_dir:
+        data_path, problem_text = data_file(data_dir, fields.name + ".npy", "record's")
+        if problem_text is not None:
+            logger.warning("Line {} of {}: {}".format(number, path, problem_text))
+    return TensorRecord(name=fields.name, side=side, dtype=fields.dtype, shape=shape, statistics=statistics,
+                        data_path=data_path, data_root=data_dir, data_problem=problem_text)
+
+
+def _note(seen: Dict[str, Tuple[int, int]], repeated: List[Tuple[str, int, int]], name: str, number: int,
+          index: int) -> Optional[int]:
+    """Remember that line ``number`` holds ``name`` (at ``index`` of its call's records); when an earlier line
+    held it, note the repetition and return the earlier one's index."""
+    earlier = seen.get(name)
+    if earlier is None:
+        seen[name] = (number, index)
+        return None
+    repeated.append((name, earlier[0], number))
+    seen[name] = (number, earlier[1])
+    return earlier[1]
+
+
+def warn_repeated(path: str, repeated: List[Tuple[str, int, int]]) -> None:
+    """One warning naming the record names ``path`` repeats (``(name, earlier line, later line)``; the first
+    MAX_REPORTED named, the rest counted) and that the later line of each is used."""
+    shown = "; ".join("{} (lines {} and {})".format(excerpt(name), first, later)
+                      for name, first, later in repeated[:MAX_REPORTED])
+    if len(repeated) > MAX_REPORTED:
+        shown += "; and {} more".format(len(repeated) - MAX_REPORTED)
+    logger.warning("The dump file {} repeats {} record name{}: {}. The later line of each is used.".format(
+        path, len(repeated), "" if len(repeated) == 1 else "s", shown))

@@ -6,6 +6,11 @@ code that reads a dump.json file.
 default; null/{} leaves consume their index; module calls too, with the enclosing module of every call from
 construct.json). :func:`load_entries` gives the raw entries, for the pre-check
 (which rebuilds calls from them) and ``ptdbg convert`` (which keeps scalars too).
+
+A key that is not an API call name (a counter of 5000 digits included) is skipped with a warning naming it in
+part; a statistic beyond float64's range is no value (a warning names the entry and the statistic). Two keys
+naming one call (``Torch.relu.1.forward`` and ``Torch.relu.01.forward``) are said in one warning per file;
+the later entry is used, as json does with a key written twice (which :mod:`ptdbg_ascend.jsonfile` says).
 """
 
 from __future__ import annotations
@@ -13,14 +18,15 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_number, as_shape, data_file
+from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_shape, data_file, read_statistics
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats.dump_json import (NOT_SAVED, STATISTICS_KEYS, call_values, entries, is_tensor,
                                             parse_construct, parse_stacks)
 from ptdbg_ascend.formats.layout import construct_file_beside
-from ptdbg_ascend.formats.naming import module_to_legacy, to_legacy
+from ptdbg_ascend.formats.naming import module_to_legacy, number_problem, to_legacy
 from ptdbg_ascend.jsonfile import load_json
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.terminal import excerpt
 
 CRASH_HINT = " (incomplete after a crash?)"
 NOT_A_DUMP = "Dump file {} has no \"data\" object: not an msprobe dump.json."
@@ -65,23 +71,49 @@ def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = 
         raise FileFormatError("Dump file {} is a {} dump; compare is not required for it.".format(path, dump.task))
     stacks = read_stacks(stack_path) if stack_path else {}
     parents = read_construct(construct_file_beside(path))
-    calls = []
+    calls, keys = [], []
     for dotted, entry in dump.entries.items():
         call, module = to_legacy(dotted), None
         if call is None:
             call = module_to_legacy(dotted)
             module = dotted if call is not None else None
         if call is None or not isinstance(entry, dict):
-            logger.warning("Skipped entry {!r} of {}: not an API or module call name.".format(dotted, path))
+            logger.warning("Skipped entry {} of {}: not an API or module call name{}.".format(
+                excerpt(dotted), path, number_problem(dotted)))
             continue
         try:
             records = _entry_records(call, entry, data_dir, path, dotted)
         except RecursionError:
-            logger.warning("Skipped entry {!r} of {}: its arguments are nested too deeply.".format(dotted, path))
+            logger.warning("Skipped entry {} of {}: its arguments are nested too deeply.".format(excerpt(dotted), path))
             continue
         calls.append(CallRecord(name=call, records=tuple(records), stack=stacks.get(dotted, ()), module=module,
                                 parent=parents.get(dotted)))
-    return calls
+        keys.append(dotted)
+    return _one_per_call(calls, keys, path)
+
+
+def _one_per_call(calls: List[CallRecord], keys: List[str], path: str) -> List[CallRecord]:
+    """``calls`` (read from the dump.json keys ``keys``) with one call per name: two keys that name one call
+    (``Torch.relu.1.forward`` and ``Torch.relu.01.forward``) are said in one warning, and the later entry takes
+    the earlier one's place, as json does with a key written twice."""
+    kept: Dict[str, Tuple[int, str]] = {}  # call name -> (its place in the result, the key it was read from)
+    twice: List[Tuple[str, str, str]] = []
+    result: List[CallRecord] = []
+    for call, key in zip(calls, keys):
+        if call.name in kept:
+            place, earlier = kept[call.name]
+            twice.append((earlier, key, call.name))
+            result[place] = call
+            kept[call.name] = (place, key)
+        else:
+            kept[call.name] = (len(result), key)
+            result.append(call)
+    if twice:
+        shown = "; ".join("{} and {} are both {}".format(excerpt(first), excerpt(later), name)
+                          for first, later, name in twice[:5])
+        logger.warning("The dump file {} names a call twice: {}{}. The later entry is used.".format(
+            path, shown, "; and {} more".format(len(twice) - 5) if len(twice) > 5 else ""))
+    return result
 
 
 def read_construct(path: str) -> Dict[str, Optional[str]]:
@@ -108,18 +140,19 @@ def read_construct(path: str) -> Dict[str, Optional[str]]:
 def _entry_records(call: str, entry: Dict[str, Any], data_dir: Optional[str], path: str,
                    dotted: str) -> List[TensorRecord]:
     def problem(text: str) -> None:
-        logger.warning("Entry {!r} of {}: {}.".format(dotted, path, text))
+        logger.warning("Entry {} of {}: {}.".format(excerpt(dotted), path, text))
 
     records: List[TensorRecord] = []
     for name, side, value in call_values(call, entry, problem):
-        _leaves(name, side, value, data_dir, records, path)
+        _leaves(name, side, value, data_dir, records, path, problem)
     return records
 
 
-def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List[TensorRecord], path: str) -> None:
+def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List[TensorRecord], path: str,
+            problem: Callable[[str], None]) -> None:
     if isinstance(value, list):
         for index, item in enumerate(value):
-            _leaves(name + "." + str(index), side, item, data_dir, out, path)
+            _leaves(name + "." + str(index), side, item, data_dir, out, path, problem)
         return
     if not is_tensor(value):
         return
@@ -129,17 +162,19 @@ def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List
         logger.warning("Skipped tensor {} of {}: {}.".format(name, path, error))
         return
     data_name = value.get("data_name")
-    data_path = problem = None
+    data_path = data_problem = None
     if data_dir and data_name not in (None, ""):
-        data_path, problem = data_file(data_dir, data_name, "tensor's data_name holds a")
-        if problem is not None:
-            logger.warning("Tensor {} of {}: {}".format(name, path, problem))
+        data_path, data_problem = data_file(data_dir, data_name, "tensor's data_name holds a")
+        if data_problem is not None:
+            logger.warning("Tensor {} of {}: {}".format(name, path, data_problem))
     elif data_dir and isinstance(value.get(NOT_SAVED), str):  # the writer saved no file for it, and said why
-        problem = "Not compared: the dump saved no tensor file for it: {}.".format(value[NOT_SAVED][:400])
+        data_problem = "Not compared: the dump saved no tensor file for it: {}.".format(value[NOT_SAVED][:400])
+    statistics, beyond = read_statistics([value.get(key) for key in STATISTICS_KEYS], name, STATISTICS_KEYS)
+    for text in beyond:
+        problem(text)
     out.append(TensorRecord(
-        name=name, side=side, dtype=str(value.get("dtype")), shape=shape,
-        statistics=tuple(as_number(value.get(key)) for key in STATISTICS_KEYS),
-        data_path=data_path, data_root=data_dir, data_problem=problem,
+        name=name, side=side, dtype=str(value.get("dtype")), shape=shape, statistics=statistics,
+        data_path=data_path, data_root=data_dir, data_problem=data_problem,
     ))
 
 

@@ -12,6 +12,7 @@ import csv
 import json
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from ptdbg_ascend.cli import main as ptdbg_main
 from ptdbg_ascend.comparison import reports
 from ptdbg_ascend.comparison.api import compare
 from ptdbg_ascend.comparison.metrics import compare_arrays
+from ptdbg_ascend.errors import FileFormatError
 
 GOOD_CALLS = 3  # calls every dump below holds besides the hostile record, so the report has rows that pass
 
@@ -255,19 +257,85 @@ def test_pkl_line_that_cannot_be_read_is_a_warning(tmp_path, output_dir, capsys,
         assert status == 0
 
 
+# A statistic beyond float64's range (no tensor has one) is corrupt or crafted: read as no value, said with the
+# file, the line and the statistic; the record stays, so its tensor is still compared. Before: a 400-digit
+# integer or 1e400 read as inf without a word (making the record look like an overflow); a 5000-digit one lost
+# the line in a pkl ("corrupt") and the whole dump.json ("not valid JSON").
+BEYOND_FLOAT64 = [
+    ("1" + "0" * 400, "a 401-digit integer"),
+    ("-" + "9" * 5000, "a 5000-digit integer"),
+    ("1e400", "1e400"),
+    ("-2.5E+999", "-2.5E+999"),
+]
+BEYOND_IDS = ["400-digits", "5000-digits", "1e400", "-2.5E+999"]
+
+
 @pytest.mark.torchfree
-def test_400_digit_statistic(tmp_path, output_dir, capsys):
+@pytest.mark.parametrize("literal, said", BEYOND_FLOAT64, ids=BEYOND_IDS)
+def test_pkl_statistic_beyond_float64_is_no_value(tmp_path, output_dir, capsys, literal, said):
     array = np.ones(4, np.float32)
     name = "Torch_relu_9_forward_output"
-    huge = "1" + "0" * 400
-    line = '["{}", 0, [], "torch.float32", [4], [{}, 0.0, 0.5, 1.0]]'.format(name, huge)
+    line = '["{}", 0, [], "torch.float32", [4], [{}, 1.0, 1.0, 2.0]]'.format(name, literal)
     npu = legacy(tmp_path / "npu", [line], files={name: array})
     bench = legacy(tmp_path / "bench", [[name, 0, [], "torch.float32", [4], _stats(array)]], files={name: array})
+    warning = ("Line 4 of {}: the max of {} is {}, beyond float64's range: read as no value (Nan in the report)."
+               .format(npu["pkl"], name, said))
     for data in (True, False):
+        capsys.readouterr()
         rows = rows_of(compare(param(npu, bench, data), output_dir, auto_analyze=False, xlsx=False))
-        assert rows[name]["NPU max"] == "inf"
+        assert warning in capsys.readouterr().out
+        assert (rows[name]["NPU max"], rows[name]["NPU min"], rows[name]["NPU l2norm"]) == ("Nan", "1.0", "2.0")
+        assert rows[name]["Result"] == "pass"  # the tensors (full) or the other statistics (summary) agree
         assert_good_rows_pass(rows)
-    assert rows_of(compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False))[name]["Result"] == "pass"
+    status, captured = run_cli(npu, bench, output_dir, capsys)
+    assert status == 0 and "beyond float64's range" in captured.out
+
+
+@pytest.mark.torchfree
+@pytest.mark.parametrize("literal, said", BEYOND_FLOAT64, ids=BEYOND_IDS)
+def test_dump_json_statistic_beyond_float64_is_no_value(tmp_path, output_dir, capsys, literal, said):
+    array = np.ones(4, np.float32)
+    extra = {"Torch.relu.9.forward": {"input_args": [], "input_kwargs": {},
+                                      "output": [leaf("Torch.relu.9.forward.output.0.npy", array, Norm="NORM")]}}
+    npu, bench = msprobe(tmp_path / "npu", extra), msprobe(tmp_path / "bench", extra)
+    with open(npu["pkl"]) as handle:
+        text = handle.read()
+    with open(npu["pkl"], "w") as handle:  # json cannot write such a number: spliced in as text
+        handle.write(text.replace('"NORM"', literal))
+    for side in (npu, bench):
+        np.save(os.path.join(side["data"], "Torch.relu.9.forward.output.0.npy"), array)
+    warning = ("Entry 'Torch.relu.9.forward' of {}: the Norm of Torch_relu_9_forward_output is {}, beyond float64's "
+               "range: read as no value (Nan in the report).".format(npu["pkl"], said))
+    name = "Torch_relu_9_forward_output"
+    for data in (True, False):
+        capsys.readouterr()
+        rows = rows_of(compare(param(npu, bench, data), output_dir, auto_analyze=False, xlsx=False))
+        assert warning in capsys.readouterr().out
+        assert (rows[name]["NPU max"], rows[name]["NPU l2norm"]) == ("1.0", "Nan")
+        assert_good_rows_pass(rows)
+        status, _ = run_cli(npu, bench, output_dir, capsys, data)
+        assert status == 0
+
+
+@pytest.mark.torchfree
+def test_pkl_line_that_is_not_utf8_is_named_with_its_byte(tmp_path, output_dir, capsys):
+    # Before: "Skipped corrupt line 4 of ... (truncated last line: was the run killed?)": a wrong reason.
+    name = "Torch_relu_9_forward_output"
+    line = json.dumps([name, 0, [], "torch.float32", [4], [1.0, 1.0, 1.0, 2.0]]).encode()
+    bad = line.replace(b"float32", b"flo\xe9t32")
+    npu = legacy(tmp_path / "npu")
+    with open(npu["pkl"], "ab") as handle:
+        handle.write(bad + b"\n")
+    bench = legacy(tmp_path / "bench", [[name, 0, [], "torch.float32", [4], [1.0, 1.0, 1.0, 2.0]]])
+    capsys.readouterr()
+    rows = rows_of(compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False))
+    out = capsys.readouterr().out
+    assert ("Skipped line 4 of {}: it is not UTF-8 text (byte 0xe9 at byte {} of the line)."
+            .format(npu["pkl"], bad.index(b"\xe9") + 1)) in out
+    assert "truncated" not in out
+    assert name not in rows and rows["Nan"]["Bench Name"] == name  # the bench side's row only
+    assert rows["Nan"]["Result"] == "unmatched"
+    assert_good_rows_pass(rows)
     status, _ = run_cli(npu, bench, output_dir, capsys)
     assert status == 0
 
@@ -279,8 +347,8 @@ def test_400_digit_statistic(tmp_path, output_dir, capsys):
     ({"input_args": [], "input_kwargs": {},
       "output": [leaf("Torch.relu.9.forward.output.0.npy", np.ones(4), shape=["x"])]}, "is not a list of"),
     ({"input_args": [], "input_kwargs": {},
-      "output": [leaf("Torch.relu.9.forward.output.0.npy", np.ones(4), Max=10 ** 400)]}, None),
-], ids=["input_args-int", "input_kwargs-int", "shape-x", "400-digit-max"])
+      "output": [leaf("Torch.relu.9.forward.output.0.npy", np.ones(4), shape=[10 ** 400])]}, "is not a list of"),
+], ids=["input_args-int", "input_kwargs-int", "shape-x", "shape-400-digits"])
 def test_dump_json_entry_that_is_malformed(tmp_path, output_dir, capsys, entry, warning):
     extra = {"Torch.relu.9.forward": entry}
     npu, bench = msprobe(tmp_path / "npu", extra), msprobe(tmp_path / "bench", extra)
@@ -307,8 +375,124 @@ def test_parse_reads_past_malformed_lines(tmp_path, capsys):
     capsys.readouterr()
     assert ptdbg_main(["parse", npu["pkl"], "Torch_relu_9_forward"]) == 0
     out = capsys.readouterr().out
-    assert "[Torch_relu_9_forward_output][dtype: torch.float32][shape: [4]][max: inf]" in out
+    assert "[Torch_relu_9_forward_output][dtype: torch.float32][shape: [4]][max: Nan][min: 0.0]" in out
+    assert "Line 6 of {}: the max of Torch_relu_9_forward_output is a 401-digit integer".format(npu["pkl"]) in out
     assert "Traceback" not in out
+
+
+@pytest.mark.torchfree
+def test_dump_json_that_is_not_utf8_is_refused_naming_line_and_column(tmp_path, output_dir):
+    # A dump.json is one JSON document (msprobe and this tool write it ASCII-escaped): a foreign byte means it
+    # was edited or corrupted, and no record boundary is known before it parses. Refused, with where the byte
+    # is. Before: "'utf-8' codec can't decode byte 0xe9 in position 1234: invalid continuation byte".
+    npu, bench = msprobe(tmp_path / "npu"), msprobe(tmp_path / "bench")
+    with open(npu["pkl"], "rb") as handle:
+        data = handle.read().replace(b'"output": [', b'\n"output": [', 1)
+    data = data.replace(b"torch.float32", b"torch.flo\xe9t32", 1)
+    with open(npu["pkl"], "wb") as handle:
+        handle.write(data)
+    line = data.count(b"\n", 0, data.index(b"\xe9")) + 1
+    column = data.index(b"\xe9") - data.rfind(b"\n", 0, data.index(b"\xe9"))
+    with pytest.raises(FileFormatError, match=r"^Cannot read the dump file {}: it is not UTF-8 text \(byte 0xe9 at "
+                                              r"line {}, column {}\)\.$".format(re.escape(npu["pkl"]), line, column)):
+        compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False)
+    assert line == 2
+
+
+# --- 3b. names: a counter too long to be one ---------------------------------------------------------
+
+LONG_COUNTER = "1" * 5000  # int() of it raises ValueError (Python's 4300-digit limit)
+
+
+@pytest.mark.torchfree
+def test_pkl_record_with_a_5000_digit_counter_is_skipped(tmp_path, output_dir, capsys):
+    # Before: compare and parse raised "ValueError: Exceeds the limit (4300 digits)" from the name parser.
+    name = "Torch_relu_{}_forward_output".format(LONG_COUNTER)
+    npu = legacy(tmp_path / "npu", [[name, 0, [], "torch.float32", [4], [1.0, 1.0, 1.0, 2.0]]])
+    bench = legacy(tmp_path / "bench")
+    capsys.readouterr()
+    rows = rows_of(compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False))
+    out = capsys.readouterr().out
+    assert "Skipped line 4 of {}: {!r}... ({} characters) is not a dump record name: it holds a number of 5000 " \
+           "digits (a call counter or index has at most 18).".format(npu["pkl"], name[:255], len(name)) in out
+    assert LONG_COUNTER not in out  # the name is shown in part
+    assert sorted(rows) == sorted(good_arrays())
+    assert_good_rows_pass(rows)
+    assert ptdbg_main(["parse", npu["pkl"], "Torch_relu_1_forward"]) == 0
+    assert "[Torch_relu_1_forward_output][dtype: torch.float32]" in capsys.readouterr().out
+
+
+@pytest.mark.torchfree
+@pytest.mark.parametrize("counter", [LONG_COUNTER, "1" * 19], ids=["5000-digits", "19-digits"])
+def test_dump_json_call_with_a_counter_too_long_is_skipped(tmp_path, output_dir, capsys, counter):
+    key = "Torch.relu.{}.forward".format(counter)
+    array = np.ones(4, np.float32)
+    extra = {key: {"input_args": [], "input_kwargs": {}, "output": [leaf("x.npy", array)]}}
+    npu, bench = msprobe(tmp_path / "npu", extra), msprobe(tmp_path / "bench")
+    capsys.readouterr()
+    rows = rows_of(compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False))
+    out = capsys.readouterr().out
+    shown = repr(key) if len(key) <= 255 else "{!r}... ({} characters)".format(key[:255], len(key))
+    assert "Skipped entry {} of {}: not an API call name: it holds a number of {} digits (a call counter or index " \
+           "has at most 18).".format(shown, npu["pkl"], len(counter)) in out
+    assert sorted(rows) == sorted(good_arrays())
+    assert_good_rows_pass(rows)
+    assert ptdbg_main(["parse", npu["pkl"], "Torch_relu_1_forward"]) == 0
+    status, _ = run_cli(npu, bench, output_dir, capsys)
+    assert status == 0
+
+
+# --- 3c. the same record twice -------------------------------------------------------------------------
+
+@pytest.mark.torchfree
+def test_pkl_record_written_twice_is_said_and_the_later_line_is_used(tmp_path, output_dir, capsys):
+    # Before: both lines were kept without a word: two NPU rows of one name, one of them unmatched.
+    array = good_arrays()["Torch_relu_1_forward_output"]
+    later = [9.0, 1.0, 2.5, 5.477225575051661]
+    npu = legacy(tmp_path / "npu", [["Torch_relu_1_forward_output", 0, [], "torch.float32", [4], later],
+                                    ["Torch_relu_1_forward_stack_info", [["a.py", "1", "f", "x"]]],
+                                    ["Torch_relu_1_forward_stack_info", [["b.py", "2", "g", "y"]]]])
+    bench = legacy(tmp_path / "bench")
+    capsys.readouterr()
+    outcome = compare(param(npu, bench, data=False), output_dir, auto_analyze=False, xlsx=False)
+    out = capsys.readouterr().out
+    assert ("The dump file {} repeats 2 record names: 'Torch_relu_1_forward_output' (lines 2 and 4); "
+            "'Torch_relu_1_forward_stack_info' (lines 5 and 6). The later line of each is used."
+            .format(npu["pkl"])) in out
+    with open(outcome.csv_path, newline="") as handle:
+        names = [row["NPU Name"] for row in csv.DictReader(handle)]
+    assert names.count("Torch_relu_1_forward_output") == 1
+    row = rows_of(outcome)["Torch_relu_1_forward_output"]
+    assert row["NPU max"] == "9.0" and row["Result"] != "pass"  # the later line's max, against the bench's 4.0
+    assert array.max() == 4.0
+    assert ptdbg_main(["parse", npu["pkl"], "Torch_relu_1_forward"]) == 0
+    parsed = capsys.readouterr().out
+    assert 'File "b.py", line 2, in g' in parsed and "a.py" not in parsed and "[max: 9.0]" in parsed
+
+
+@pytest.mark.torchfree
+def test_dump_json_call_twice_is_said_and_the_later_entry_is_used(tmp_path, output_dir, capsys):
+    # The same key twice (json keeps the later) and two keys that name one call (a counter 01 and 1).
+    array = good_arrays()["Torch_relu_1_forward_output"]
+    npu, bench = msprobe(tmp_path / "npu"), msprobe(tmp_path / "bench")
+    with open(npu["pkl"]) as handle:
+        text = handle.read()
+    twice = ('"Torch.relu.1.forward": {"input_args": [], "input_kwargs": {}, "output": [%s]}, '
+             '"Torch.relu.01.forward": {"input_args": [], "input_kwargs": {}, "output": [%s]}, '
+             % (json.dumps(leaf("a.npy", array, Max=7.0)), json.dumps(leaf("b.npy", array, Max=9.0))))
+    with open(npu["pkl"], "w") as handle:
+        handle.write(text.replace('"data": {', '"data": {' + twice))
+    capsys.readouterr()
+    outcome = compare(param(npu, bench, data=False), output_dir, auto_analyze=False, xlsx=False)
+    out = capsys.readouterr().out
+    assert ("The dump file {} has a key that appears twice in one object: 'Torch.relu.1.forward' in data. The later "
+            "value is used.".format(npu["pkl"])) in out
+    assert ("The dump file {} names a call twice: 'Torch.relu.1.forward' and 'Torch.relu.01.forward' are both "
+            "Torch_relu_1_forward. The later entry is used.".format(npu["pkl"])) in out
+    with open(outcome.csv_path, newline="") as handle:
+        names = [row["NPU Name"] for row in csv.DictReader(handle)]
+    assert names.count("Torch_relu_1_forward_output") == 1
+    assert rows_of(outcome)["Torch_relu_1_forward_output"]["NPU max"] == "9.0"
 
 
 # --- 4. odd data judged right ------------------------------------------------------------------------

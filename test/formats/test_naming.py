@@ -171,3 +171,29 @@ def test_run_ut_row_names():
     assert parse_ut_row_name("linear.0") is None
     assert parse_ut_row_name("Aten.add.Tensor.extra.0.forward.output.0") is None  # 8 parts: msprobe takes 6 or 7
 
+
+
+def test_a_counter_or_index_of_more_than_18_digits_is_outside_the_grammar():
+    # int() of 5000 digits raises ValueError (Python's 4300-digit limit); no run makes 10**18 calls.
+    from ptdbg_ascend.formats.naming import (long_number, number_problem, parse_call_name, parse_dotted_call_name,
+                                             parse_record_name, split_call_name, split_record_name, to_legacy)
+
+    eighteen, nineteen, huge = "9" * 18, "9" * 19, "1" * 5000
+    assert parse_record_name("Torch_relu_{}_forward_output".format(eighteen)).index == 10 ** 18 - 1
+    assert parse_record_name("Torch_relu_0_forward_input.{}".format(eighteen)).path == (10 ** 18 - 1,)
+    for counter in (nineteen, huge):
+        assert parse_record_name("Torch_relu_{}_forward_output".format(counter)) is None
+        assert parse_call_name("Torch_relu_{}_forward".format(counter)) is None
+        assert split_record_name("Module_Conv2d_{}_forward_output".format(counter)) is None
+        assert split_call_name("Torch_relu_{}_forward".format(counter)) == ("Torch_relu_{}_forward".format(counter),
+                                                                           -1, "forward")
+        assert to_legacy("Torch.relu.{}.forward".format(counter)) is None
+        assert parse_dotted_call_name("Torch.relu.{}.forward".format(counter)) is None
+    assert parse_record_name("Torch_relu_0_forward_input.0.{}".format(nineteen)) is None
+    assert split_record_name("Torch_relu_0_forward_input.{}".format(huge)) is None
+    assert to_legacy("Torch.relu.0.forward.input.{}".format(nineteen)) is None
+    assert long_number("Torch_relu_{}_forward".format(huge)) == 5000
+    assert long_number("Torch_relu_{}_forward".format(eighteen)) is None
+    assert number_problem("Torch_relu_{}_forward".format(nineteen)) == (
+        ": it holds a number of 19 digits (a call counter or index has at most 18)")
+    assert number_problem("garbage") == "" and number_problem(5) == ""

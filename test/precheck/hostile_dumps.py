@@ -63,4 +63,11 @@ def nested(levels: int, leaf: Dict[str, Any]) -> str:
     return placeholder
 
 
+def raw(text: str) -> str:
+    """A placeholder for the JSON text ``text`` (a number json cannot write: ``1e400``), spliced in as it is."""
+    placeholder = "__raw_{}__".format(len(RAW_JSON))
+    RAW_JSON[placeholder] = text
+    return placeholder
+
+
 RAW_JSON: Dict[str, str] = {}

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hostile_dumps import nested, tensor_leaf, value, write_dump  # noqa: E402
+from hostile_dumps import nested, raw, tensor_leaf, value, write_dump  # noqa: E402
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError  # noqa: E402
 from ptdbg_ascend.precheck.run_ut import run_ut  # noqa: E402
@@ -253,6 +253,51 @@ def test_arguments_are_rebuilt_from_their_recorded_type_only(tmp_path):
     for name, words in expected.items():
         assert rows[name][1] == "SKIP" and words in rows[name][3], (name, rows[name])
     assert outcome.counts == {"pass": 4, "SKIP": 9}
+
+
+def test_numbers_beyond_float64_are_skip_rows_not_infinities(tmp_path):
+    # Before: json read 1e400 as inf and -1e400 as -inf (Torch.add ran with -inf and passed); a 400-digit int
+    # argument reached torch; a 5000-digit one made the whole dump "not valid JSON".
+    x = torch.randn(4)
+    leaf = tensor_leaf("x.pt", x)
+    calls = [
+        ("Torch.add", [leaf, value("float", raw("-1e400"))], {}),
+        ("Torch.add", [leaf, value("int", raw("1" + "0" * 400))], {}),
+        ("Torch.add", [leaf, value("int", raw("9" * 5000))], {}),
+        ("Torch.relu", [tensor_leaf("x.pt", x, shape=[raw("1" + "0" * 400)])], {}),
+        ("Torch.add", [leaf, value("float", raw("-Infinity"))], {}),  # what a dump writes: runs
+        ("Torch.relu", [leaf], {}),
+    ]
+    outcome = run_ut(write_dump(str(tmp_path / "dump"), calls, {"x.pt": x}), str(tmp_path / "out"), progress=False)
+    rows = read_rows(outcome.result_csv)
+    expected = {
+        "Torch.add.0": "recorded as float but holds <-1e400, beyond float64's range>",
+        "Torch.add.1": "recorded as int but holds <a 401-digit integer, beyond float64's range>",
+        "Torch.add.2": "recorded as int but holds <a 5000-digit integer, beyond float64's range>",
+        "Torch.relu.3": "shape [<a 401-digit integer, beyond float64's range>] cannot be rebuilt",
+    }
+    for name, words in expected.items():
+        assert rows[name][1] == "SKIP" and words in rows[name][3], (name, rows[name])
+    assert rows["Torch.add.4"][1] == "pass" and rows["Torch.relu.5"][1] == "pass"
+
+
+def test_a_call_key_written_twice_is_said_and_the_later_entry_runs(tmp_path, capsys):
+    x = torch.randn(4)
+    dump = write_dump(str(tmp_path / "dump"), [("Torch.relu", [tensor_leaf("x.pt", x)], {})], {"x.pt": x})
+    with open(dump) as handle:
+        text = handle.read()
+    earlier = '"Torch.relu.0.forward": {"input_args": [%s], "input_kwargs": {}, "output": []}' % (
+        '{"type": "torch.Tensor", "dtype": "torch.float16", "shape": [9], "Max": 1.0, "Min": -1.0, "Mean": 0.0, '
+        '"Norm": 1.0}')
+    with open(dump, "w") as handle:
+        handle.write(text.replace('"data": {', '"data": {' + earlier + ", ", 1))
+    capsys.readouterr()
+    outcome = run_ut(dump, str(tmp_path / "out"), progress=False)
+    out = capsys.readouterr().out
+    assert ("The dump file {} has a key that appears twice in one object: 'Torch.relu.0.forward' in data. The later "
+            "value is used.".format(dump)) in out
+    rows = read_rows(outcome.result_csv)
+    assert list(rows) == ["Torch.relu.0"] and rows["Torch.relu.0"][1] == "pass"  # the later entry: x.pt, [4]
 
 
 # --- confined inputs ----------------------------------------------------------------------------------

@@ -146,6 +146,32 @@ def test_run_file_format_and_version_are_checked_on_load(tmp_path):
                                             "'ptdbg_ascend run_ut run' version 1 (ValueError: {})".format(path, found))
 
 
+@pytest.mark.parametrize("field, literal, said", [
+    ("size", "1e400", "its dump size <1e400, beyond float64's range> is not a number of bytes"),
+    ("size", "1" + "0" * 400, "its dump size <a 401-digit integer, beyond float64's range> is not a number of bytes"),
+    ("size", "12.5", "its dump size 12.5 is not a number of bytes"),
+    ("size", "true", "its dump size True is not a number of bytes"),
+    ("size", "-1", "its dump size -1 is not a number of bytes"),
+    ("seed", "1e400", "its seed <1e400, beyond float64's range> is not an integer"),
+], ids=["size-1e400", "size-400-digits", "size-12.5", "size-true", "size--1", "seed-1e400"])
+def test_run_file_numbers_of_the_wrong_kind_are_refused(tmp_path, field, literal, said):
+    """Before: "size": 1e400 raised OverflowError from int() (a traceback); 12.5 and true were read as 12 and 1."""
+    from ptdbg_ascend.precheck import ut_identity
+
+    path = str(tmp_path / "accuracy_checking_run_1.json")
+    ut_identity.write(path, ut_identity.RunIdentity("/d/dump.json", 12, "ab" * 32, "dumped tensors",
+                                                    "re-run outputs", 3))
+    text = read_bytes(path).decode()
+    text = text.replace('"size": 12', '"size": ' + literal) if field == "size" else \
+        text.replace('"seed": 3', '"seed": ' + literal)
+    with open(path, "w") as handle:
+        handle.write(text)
+    with pytest.raises(FileFormatError) as caught:
+        ut_identity.read(path, "r.csv")
+    assert str(caught.value).startswith("The run file {} is not a run_ut run file of format 'ptdbg_ascend run_ut "
+                                        "run' version 1 (ValueError: {})".format(path, said)), str(caught.value)
+
+
 # --- regular files only -----------------------------------------------------------------------------------
 
 def test_a_symlinked_csv_is_refused_and_stays_a_link(model_dumps, tmp_path):
