@@ -51,13 +51,16 @@ CallPair = Tuple[Optional[CallRecord], Optional[CallRecord]]
 
 
 class RowPair(NamedTuple):
-    """One CSV row: an NPU record, a bench record, or both; the calls they belong to."""
+    """One CSV row: an NPU record, a bench record, or both; the calls they belong to. ``recomputed``: the
+    row's call is a forward call re-run by gradient checkpointing while backward runs (default False): one
+    side only re-runs it, so it has no partner, and what it computes was compared at its first pass."""
 
     npu: Optional[TensorRecord]
     bench: Optional[TensorRecord]
     npu_call: Optional[CallRecord]
     bench_call: Optional[CallRecord]
     first_of_call: bool
+    recomputed: bool = False
 
 
 def dtypes_compatible(npu_dtype: str, bench_dtype: str) -> bool:
@@ -331,11 +334,12 @@ def pair_rows(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord]
     """Every CSV row in order. Records of a paired call pair by their suffix (see :func:`_record_keys`);
     a record present on one side only is a row of its own."""
     rows: List[RowPair] = []
+    recomputed = {call_id for calls in (npu_calls, bench_calls) for run in _recomputed_runs(calls) for call_id in run}
     for npu_call, bench_call in align_calls(npu_calls, bench_calls, api_mapping):
         first = True
         if npu_call is None:
             for record in bench_call.records:
-                rows.append(RowPair(None, record, None, bench_call, first))
+                rows.append(RowPair(None, record, None, bench_call, first, id(bench_call) in recomputed))
                 first = False
             continue
         by_position = bench_call is not None and \
@@ -345,7 +349,8 @@ def pair_rows(npu_calls: Sequence[CallRecord], bench_calls: Sequence[CallRecord]
             bench_by_key = dict(zip(_record_keys(bench_call, by_position), bench_call.records))
         for key, record in zip(_record_keys(npu_call, by_position), npu_call.records):
             bench = bench_by_key.pop(key, None)
-            rows.append(RowPair(record, bench, npu_call, bench_call if bench is not None else None, first))
+            rows.append(RowPair(record, bench, npu_call, bench_call if bench is not None else None, first,
+                                id(npu_call) in recomputed))
             first = False
         for record in bench_by_key.values():
             rows.append(RowPair(None, record, None, bench_call, False))

@@ -51,6 +51,10 @@ EPS64 = float(np.finfo(np.float64).eps)
 _SAFE_SQUARES = (1e-140, 1e140)
 # KL divergence: probabilities below this are clamped so log() stays finite.
 KL_FLOOR = 1e-12
+# ``gross``: elements off by more than this share of their larger side, among those above GROSS_FLOOR of the
+# tensor's largest magnitude (two near-zero values are round-off, not a wrong element).
+GROSS_SHARE = 0.5
+GROSS_FLOOR = 1e-6
 # An element's relative error counts at most this much in ``relative_rms``: a value that flips its sign is
 # off by 2 of itself, and one that is zero on one side says nothing more by being infinitely off.
 RELATIVE_CAP = 2.0
@@ -75,7 +79,7 @@ class Metrics(object):
     __slots__ = ("status", "cosine", "max_abs_err", "max_relative_err", "one_thousandth_ratio",
                  "five_thousandths_ratio", "accumulated_relative_err", "euclidean_relative_distance",
                  "kl_divergence", "messages", "error_norm", "bench_norm", "scale", "size", "worst_index",
-                 "mismatched", "exact_equal", "npu_norm", "relative_rms")
+                 "mismatched", "exact_equal", "npu_norm", "relative_rms", "gross")
 
     def __init__(self, status: str, messages: Tuple[str, ...] = (), **values: object) -> None:
         self.status = status
@@ -196,8 +200,13 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     relative_rms = _relative_rms(relative, abs_err, b_abs)
     # Integer and bool data are judged for equality on the data itself: float64 merges int64 values above 2**53.
     exact_equal = bool(np.array_equal(npu, bench)) if (_is_exact(npu) and _is_exact(bench)) else None
+    # Elements off by more than half of their larger side, not both ~0: a gradient flipped at a branch point
+    # (provenance.py) is off by all of itself, round-off by little.
+    larger = np.maximum(np.abs(n), b_abs)
+    gross = int(np.count_nonzero((abs_err > GROSS_SHARE * larger) & (larger > GROSS_FLOOR * scale)))
     common = dict(exact_equal=exact_equal, max_abs_err=max_abs, error_norm=error_norm, bench_norm=bench_norm,
-                  npu_norm=npu_norm, relative_rms=relative_rms, scale=scale, size=int(n.size),
+                  npu_norm=npu_norm, relative_rms=relative_rms, gross=gross, scale=scale,
+                  size=int(n.size),
                   worst_index=_index_of(worst_flat, shape), mismatched=mismatched)
     if npu.ndim == 0:
         return Metrics(Status.SCALAR, (MSG_SCALAR,) + messages_in, max_relative_err=max_rel, **common)

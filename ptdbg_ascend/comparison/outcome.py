@@ -48,7 +48,8 @@ class Counts(NamedTuple):
     paired_backward: int = 0
     statistics_only: bool = False
     # NPU-only rows of calls that compute something: a cast, view or copy on one side only is no gap (what
-    # reads its output is compared), so it is not counted here.
+    # reads its output is compared), nor is a forward call re-run by gradient checkpointing (compared at its
+    # first pass), so neither is counted here.
     npu_unpaired: int = 0
 
     @classmethod
@@ -59,7 +60,7 @@ class Counts(NamedTuple):
         for row in rows:
             call = row.call
             direction = split_call_name(call.name).direction if call is not None else FORWARD
-            if row.bench is None and call is not None and not _moves_values(call.name):
+            if row.bench is None and call is not None and not row.pair.recomputed and not _moves_values(call.name):
                 unpaired += 1
             if row.npu is not None:
                 by_direction["npu", direction] += 1

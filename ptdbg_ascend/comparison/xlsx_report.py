@@ -300,7 +300,7 @@ def _write_chart(sheet, columns: Sequence[str], table: Sequence[Sequence[object]
         limit.graphicalProperties.line.dashStyle = "dash"
         chart.series.append(limit)
         if failure_direction == direction:
-            marker = Series(Reference(sheet, min_col=3 + 2 * len(GRADES), min_row=1, max_row=last_row), x_values,
+            marker = Series(Reference(sheet, min_col=3 + 2 * len(GRADES), min_row=2, max_row=last_row), x_values,
                             title="first failure (CSV line {})".format(first_failure + 2))
             marker.marker.symbol = "diamond"
             marker.marker.size = 14

@@ -70,8 +70,9 @@ def test_a_few_flipped_elements_at_relus_branch_point_are_no_failure(tmp_path):
     outcome, rows = _compare(tmp_path, patch=4)  # 4x4 zeros of 32x32: 128 of 32768 gradient elements flip
     assert outcome and outcome.finding is None
     flips = [cell for cell in rows["Functional_relu_0_backward_output.0"] if cell.startswith("Branch flips")]
-    assert flips == ["Branch flips: 128 of 32768 elements (0.39%) differ, where round-off in the forward input "
-                     "moved values across the branch point of relu; the others match."]
+    assert flips == ["Branch flips: 128 of 32768 elements (0.39%) differ by all of themselves, where round-off in "
+                     "the forward input moved values across the branch point of relu; the others carry their inputs' "
+                     "round-off."]
     # the gradient's consumer takes the verdict where the gradient was made
     assert any(cell.startswith("Same tensor as Functional_relu_0_backward_output.0")
                for cell in rows["Functional_conv2d_0_backward_input.0"])

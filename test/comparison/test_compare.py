@@ -18,7 +18,7 @@ LEGACY_FULL = ["NPU Name", "Bench Name", "NPU Tensor Dtype", "Bench Tensor Dtype
                "Five Thousandths Err Ratio", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max",
                "Bench min", "Bench mean", "Bench l2norm", "Accuracy Reached or Not", "Err_message"]
 NEW = ["Result", "Accumulated Relative Err", "Euclidean Relative Distance", "KL Divergence", "Allowed Rtol",
-       "Rtol To Pass", "Greatest Diff Index"]
+       "Rtol To Pass", "Greatest Diff Index", "Allowed Relative Err", "Carried Through", "Share Of Allowed"]
 
 
 def read_csv(path):
@@ -90,12 +90,21 @@ def test_xlsx_columns_highlight_and_chart(two_dumps, output_dir):
     assert sheet["A5"].fill.fgColor.rgb.endswith("FFC7CE")  # the failing rows after it: red
     assert sheet["A2"].fill.fgColor.rgb in (None, "00000000")
     chart_sheet = book["chart"]
-    assert [c.value for c in chart_sheet[1]][:3] == ["CSV line", "Cosine", "MaxAbsErr (> 0)"]
-    assert chart_sheet["D4"].value is not None and chart_sheet["D3"].value is None
+    # Each row's error as a share of what it was allowed, by direction and grade; the limit; the first failure.
+    assert [c.value for c in chart_sheet[1]] == [
+        "CSV line", "forward pass", "forward warning", "forward error", "backward pass", "backward warning",
+        "backward error", "allowed (1)", "first failure"]
+    failing = [c.value for c in chart_sheet[4]]  # CSV line 4: the linear's output, 2 % off where 1e-3 is allowed
+    assert failing[0] == 4 and failing[1] is None and failing[3] > 1 and failing[7] == 1.0 and failing[8] == failing[3]
+    first_input = [c.value for c in chart_sheet[2]]  # identical on both sides: drawn on the floor, as a pass
+    assert first_input[1] == 1e-3 and first_input[3] is None and first_input[8] is None
     import zipfile
     with zipfile.ZipFile(outcome.xlsx_path) as archive:
-        chart_xml = archive.read("xl/charts/chart1.xml").decode()
-    assert "first failure: CSV line 4" in chart_xml and "lineChart" in chart_xml
+        forward_xml = archive.read("xl/charts/chart1.xml").decode()
+        backward_xml = archive.read("xl/charts/chart2.xml").decode()
+    assert "Forward calls: error / allowed" in forward_xml and "first failure: CSV line 4" in forward_xml
+    assert "scatterChart" in forward_xml and '<logBase val="10"' in forward_xml
+    assert "Backward calls: error / allowed along execution order: no failure" in backward_xml
 
 
 def test_extra_api_on_npu_side_keeps_later_pairs(two_dumps, output_dir):
@@ -130,7 +139,8 @@ def test_summary_mode_without_data_dirs(two_dumps, output_dir):
     assert header == ["NPU Name", "Bench Name", "NPU Tensor Dtype", "Bench Tensor Dtype", "NPU Tensor Shape",
                       "Bench Tensor Shape", "Max diff", "Min diff", "Mean diff", "L2norm diff", "NPU max", "NPU min",
                       "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm",
-                      "NPU_Stack_Info", "Result", "Err_message", "Allowed Rtol"]
+                      "NPU_Stack_Info", "Result", "Err_message", "Allowed Rtol", "Carried Through",
+                      "Share Of Allowed"]
     assert rows[0]["Max diff"] == "0.0" and rows[0]["Result"] == "pass"
     assert outcome.first_failure == "Functional_linear_0_forward_output"
 

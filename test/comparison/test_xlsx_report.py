@@ -37,9 +37,15 @@ def golden_table():
     return table, [line[-1] for line in table]
 
 
-def written(tmp_path, columns, table, results, first_failure, name="compare_result.xlsx"):
+# Each golden row's share of its allowance and direction: forward passes, the first failure (2.5 times what
+# was allowed), an identical row (0: drawn on the floor), a backward warning and a backward inf/nan error.
+GOLDEN_POINTS = [(0.1 * i, "forward") for i in range(8)] + [(2.5, "forward"), (0.0, "forward"),
+                                                             (0.9, "backward"), (None, "backward")]
+
+
+def written(tmp_path, columns, table, results, first_failure, name="compare_result.xlsx", points=None):
     path = str(tmp_path / name)
-    write_xlsx(path, columns, table, results, first_failure)
+    write_xlsx(path, columns, table, results, first_failure, points)
     return path, openpyxl.load_workbook(path)
 
 
@@ -92,44 +98,45 @@ def test_layout_header_filter_and_widths(tmp_path):
     assert sheet.row_dimensions[3].height is None
 
 
-def test_chart_cosine_and_log_max_abs_with_the_first_failure_marked(tmp_path):
+def test_chart_plots_each_rows_share_of_its_allowance_by_direction_and_grade(tmp_path):
     table, results = golden_table()
-    _, book = written(tmp_path, COLUMNS, table, results, first_failure=8)
+    _, book = written(tmp_path, COLUMNS, table, results, first_failure=8, points=GOLDEN_POINTS)
     data = book["chart"]
-    assert [cell.value for cell in data[1]] == ["CSV line", "Cosine", "MaxAbsErr (> 0)",
-                                                "First failure (CSV line 10)"]
+    assert [cell.value for cell in data[1]] == [
+        "CSV line", "forward pass", "forward warning", "forward error", "backward pass", "backward warning",
+        "backward error", "allowed (1)", "first failure"]
     rows = [[cell.value for cell in line] for line in data.iter_rows(min_row=2)]
     assert [line[0] for line in rows] == list(range(2, 14))
-    assert rows[8] == [10, 0.41, 2.5, 0.41]
-    assert rows[9] == [11, 0.999, None, None]  # MaxAbsErr 0: no point on a log axis
-    assert rows[11] == [13, None, None, None]  # "Nan", "N/A": no point
-    assert [line[3] for line in rows].count(None) == 11  # the marker has one point only
+    assert rows[3] == [5, pytest.approx(0.3), None, None, None, None, None, 1.0, None]
+    assert rows[8] == [10, None, None, 2.5, None, None, None, 1.0, 2.5]  # the first failure, marked
+    assert rows[9][1] == 1e-3  # identical: on the floor of the log axis
+    assert rows[10][5] == 0.9 and rows[11][6] is None  # a backward warning; an error with no share: a gap
+    assert [line[8] for line in rows].count(None) == 11  # the marker has one point only
 
-    (chart,) = data._charts
-    assert chart.title.tx.rich.p[0].r[0].t == ("Cosine and MaxAbsErr along execution order - first failure: CSV "
-                                               "line 10, Torch_layer_norm_8_forward_output")
-    cosine_chart, max_abs_chart = chart._charts
-    cosine, marker = cosine_chart.series
-    (max_abs,) = max_abs_chart.series
-    assert [series.smooth for series in (cosine, marker, max_abs)] == [False, False, False]
-    assert (cosine.val.numRef.f, marker.val.numRef.f, max_abs.val.numRef.f) == (
-        "'chart'!$B$2:$B$13", "'chart'!$D$2:$D$13", "'chart'!$C$2:$C$13")
+    forward, backward = data._charts
+    assert forward.title.tx.rich.p[0].r[0].t == ("Forward calls: error / allowed along execution order - first "
+                                                 "failure: CSV line 10, Torch_layer_norm_8_forward_output")
+    assert backward.title.tx.rich.p[0].r[0].t == ("Backward calls: error / allowed along execution order: failing "
+                                                  "rows after the first failure")
+    passes, warnings, errors, limit, marker = forward.series
+    assert (passes.yVal.numRef.f, errors.yVal.numRef.f, limit.yVal.numRef.f, marker.yVal.numRef.f) == (
+        "'chart'!$B$2:$B$13", "'chart'!$D$2:$D$13", "'chart'!$H$2:$H$13", "'chart'!$I$2:$I$13")
+    assert errors.marker.graphicalProperties.solidFill.srgbClr == "C00000"
     assert (marker.marker.symbol, marker.marker.size, marker.graphicalProperties.line.noFill) == ("diamond", 14, True)
-    assert marker.dLbls.showSerName
-    secondary = max_abs_chart.y_axis
-    assert (secondary.axId, secondary.scaling.logBase, secondary.crosses, secondary.delete) == (200, 10, "max", False)
-    assert cosine_chart.y_axis.scaling.logBase is None
+    assert len(backward.series) == 4  # no marker where the first failure is not
+    assert (forward.y_axis.scaling.logBase, forward.y_axis.scaling.min, forward.y_axis.scaling.max) == (10, 1e-3, 1e3)
 
 
 def test_no_failure_no_marker_and_nothing_selected(tmp_path):
     table = [row(i, 1.0, 1e-6 * (i + 1), "pass") for i in range(5)] + [row(5, 1.0, 0.0, "unmatched")]
-    _, book = written(tmp_path, COLUMNS, table, [line[-1] for line in table], first_failure=None)
+    points = [(0.2, "forward")] * 5 + [(None, "forward")]
+    _, book = written(tmp_path, COLUMNS, table, [line[-1] for line in table], first_failure=None, points=points)
     sheet = book["compare_result"]
     assert sheet.sheet_view.pane.topLeftCell == "C2"
     assert {fill_of(cell) for line in sheet.iter_rows(min_row=2) for cell in line} == {None}
-    (chart,) = book["chart"]._charts
-    assert chart.title.tx.rich.p[0].r[0].t == "Cosine and MaxAbsErr along execution order: no failure"
-    assert [len(part.series) for part in chart._charts] == [1, 1]
+    forward, backward = book["chart"]._charts
+    assert forward.title.tx.rich.p[0].r[0].t == "Forward calls: error / allowed along execution order: no failure"
+    assert [len(chart.series) for chart in (forward, backward)] == [4, 4]
 
 
 def test_cells_keep_their_types(tmp_path):
@@ -139,7 +146,7 @@ def test_cells_keep_their_types(tmp_path):
     sheet = book["compare_result"]
     assert [cell.value for cell in sheet[2]] == [0.5, "Nan", None, "0.5", "nan", "-inf", 3, "=SUM(A1)", "bad?char"]
     assert [cell.data_type for cell in sheet[2]] == ["n", "s", "n", "s", "s", "s", "n", "s", "s"]
-    assert "chart" not in book.sheetnames  # no Cosine column, no chart
+    assert "chart" not in book.sheetnames  # no points given, no chart
 
 
 def test_summary_columns_without_rows(tmp_path):
@@ -156,7 +163,7 @@ def test_replaces_a_same_named_file_with_mode_0640(tmp_path):
     path.write_text("old report")
     os.chmod(str(path), 0o666)
     table, results = golden_table()
-    written(tmp_path, COLUMNS, table, results, first_failure=8)
+    written(tmp_path, COLUMNS, table, results, first_failure=8, points=GOLDEN_POINTS)
     assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o640
     assert openpyxl.load_workbook(str(path)).sheetnames == ["compare_result", "chart"]
 
@@ -176,3 +183,5 @@ def test_mismatched_arguments_are_refused(tmp_path):
         write_xlsx(str(tmp_path / "r.xlsx"), COLUMNS, table, results[:-1], None)
     with pytest.raises(ValueError, match="first_failure=12 is not a row index of a 12-row table"):
         write_xlsx(str(tmp_path / "r.xlsx"), COLUMNS, table, results, 12)
+    with pytest.raises(ValueError, match="11 chart points for 12 rows"):
+        write_xlsx(str(tmp_path / "r.xlsx"), COLUMNS, table, results, None, GOLDEN_POINTS[:-1])

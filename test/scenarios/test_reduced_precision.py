@@ -10,6 +10,7 @@ two equal runs (bit-identical, or differing only in the number of threads).
 from __future__ import annotations
 
 import glob
+import csv
 import json
 import os
 import subprocess
@@ -81,17 +82,20 @@ def _first_matmul_class(param):
 
 
 def check_root(name, param, outcome):
-    """The first conv/matmul-class call is the cause, computing below float32 precision, at its model line."""
+    """The first conv/matmul-class call is named, computing below float32 precision, at its model line: a
+    warning, since every call after it (BatchNorm, softmax) carries no more than that reduced precision
+    explains through it, so nothing fails."""
     finding = outcome.finding
     summary = "{}: {}; {}".format(name, outcome, finding)
-    assert not outcome and finding is not None, summary
+    assert outcome and outcome.first_failure is None and finding is not None, summary
     assert finding.call == _first_matmul_class(param), summary
-    assert (finding.kind, finding.level, finding.precision) == ("cause", "error", LABEL), summary
+    assert (finding.kind, finding.level, finding.precision) == ("cause", "warning", LABEL), summary
     path, line, code = parse_user_line(finding.user_line)
     assert (os.path.basename(path), line) == (os.path.basename(SCRIPT), _site_line(name)), summary
     text = _text(outcome.advisor_path)
-    assert "Suspect API: {} (Cause:".format(finding.call) in text, text
-    assert "{} computes below float32 precision ({}): its inputs match".format(finding.call, LABEL) in text, text
+    assert "Warning: {} computes below float32 precision ({}): its inputs match".format(finding.call, LABEL) in text, \
+        text
+    assert "torch.npu.matmul.allow_hf32" in text, text  # a conv/matmul class: the HF32/TF32 switches
     assert "computing below its dtype's precision ({})".format(LABEL) in str(outcome)
     return text
 
@@ -152,6 +156,8 @@ def test_bn_block_with_other_thread_counts_does_not_fail(dumps, run_compare):
     that verdict in the optimizer's calls that read them (no "changed in between", no failure)."""
     outcome = run_compare(dumps["bn_threads"])
     _check_quiet(outcome)
-    with open(outcome.csv_path, encoding="utf-8") as handle:
-        csv_text = handle.read()
-    assert "Same tensor as Functional_conv2d_0_backward_output.2" in csv_text
+    with open(outcome.csv_path, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    bias_gradients = [row for row in rows if row["NPU Name"].endswith("_backward_output.2")
+                      and row["NPU Name"].startswith(("Functional_conv2d_", "Functional_batch_norm_"))]
+    assert bias_gradients and {row["Result"] for row in bias_gradients} <= {"pass", "warning"}, bias_gradients
