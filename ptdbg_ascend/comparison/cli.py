@@ -74,15 +74,20 @@ def _compare_json(args: argparse.Namespace) -> int:
     return exit_status([outcome])
 
 
+# The exit statuses of ptdbg compare / compare-distributed (the CLI's errors are 2: usage, a bad file).
+PASSED, FAILED, INCOMPLETE = 0, 1, 3
+
+
 def exit_status(outcomes: Sequence) -> int:
-    """0 every compared tensor reached the accuracy; 1 one did not; 2 too little could be compared to
-    tell (said on stderr)."""
+    """0 (``PASSED``) every compared tensor reached the accuracy and the run was compared; 1 (``FAILED``) a
+    compared tensor did not; 3 (``INCOMPLETE``) nothing failed but part of the run was not compared (too few
+    tensors judged, a direction missing on one side, NPU rows without a partner: said on stderr)."""
     if any(outcome.first_failure for outcome in outcomes):
-        return 1
+        return FAILED
     short = [outcome for outcome in outcomes if not outcome]
     for outcome in short:
-        print(printable("ptdbg compare: error: {}: {}".format(outcome.csv_path, outcome)), file=sys.stderr)
-    return 2 if short else 0
+        print(printable("ptdbg compare: incomplete: {}: {}".format(outcome.csv_path, outcome)), file=sys.stderr)
+    return INCOMPLETE if short else PASSED
 
 
 def _compare_distributed(args: argparse.Namespace) -> int:
@@ -98,9 +103,9 @@ def _compare_distributed(args: argparse.Namespace) -> int:
 def _distributed_status(outcomes) -> int:
     status = exit_status(outcomes)
     missing = outcomes.not_compared()
-    if missing:  # a rank that was not compared cannot be said to agree: 2 unless a compared rank failed
+    if missing:  # a rank that was not compared cannot be said to agree: incomplete unless a compared rank failed
         print(printable("ptdbg compare-distributed: {}".format(missing)), file=sys.stderr)
-        return status or 2
+        return status or INCOMPLETE
     return status
 
 
@@ -130,16 +135,18 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_commands(subparsers) -> None:
-    """Register the compare-side sub-commands. Exit status: 0 all reached, 1 a failing API, 2 an error or
-    too little compared to tell."""
+    """Register the compare-side sub-commands. Exit status: 0 all reached, 1 a failing API, 2 an error, 3
+    incomplete (nothing failed, but part of the run was not compared)."""
     compare = subparsers.add_parser(
         "compare", help="compare two dumps API by API (compare())",
         description="compare(input_param, output_path, stack_mode=False, auto_analyze=True, suffix='', "
                     "fuzzy_match=False). Also msprobe's form: ptdbg [-f pytorch] compare -i compare.json -o OUT "
                     "[-s] [-c] [-f]. Writes compare_result_{suffix}_{timestamp}.csv/.xlsx and advisor_*.txt "
                     "into OUTPUT_PATH. A dump is a legacy .pkl or an msprobe dump.json. Leave out both data "
-                    "dirs for a statistics-only comparison. Exit status 1 when an API's accuracy is not reached, 2 "
-                    "on an error or when too little could be compared to tell.")
+                    "dirs for a statistics-only comparison. Exit status 0 when every compared tensor is within what "
+                    "its precision explains and the run was compared, 1 when an API's accuracy is not reached, 2 "
+                    "on an error, 3 when nothing failed but part of the run was not compared (too few tensors "
+                    "judged, a direction missing on one side, NPU rows without a bench partner).")
     compare.add_argument("npu_pkl_path", nargs="?", metavar="NPU_DUMP",
                          help="NPU dump: api_stack_npu_dump.pkl or dump.json")
     compare.add_argument("bench_pkl_path", nargs="?", metavar="BENCH_DUMP",
@@ -167,7 +174,7 @@ def add_commands(subparsers) -> None:
         "compare-distributed", help="compare every rank of two dumps (compare_distributed())",
         description="compare_distributed(npu_dump_dir, bench_dump_dir, output_path, **kwargs): pairs rank{N} "
                     "directories by rank number and writes compare_result_rank{n}-rank{n}_{timestamp}.csv each. "
-                    "Exit status as compare; 2 also when a rank is present on one side only (named on stderr) "
+                    "Exit status as compare; 3 also when a rank is present on one side only (named on stderr) "
                     "and no compared rank failed.")
     distributed.add_argument("npu_dump_dir", help="NPU tag directory, e.g. npu/ptdbg_dump_v1.0")
     distributed.add_argument("bench_dump_dir", help="bench tag directory, e.g. gpu/ptdbg_dump_v1.0")

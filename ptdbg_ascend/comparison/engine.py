@@ -21,6 +21,7 @@ MSG_FUZZY = "Fuzzy matching data, the comparison accuracy may be affected."
 MSG_NO_NPU = "No NPU data matched."
 PROGRESS_MIN_ROWS = 500  # a progress bar only where a comparison takes long enough to want one
 PROCESS_MIN_ROWS = 64  # below this, starting worker processes costs more than it saves
+MAX_NESTING = 256  # module levels followed up from a call (construct.json from a stranger may loop)
 
 
 def workers() -> int:
@@ -29,10 +30,15 @@ def workers() -> int:
 
 
 class _CallScales(object):
-    """Precision and largest magnitude of each paired call (both sides), computed once per call."""
+    """Precision and largest magnitude of each paired call (both sides), computed once per call. A module
+    call (levels L0 and mix) computes in the lowest precision of the calls inside it too (construct.json's
+    nesting, both sides): a layer under bfloat16 autocast records float32 inputs and outputs, but its
+    linears run in bfloat16."""
 
-    def __init__(self) -> None:
+    def __init__(self, pairs: Sequence[RowPair] = ()) -> None:
         self._cache: Dict[Tuple[int, int], Tuple[Optional[str], float]] = {}
+        calls = {id(call): call for pair in pairs for call in (pair.npu_call, pair.bench_call) if call is not None}
+        self._inside = _precisions_inside(calls.values())
 
     def tolerance_of(self, pair: RowPair) -> Optional[Tolerance]:
         if pair.npu is None or pair.bench is None:
@@ -42,10 +48,31 @@ class _CallScales(object):
         if found is None:
             records = list(pair.npu_call.records if pair.npu_call else ()) + \
                 list(pair.bench_call.records if pair.bench_call else ())
-            precision = call_precision(record.dtype for record in records)
+            dtypes = [record.dtype for record in records]
+            for call in (pair.npu_call, pair.bench_call):
+                if call is not None and call.module is not None and call.module in self._inside:
+                    dtypes.append(self._inside[call.module])
+            precision = call_precision(dtypes)
             scale = max([magnitude(r.statistics[0], r.statistics[1]) for r in records] or [0.0])
             found = self._cache[key] = (precision, scale)
         return tolerance((pair.npu.dtype, pair.bench.dtype), found[0], found[1])
+
+
+def _precisions_inside(calls) -> Dict[str, str]:
+    """A module call's dotted name -> the lowest float dtype among the calls nested inside it, on either side,
+    from the calls' ``parent`` links (both dumps name a module alike)."""
+    calls = list(calls)
+    modules = {call.module: call for call in calls if call.module is not None}
+    lowest: Dict[str, str] = {}
+    for call in calls:
+        precision = call_precision(record.dtype for record in call.records)
+        parent, steps = call.parent, 0
+        while precision is not None and parent is not None and steps < MAX_NESTING:
+            known = lowest.get(parent)
+            lowest[parent] = call_precision([precision] + ([known] if known else []))
+            holder = modules.get(parent)
+            parent, steps = (holder.parent if holder is not None else None), steps + 1
+    return lowest
 
 
 def _structure_messages(pair: RowPair, fuzzy_match: bool, log: bool = True) -> List[str]:
@@ -86,7 +113,7 @@ def _full_row(pair: RowPair, metrics: Optional[met.Metrics], tolerance_: Optiona
 def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[CompareRow]:
     """Rows of a statistics-only comparison (no tensor files read): each statistic judged by round-off and by
     what the call's inputs' statistics differences carry in (:func:`propagation.statistics_metrics`)."""
-    scales = _CallScales()
+    scales = _CallScales(pairs)
     measured = []
     for pair in pairs:
         tolerance_ = scales.tolerance_of(pair)
@@ -115,7 +142,7 @@ def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[Co
 def full_rows(pairs: Sequence[RowPair], print_log: bool, fuzzy_match: bool = False) -> List[CompareRow]:
     """Rows of a tensor comparison, in order: the metrics on ``workers()`` processes or threads, then each row
     judged by its round-off and what its inputs' measured errors bring in (:mod:`propagation`)."""
-    scales = _CallScales()
+    scales = _CallScales(pairs)
     tolerances = [scales.tolerance_of(pair) for pair in pairs]
     measured, all_metrics = [], []
     progress = _progress(len(pairs))

@@ -22,6 +22,10 @@ KEYS = {
     "stack_path": ("npu", "stack"), "stack_json_path": ("npu", "stack"),
 }
 OPTIONS = ("is_print_compare_log",)
+# msprobe's keys for the dump files (compare.json's): the tensors are found beside the dump, for a legacy pkl as
+# for a dump.json, since a compare.json has no key for them. The legacy keys keep the legacy rule: leaving out
+# the data directories asks for a statistics-only comparison.
+MSPROBE_DUMP_KEYS = ("npu_path", "bench_path", "npu_json_path", "bench_json_path")
 SUFFIX = re.compile(r"^[A-Za-z0-9_.-]*$")
 # An api_mapping file holds a few API names; a file bigger than this is not one (and is not read).
 MAX_MAPPING_BYTES = 1 << 20
@@ -141,6 +145,7 @@ def parse_input_param(input_param: Any) -> CompareInputs:
         raise ParameterError("input_param", input_param, "must be a dict with npu_pkl_path, bench_pkl_path, "
                              "npu_dump_data_dir, bench_dump_data_dir and is_print_compare_log")
     found: Dict[tuple, str] = {}
+    msprobe_keys = set()  # the sides named by msprobe's keys: their tensor folder beside the dump is found
     for key, value in input_param.items():
         if key in OPTIONS:
             continue
@@ -152,6 +157,8 @@ def parse_input_param(input_param: Any) -> CompareInputs:
         if not isinstance(value, (str, os.PathLike)):
             raise ParameterError("input_param[{!r}]".format(key), value, "must be a path (str)")
         found.setdefault(KEYS[key], os.fspath(value))
+        if key in MSPROBE_DUMP_KEYS:
+            msprobe_keys.add(KEYS[key][0])
     print_log = check_print_log(input_param.get("is_print_compare_log", True))
     dumps = {}
     for side in ("npu", "bench"):
@@ -163,9 +170,9 @@ def parse_input_param(input_param: Any) -> CompareInputs:
     data_dirs = {}
     for side in ("npu", "bench"):
         data_dir = found.get((side, "data"))
-        if data_dir is None and is_dump_json(dumps[side]):
-            default = tensor_dir_beside(dumps[side])
-            data_dir = default if os.path.isdir(default) else None
+        if data_dir is None and (is_dump_json(dumps[side]) or side in msprobe_keys):
+            default = tensor_dir_beside(dumps[side]) if is_dump_json(dumps[side]) else _npy_dir_beside(dumps[side])
+            data_dir = default if default is not None and os.path.isdir(default) else None
         elif data_dir is not None and not os.path.isdir(data_dir):
             raise FileFormatError("{}_dump_data_dir {} is not a directory. Leave the key out for a statistics-only "
                                   "comparison.".format(side, data_dir))
@@ -177,6 +184,12 @@ def parse_input_param(input_param: Any) -> CompareInputs:
     elif stack is not None and not os.path.isfile(stack):
         raise FileFormatError("Stack file {} does not exist.".format(stack))
     return CompareInputs(dumps["npu"], dumps["bench"], data_dirs["npu"], data_dirs["bench"], stack, print_log)
+
+
+def _npy_dir_beside(pkl: str) -> Optional[str]:
+    """The npy folder a legacy pkl's writer puts beside it: ``{stem}/`` for ``{stem}.pkl``; None for a file
+    of another name."""
+    return pkl[: -len(".pkl")] if pkl.endswith(".pkl") else None
 
 
 def check_api_mapping(api_mapping: Any) -> Dict[str, str]:

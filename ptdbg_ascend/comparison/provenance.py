@@ -7,9 +7,10 @@ sides, "within round-off" in the backward that makes it (its magnitudes are ~1) 
 optimizer's ``add_`` that reads it (a bias of ~1e-8 sets that call's scale). :func:`carry_verdicts` fixes
 both ends:
 
-- an **input** holding the same values as an earlier call's output, on both sides (same dtype, shape and
+- an **input** holding the same values as an earlier call's output, on both sides (same shape and
   max/min/mean/norm: the dump's statistics of one tensor; in full mode also the same error numbers), takes
-  that output's verdict and tolerance;
+  that output's verdict and tolerance; so does a **module's output** holding the output of a call inside it
+  (levels mix: the module returns what its last call made);
 - an **output** that fails although every input passes, where the inputs that differ are zero up to
   round-off where they were made (their error within the absolute floor ``atol·√N``) and the output's error
   is no larger than :data:`CARRY` times theirs (rms), carries their round-off: it passes, saying so;
@@ -227,7 +228,14 @@ def carry_verdicts(rows: Sequence[CompareRow]) -> List[CompareRow]:
                     if any(i in flipped for i in terms):
                         flipped.add(index)
         elif row.side == "output":
-            if row.judgement.grade == ERROR:
+            found = outputs.get(_key(row.npu)) if row.pair.npu_call.module is not None else None
+            if found is not None:
+                # A module's output is the output of the last call inside it (levels mix): judged there.
+                producer = out[found]
+                if _key(producer.bench) == _key(row.bench) and producer.compared and \
+                        producer.result != row.result and _same_errors(producer, row):
+                    out[index] = _inherit(row, producer, found + 2)
+            elif row.judgement.grade == ERROR:
                 own = inputs_of.get(call_id, ())
                 carried = _carried(row, [out[i] for i in own])
                 flips = None if carried is not None else (

@@ -79,12 +79,12 @@ def test_two_directories_of_one_rank_are_refused(rank_dumps, output_dir):
         compare_distributed(npu, bench, output_dir)
 
 
-def test_cli_rank_on_one_side_only_is_exit_2_and_named(rank_dumps, output_dir):
+def test_cli_rank_on_one_side_only_is_incomplete_exit_3_and_named(rank_dumps, output_dir):
     npu = rank_dumps("npu", [0, 1])
     bench = rank_dumps("bench", [0])
     result = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", "compare-distributed", npu, bench, output_dir,
                              "--quiet"], capture_output=True, text=True)
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 3, result.stderr  # incomplete: no compared rank failed, one was not compared
     assert result.stderr == "ptdbg compare-distributed: not compared: rank1 only in the NPU dump\n"
     assert len([f for f in os.listdir(output_dir) if f.startswith("compare_result_rank0-rank0_")]) == 2  # csv, xlsx
 
