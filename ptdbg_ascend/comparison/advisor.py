@@ -305,9 +305,10 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
         backward = split_call_name(call.name).direction == "backward"
         if own_precision:
             advice.append("{} computes in {} on NPU and in {} on bench, and its error is beyond what that "
-                          "precision's round-off and its inputs explain. Compute it in the bench's dtype, or check "
-                          "this API's NPU kernel.".format(call.name, _precision(call.records),
-                                                          _precision(row.pair.bench_call.records)))
+                          "precision's round-off and its inputs explain. {} Computing it in the bench's dtype tells "
+                          "whether its lower precision is the reason.".format(
+                              call.name, _precision(call.records), _precision(row.pair.bench_call.records),
+                              _next_step(call)))
         elif root is not None and root.call is call:
             reduced_label = root.label
             advice.append("{}. {}".format(root.text(), _reduced_hint(root)))

@@ -26,7 +26,9 @@ NOT_AVAILABLE = "N/A"
 SHAPE_UNMATCHED = "shape unmatched"
 
 MSG_NO_BENCH = "No bench data matched."
-MSG_SCALAR = "This is type of scalar data, can not compare."
+# The original said "This is type of scalar data, can not compare.", beside the value's own verdict (a
+# relative error, an error): the message says what does not apply instead.
+MSG_SCALAR = "This is type of scalar data: Cosine and the error ratios do not apply; its value is compared."
 MSG_EMPTY = "This is empty data, can not compare."
 MSG_SHAPE = "Shape of NPU and bench Tensor do not match. Skipped."
 MSG_DTYPE = "Dtype of NPU and bench Tensor do not match."

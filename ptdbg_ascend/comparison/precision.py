@@ -7,7 +7,8 @@ normalises (BatchNorm removes the mean, softmax the maximum): its output error i
 output, yet only its inputs' small error relative to their spread, made visible.
 
 - :func:`reduced_precision_root` finds the first call whose inputs match (equal, or within
-  :data:`INPUT_ROUNDOFF`) and whose output differs by the size a reduced mode gives: a relative error in
+  :data:`INPUT_ROUNDOFF`; a backward call's forward inputs too) and whose output differs by the size a
+  reduced mode gives: a relative error in
   ``[REDUCED_LOW, REDUCED_HIGH]``, at least :data:`GAIN` times its inputs' and beyond the absolute round-off
   floor of the call, and noise-like (:data:`NOISE_SHARE`: a wrong scale is no rounding). Float32 calls on
   both sides only (TF32/HF32 and bf16 kernels replace float32 math).
@@ -36,6 +37,8 @@ REDUCED_LOW = 2.0 ** -15
 REDUCED_HIGH = 2.0 ** -6
 # Above this relative error the size is that of an 8-bit mantissa rather than a 10-bit one.
 BF16_LIKE = 2.0 ** -9
+# An element-wise call is "bfloat16-like" only when no element is further off than one bfloat16 ulp.
+ROUNDED_ELEMENT = 2.0 ** -7
 TF32_LABEL, BF16_LABEL = "TF32/HF32-like", "bfloat16-like"
 # The APIs a TF32/HF32 mode computes from rounded inputs (convolutions and matrix products). An error of
 # TF32 size elsewhere is no such mode (e.g. an optimizer step with another learning rate changes a weight
@@ -150,16 +153,30 @@ def reduced_precision_root(rows: Sequence[CompareRow], end: int) -> Optional[Red
         inputs = [r for r in group if r.side == "input" and not r.one_sided]
         if not inputs or not all(_input_matches(r) for r in inputs):
             continue
+        if call.name.endswith("_backward"):  # a gradient depends on the forward inputs as much as on its own
+            saved = [r for r in carried_inputs(rows[:end], call) if r.pair.npu_call is not call]
+            if not all(_input_matches(r) for r in saved):
+                continue
+            inputs = inputs + saved
         input_error = max(_relative(r) or 0.0 for r in inputs)
         outputs = [(i, rows[i]) for i in members[id(call)] if rows[i].side == "output" and not rows[i].one_sided
                    and _reduced_output(rows[i], input_error)]
         if outputs:
             where, worst = max(outputs, key=lambda item: _relative(item[1]) or 0.0)
             relative = _relative(worst) or 0.0
-            if relative <= BF16_LIKE and api_of(call.name) not in MATMUL_CLASS:
+            if api_of(call.name) not in MATMUL_CLASS and (relative <= BF16_LIKE or not _rounded_alike(worst)):
                 continue
             return Reduced(where, call, relative, precision, BF16_LABEL if relative > BF16_LIKE else TF32_LABEL)
     return None
+
+
+def _rounded_alike(row: CompareRow) -> bool:
+    """Whether every element of an element-wise call's output is within one bfloat16 ulp of the bench
+    (relatively) and none is grossly off: what an output computed or rounded in bfloat16 looks like. Another
+    learning rate, a wrong constant, moves small elements by much more of themselves."""
+    metrics = row.metrics
+    return metrics.max_relative_err is not None and metrics.max_relative_err <= ROUNDED_ELEMENT and \
+        not metrics.gross
 
 
 def _spread(row: CompareRow) -> Optional[float]:

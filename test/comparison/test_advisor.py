@@ -285,3 +285,40 @@ def test_the_user_line_names_the_script_without_dot_dot():
 
     frames = (("/work/npu/../sample/legacy_train.py", 41, "forward", "x = self.fc2(x)"),)
     assert user_line(frames) == "/work/sample/legacy_train.py:41  x = self.fc2(x)"
+
+
+def test_a_backward_with_nothing_arriving_recorded_says_so_not_that_it_matches(legacy_dump, output_dir):
+    """A loss's backward whose arriving gradient is not in the dump (a 0-d gradient filtered out) and whose
+    forward output was not compared either (here: not dumped): the advice must not claim that the gradients
+    arriving still match, and names the forward's non-tensor arguments (label_smoothing) as a possibility."""
+    logits = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    grad = np.full((3, 4), 0.05, np.float32)
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    npu.add_call("Functional_cross_entropy_0_forward", [("input.0", logits)])
+    bench.add_call("Functional_cross_entropy_0_forward", [("input.0", logits)])
+    npu.add_call("Functional_cross_entropy_0_backward", [("output.0", grad * 0.9)])  # label_smoothing on NPU
+    bench.add_call("Functional_cross_entropy_0_backward", [("output.0", grad)])
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert outcome.finding.call == "Functional_cross_entropy_0_backward"
+    assert "still match" not in text and "are within what their precision explains" not in text
+    assert "Nothing arriving at Functional_cross_entropy_0_backward was recorded" in text
+    assert "label_smoothing" in text and "its forward call's output was not compared" in text
+
+
+def test_a_weight_gradient_after_a_rounded_input_is_no_reduced_precision_claim(legacy_dump, output_dir):
+    """The forward input was rounded to float16 on the NPU (within float32's tolerance); the weight gradient
+    depends on it: its small difference is no "computes below float32 precision" of the backward, whose own
+    inputs (the arriving gradient) are identical."""
+    rng = np.random.RandomState(5)
+    x = rng.randn(64, 32).astype(np.float32)
+    w = rng.randn(16, 32).astype(np.float32) * 0.1
+    x16 = x.astype(np.float16).astype(np.float32)
+    dy = rng.randn(64, 16).astype(np.float32)
+    npu, bench = legacy_dump("npu"), legacy_dump("bench")
+    for side, inp in ((npu, x16), (bench, x)):
+        side.add_call("Functional_linear_0_forward", [("input.0", inp), ("input.1", w), ("output", inp @ w.T)])
+        side.add_call("Functional_linear_0_backward", [("input.0", dy), ("output.0", dy @ w),
+                                                       ("output.1", dy.T @ inp)])
+    outcome, text = advice_of(npu, bench, output_dir)
+    assert "computes below float32 precision" not in text, text
+    assert outcome.finding is None or outcome.finding.precision is None, outcome.finding

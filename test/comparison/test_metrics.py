@@ -62,7 +62,8 @@ def test_cosine_near_one_rounds_and_bench_zero_uses_eps():
 def test_zero_d_scalar():
     m = met.compare_arrays(np.array(2.0), np.array(4.0))
     assert cells(m)[:4] == ("unsupported", 2.0, 0.5, "Nan")
-    assert m.messages == ("This is type of scalar data, can not compare.",)
+    assert m.messages == ("This is type of scalar data: Cosine and the error ratios do not apply; its value is "
+                          "compared.",)
     assert accuracy_reached(m) == "Nan"
 
 
