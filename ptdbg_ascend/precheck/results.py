@@ -65,7 +65,16 @@ class RunUtOutcome:
         return self.counts.get(col.ERROR, 0) > 0
 
     def summary(self) -> str:
-        """The one-screen summary: counts, then the failing APIs worst first with their code lines."""
+        """The one-screen summary: counts, then the failing APIs worst first with their code lines.
+
+        API names, code lines, messages and SKIP reasons come from the dump and the CSVs: each line of
+        :meth:`summary_lines` has its control characters escaped (``printable``), once, and the lines are
+        joined with real newlines, so an item never spills over lines and the summary never glues them."""
+        return "\n".join(printable(line) for line in self.summary_lines())
+
+    def summary_lines(self) -> List[str]:
+        """The lines of :meth:`summary` as they are, before escaping (a subclass adds its own here, so that
+        escaping happens once, line by line, in ``summary``)."""
         total = sum(self.counts.values())
         rate = self.apis_run / self.seconds if self.seconds > 0 else float("nan")
         lines = ["run_ut: {} APIs: {} pass, {} warning, {} error, {} SKIP{} ({} run now in {:.1f} s, {:.1f} APIs/s{})"
@@ -97,9 +106,7 @@ class RunUtOutcome:
                 reasons[reason[:90]] = reasons.get(reason[:90], 0) + 1
             lines.append("SKIP reasons: " + "; ".join("{}x {}".format(n, r) for r, n in
                                                      sorted(reasons.items(), key=lambda item: -item[1])[:5]))
-        # API names, code lines, messages and SKIP reasons come from the dump and the CSVs: one line each,
-        # control characters escaped (printable).
-        return "\n".join(printable(line) for line in lines)
+        return lines
 
 
 # --- the rows of a run ----------------------------------------------------------------------------------
