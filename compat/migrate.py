@@ -75,10 +75,20 @@ class Migration(NamedTuple):
         return not self.issues
 
     def diff(self) -> str:
-        """The unified diff of the script (empty when nothing changes)."""
+        """The unified diff of the script (empty when nothing changes), exactly as the text is: a line is
+        what ends at a ``"\\n"`` (Python's ``splitlines`` would also break at a form feed or U+2028, which
+        Python's tokenizer does not). Print it with ``terminal.printable_text``: it holds the script's
+        own characters."""
         return "".join(difflib.unified_diff(
-            self.source.splitlines(True), self.new_source.splitlines(True),
+            _lines(self.source), _lines(self.new_source),
             fromfile="a/" + os.path.basename(self.path), tofile="b/" + os.path.basename(self.path)))
+
+
+def _lines(text: str) -> List[str]:
+    """``text`` cut after each ``"\\n"`` (each piece keeps its line end; the last may have none)."""
+    pieces = text.split("\n")
+    lines = [piece + "\n" for piece in pieces[:-1]]
+    return lines + [pieces[-1]] if pieces[-1] else lines
 
 
 class _LegacySite(NamedTuple):
@@ -388,7 +398,8 @@ def migrate_file(path: str, *, config_path: Optional[str] = None, output: Option
     if not os.path.isfile(path):
         raise ParameterError("script", path, "an existing Python file")
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        # newline="": the text exactly as it is (CRLF line ends too), so the file written keeps every byte
+        with open(path, "r", encoding="utf-8", newline="") as handle:
             source = handle.read()
     except (OSError, UnicodeDecodeError) as error:
         raise FileFormatError("Cannot read {} as UTF-8 text: {}".format(path, error)) from None

@@ -31,6 +31,7 @@ def _table(keep: str) -> Dict[int, str]:
 
 _STRICT = _table("")
 _KEEP_NEWLINES = _table("\n")
+_KEEP_TABS_AND_NEWLINES = _table("\t\n")
 
 
 def printable(text: object, keep_newlines: bool = False) -> str:
@@ -38,3 +39,12 @@ def printable(text: object, keep_newlines: bool = False) -> str:
     ``"\\r"`` -> ``"\\\\x0d"``). ``keep_newlines`` (default False: a newline is escaped too, so one item
     stays one line) keeps ``"\\n"`` for multi-line text such as log messages."""
     return str(text).translate(_KEEP_NEWLINES if keep_newlines else _STRICT)
+
+
+def printable_text(text: object) -> str:
+    """Multi-line text from a file shown as it is laid out (a script's diff): escaped as :func:`printable`
+    does, but its newlines and tabs stay (neither moves the cursor back over what is shown). A carriage
+    return is escaped even before a newline (a CRLF line end shows as ``"\\x0d"``, as ``git diff`` shows
+    ``^M``), and so is every other line separator (form feed, U+2028...): one line of the text is one line
+    on the screen."""
+    return str(text).translate(_KEEP_TABS_AND_NEWLINES)

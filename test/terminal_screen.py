@@ -20,7 +20,8 @@ from typing import List, NamedTuple, Optional, Sequence
 
 class Screen(NamedTuple):
     """``lines``: the text lines as shown; ``controls``: every control character (other than the tty's
-    own ``\\r\\n`` line ends) that reached the terminal, as ``(line number, repr)``; ``returncode``."""
+    own ``\\r\\n`` line ends and tabs, which only move the cursor forward) that reached the terminal, as
+    ``(line number, repr)``; ``returncode``."""
 
     lines: List[str]
     controls: List[tuple]
@@ -65,6 +66,6 @@ def run_on_terminal(argv: Sequence[str], env: Optional[dict] = None, cwd: Option
         os.close(master)
     lines = screen(b"".join(chunks))
     controls = [(number, repr(char)) for number, line in enumerate(lines) for char in line
-                if (ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 or 0x202A <= ord(char) <= 0x202E
+                if char != "\t" and (ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 or 0x202A <= ord(char) <= 0x202E
                     or 0x2066 <= ord(char) <= 0x2069)]
     return Screen(lines, controls, returncode)
