@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ptdbg_ascend.formats.naming import ut_api_of_row
+from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import ut_files, ut_lock
 from ptdbg_ascend.precheck.compare_link import CompareLink, CompareReport, link_failure, times_allowed
@@ -215,8 +216,15 @@ def open_results(plan: UtPlan) -> RunResults:
         lock = ut_lock.acquire(plan.result_csv_path)
         try:
             rows, details = ut_files.read_pair(plan.result_csv_path)
+            kept, run_file_lines = ut_files.verify_rows(plan.result_csv_path, rows, details)  # the run's own rows
+            if kept < len(rows):
+                logger.warning("{}: the last API, {}, has its rows but no line in the run file yet (the run stopped "
+                               "while committing it): it is run again.".format(plan.result_csv_path, rows[-1][0]))
+                rows = rows[:kept]
+                done = {row[0] for row in rows}
+                details = [row for row in details if ut_api_of_row(row[0]) in done]
             results.files = ut_files.resume_pair(plan.result_csv_path, results.resume(rows, details), details,
-                                                 lock, linked)
+                                                 lock, linked, run_file_lines)
         except BaseException:
             lock.release()
             raise

@@ -16,8 +16,9 @@ Cells go through :mod:`ptdbg_ascend.csv_cells`: written with a ``'`` before text
 (an API name or message from the dump starting with ``=``...), read back without it, so a resume and the
 summary see the text the run produced.
 
-Beside the pair: ``accuracy_checking_run_{tail}.json`` (``ut_identity``: which dump.json the rows belong to,
-checked on resume) and the hidden lock file ``.accuracy_checking_result_{tail}.csv.lock`` (``ut_lock``: one
+Beside the pair: ``accuracy_checking_run_{tail}.jsonl`` (``ut_identity``: which dump.json the rows belong to,
+and a chain digest of the APIs committed, appended after each API's result row; checked on resume) and the
+hidden lock file ``.accuracy_checking_result_{tail}.csv.lock`` (``ut_lock``: one
 writer at a time, held until :meth:`UtFiles.close`). A resumed CSV must be a regular file (never a link).
 """
 
@@ -72,27 +73,37 @@ def _rows_text(rows: Iterable[Sequence[Any]]) -> str:
 
 class UtFiles(object):
     """The open result/details pair; :meth:`write_api` appends one API and flushes; :meth:`close`
-    closes both and releases the run's lock (``lock``, a ``ut_lock.RunLock``; None: not locked)."""
+    closes both and releases the run's lock (``lock``, a ``ut_lock.RunLock``; None: not locked).
+    ``run_file``: the run file recording each committed API (None: not recorded; such a pair cannot be
+    resumed)."""
 
     def __init__(self, result_path: str, result: IO[str], details_path: str, details: IO[str], tail: str,
-                 lock: Optional[ut_lock.RunLock] = None) -> None:
+                 lock: Optional[ut_lock.RunLock] = None, run_file: Optional[ut_identity.RunFile] = None) -> None:
         self.result_path, self.details_path, self.tail = result_path, details_path, tail
         self.identity_path = ut_identity.path_of(result_path, RESULT_STEM)
         self._result, self._details = result, details
-        self.lock = lock
+        self.lock, self.run_file = lock, run_file
 
     def write_api(self, result_row: Sequence[Any], detail_rows: Iterable[Sequence[Any]]) -> None:
         details, result = _rows_text(detail_rows), _rows_text([result_row])
-        with _signals_held():  # the details rows, then the result row (the commit mark), as one
+        with _signals_held():  # the details rows, the result row (the commit mark), its run file line, as one
             self._details.write(details)
             self._details.flush()
             self._result.write(result)
             self._result.flush()
+            if self.run_file is not None:  # the rows as a resume will read them back
+                row = ut_identity.as_read_back(result)[0]
+                self.run_file.commit(row[0], row, ut_identity.as_read_back(details))
+
+    def _close_files(self) -> None:
+        self._result.close()
+        self._details.close()
+        if self.run_file is not None:
+            self.run_file.close()
 
     def close(self) -> None:
         try:
-            self._result.close()
-            self._details.close()
+            self._close_files()
         finally:
             if self.lock is not None:
                 self.lock.release()
@@ -100,8 +111,7 @@ class UtFiles(object):
     def remove(self) -> None:
         """Close and delete a fresh pair that holds no API, with its run file and lock file (removed while
         still locked: with the CSVs gone there is nothing left for another run to take)."""
-        self._result.close()
-        self._details.close()
+        self._close_files()
         paths = [self.result_path, self.details_path, self.identity_path]
         if self.lock is not None and self.lock.held:
             paths.append(self.lock.path)
@@ -118,7 +128,7 @@ def result_header(linked: bool) -> List[str]:
 def new_pair(out_dir: str, identity: Optional[ut_identity.RunIdentity] = None, linked: bool = False) -> UtFiles:
     """Claim ``accuracy_checking_result_{ts}.csv`` + ``accuracy_checking_details_{ts}.csv`` (same tail,
     ``_1``... when taken, created with O_EXCL), take their lock, write the header lines and the run file
-    ``accuracy_checking_run_{ts}.json`` of ``identity`` (None: no run file; such a pair cannot be resumed).
+    ``accuracy_checking_run_{ts}.jsonl`` of ``identity`` (None: no run file; such a pair cannot be resumed).
     ``linked`` (default False): the result CSV has the Compare Link column (each result row then carries
     its cell)."""
     result_path, result, details_path, details = csv_files.claim_pair(out_dir, RESULT_STEM, DETAILS_STEM)
@@ -131,7 +141,7 @@ def new_pair(out_dir: str, identity: Optional[ut_identity.RunIdentity] = None, l
             csv_cells.writer(handle).writerow(header)
             handle.flush()
         if identity is not None:
-            ut_identity.write(files.identity_path, identity)
+            files.run_file = ut_identity.write(files.identity_path, identity, tail)
     except BaseException:
         files.remove()
         raise
@@ -184,8 +194,17 @@ def _check_regular(path: str, result_csv_path: str, allowed: str) -> None:
 
 
 def check_identity(result_csv_path: str, identity: ut_identity.RunIdentity) -> None:
-    """The run file beside ``result_csv_path`` records ``identity`` (``ut_identity.check``)."""
-    ut_identity.check(ut_identity.path_of(result_csv_path, RESULT_STEM), result_csv_path, identity)
+    """The run file beside ``result_csv_path`` was written for it and records ``identity``
+    (``ut_identity.check``; only reads its first line)."""
+    ut_identity.check(ut_identity.path_of(result_csv_path, RESULT_STEM), result_csv_path, identity, RESULT_STEM)
+
+
+def verify_rows(result_csv_path: str, results: Sequence[Sequence[str]],
+                details: Sequence[Sequence[str]]) -> Tuple[int, List[str]]:
+    """``(APIs kept, run file lines kept)``: the rows :func:`read_pair` gave are the ones the run file
+    records (``ut_identity.verify_rows``)."""
+    return ut_identity.verify_rows(ut_identity.path_of(result_csv_path, RESULT_STEM), result_csv_path, results,
+                                   details)
 
 
 def _whole_lines_text(path: str) -> str:
@@ -238,21 +257,31 @@ def read_pair(result_csv_path: str) -> Tuple[List[List[str]], List[List[str]]]:
 
 
 def resume_pair(result_csv_path: str, results: Sequence[Sequence[str]], details: Sequence[Sequence[str]],
-                lock: Optional[ut_lock.RunLock] = None, linked: bool = False) -> UtFiles:
+                lock: Optional[ut_lock.RunLock] = None, linked: bool = False,
+                run_file_lines: Sequence[str] = ()) -> UtFiles:
     """Reopen an interrupted run for appending: both CSVs are first rewritten (atomically) with the rows
-    :func:`read_pair` gave (``results`` with their Compare Link cell when ``linked``, default False).
-    ``lock``: the run's lock, already held (``ut_lock.acquire``); the files release it on close."""
+    :func:`read_pair` gave (``results`` with their Compare Link cell when ``linked``, default False), and
+    the run file with ``run_file_lines`` (those :func:`verify_rows` kept; default (): the run file is left
+    alone and not appended to). ``lock``: the run's lock, already held (``ut_lock.acquire``); the files
+    release it on close."""
     result_path, details_path = os.path.abspath(result_csv_path), details_path_of(os.path.abspath(result_csv_path))
     rewrite_csv(result_path, result_header(linked), results)
     rewrite_csv(details_path, col.DETAIL_COLUMNS, details)
     tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
-    result = _open_append(result_path)
+    run_file = None
+    if run_file_lines:
+        run_file = ut_identity.write(ut_identity.path_of(result_path, RESULT_STEM), None, tail, run_file_lines)
+    handles: List[IO[str]] = []
     try:
-        details_handle = _open_append(details_path)
+        handles.append(_open_append(result_path))
+        handles.append(_open_append(details_path))
     except BaseException:
-        result.close()
+        for handle in handles:
+            handle.close()
+        if run_file is not None:
+            run_file.close()
         raise
-    return UtFiles(result_path, result, details_path, details_handle, tail, lock)
+    return UtFiles(result_path, handles[0], details_path, handles[1], tail, lock, run_file)
 
 
 def _open_append(path: str) -> IO[str]:
