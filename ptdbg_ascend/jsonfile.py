@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError, ParameterError
@@ -22,7 +23,7 @@ MAX_REPORTED = 5  # duplicate keys named in one warning or error; the rest are c
 
 
 def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = WARN,
-              on_bytes: Optional[Callable[[bytes], None]] = None) -> Any:
+              on_bytes: Optional[Callable[[bytes], None]] = None, max_bytes: Optional[int] = None) -> Any:
     """The JSON value stored in ``path``.
 
     Args:
@@ -35,12 +36,16 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
             (a FileFormatError; for configuration files).
         on_bytes: called with the file's bytes as read, before they are parsed (default None), e.g. to
             fingerprint exactly what was parsed without reading the file twice.
+        max_bytes: the most the file may hold (default None: no limit). Beyond it the file is refused
+            from its size, before it is read, and it must be a regular file (opened without blocking, so
+            a FIFO named like it cannot hang the reader): for small files of a known kind.
 
     Raises:
         ParameterError: ``path`` is not a path (an int would be taken for a file descriptor), or
             ``duplicates`` is not WARN/ERROR.
         FileFormatError: the file does not exist, cannot be read, or does not hold JSON; with
-            ``duplicates=ERROR``, a key appears twice in one object.
+            ``duplicates=ERROR``, a key appears twice in one object; with ``max_bytes``, it is larger or
+            not a regular file.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ParameterError(what, path, "must be the path of a JSON file")
@@ -49,9 +54,8 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
     if not os.path.isfile(path):
         raise FileFormatError("The {} {} does not exist (or is not a file).".format(what, path))
     found: List[Tuple[Dict[str, Any], List[str]]] = []
+    data = _read_bytes(path, what, max_bytes)  # its own errors: before json's ValueErrors are caught below
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
         if on_bytes is not None:
             on_bytes(data)
         value = json.loads(data.decode("utf-8"), object_pairs_hook=_pairs_hook(found))
@@ -64,6 +68,28 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
     if found:
         _report_duplicates(value, found, path, what, duplicates)
     return value
+
+
+def _read_bytes(path: str, what: str, max_bytes: Optional[int]) -> bytes:
+    """The bytes of ``path``; with ``max_bytes``, only a regular file holding at most that many."""
+    try:
+        if max_bytes is None:
+            with open(path, "rb") as handle:
+                return handle.read()
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(descriptor, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise FileFormatError("The {} {} is not a regular file.".format(what, path))
+            if info.st_size > max_bytes:
+                raise FileFormatError("The {} {} holds {} bytes, more than a {} ever does ({} at most): it is "
+                                      "not read.".format(what, path, info.st_size, what, max_bytes))
+            data = handle.read(max_bytes + 1)
+    except OSError as error:
+        raise FileFormatError("Cannot read the {} {}: {}".format(what, path, error)) from None
+    if len(data) > max_bytes:  # it grew since
+        raise FileFormatError("The {} {} holds more than {} bytes: it is not read.".format(what, path, max_bytes))
+    return data
 
 
 def _pairs_hook(found: List[Tuple[Dict[str, Any], List[str]]]):
