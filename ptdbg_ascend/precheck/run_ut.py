@@ -80,6 +80,8 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
     error_data_path missing or not writable, random_data=False on a dump without tensors, an unknown
     device), FileFormatError (dump.json missing/corrupt/legacy pkl, tensor directory missing).
     RunInterrupted (a KeyboardInterrupt) on Ctrl-C once the CSVs are open: its ``result_csv`` resumes.
+    DumpWriteError when the CSVs cannot be written (a full disk): they end at the last whole API and the
+    message names the file and the ``-csv_path`` that resumes.
     """
     plan = plan_run(api_info, out_path=out_path, save_error_data=save_error_data, filter_same=filter_same,
                     result_csv_path=result_csv_path, white_list=white_list, black_list=black_list,

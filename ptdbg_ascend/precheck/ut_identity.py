@@ -43,10 +43,10 @@ import secrets
 import stat
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend import csv_cells
-from ptdbg_ascend.errors import DumpWriteError, FileFormatError, ParameterError
+from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.formats.naming import ut_api_of_row
 from ptdbg_ascend.version import __version__
 from ptdbg_ascend.fs.writes import replace_text_file
@@ -124,39 +124,28 @@ def as_read_back(rows_text: str) -> List[List[str]]:
     return [csv_cells.restore_row(row) for row in csv.reader(io.StringIO(rows_text))]
 
 
-class RunFile(object):
-    """The run file of an open pair, appended one line per committed API (:meth:`commit`), flushed with
-    it. ``chain``: the digest after the last API; ``count``: the APIs recorded."""
+class RowChain(object):
+    """The chain of the APIs a run file records: ``value`` after the last of its ``count`` APIs. The file
+    itself is appended by ``ut_files.UtFiles`` with the CSVs' rows, as one commit."""
 
-    def __init__(self, path: str, handle: IO[str], chain: str, count: int) -> None:
-        self.path, self._handle, self.chain, self.count = path, handle, chain, count
+    def __init__(self, value: str, count: int) -> None:
+        self.value, self.count = value, count
 
-    def commit(self, api: str, result_row: Sequence[Any], detail_rows: Sequence[Sequence[Any]]) -> None:
-        """Record one API whose rows were just written (the cells as read back: :func:`as_read_back`)."""
-        self.chain = _link(self.chain, result_row, detail_rows)
-        self.count += 1
-        try:
-            self._handle.write(json.dumps({"api": api, "chain": self.chain}) + "\n")
-            self._handle.flush()
-        except OSError as error:
-            raise DumpWriteError("Cannot append to the run file {}: {}".format(self.path, error)) from None
+    def line(self, api: str, result_row: Sequence[Any], detail_rows: Sequence[Sequence[Any]]) -> Tuple[str, str]:
+        """``(the run file line of one more API, the chain after it)``; the cells as read back
+        (:func:`as_read_back`). Nothing changes until :meth:`accept`: the line may not get written."""
+        value = _link(self.value, result_row, detail_rows)
+        return json.dumps({"api": api, "chain": value}) + "\n", value
 
-    def close(self) -> None:
-        self._handle.close()
+    def accept(self, value: str) -> None:
+        """The line of :meth:`line` was written: ``value`` is the chain now."""
+        self.value, self.count = value, self.count + 1
 
 
-def _open_append(path: str) -> IO[str]:
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-    except OSError as error:
-        raise DumpWriteError("Cannot append to the run file {}: {}".format(path, error)) from None
-    return os.fdopen(descriptor, "a", encoding="utf-8", newline="\n")
-
-
-def write(path: str, identity: RunIdentity, pair: str, entries: Sequence[str] = ()) -> RunFile:
+def write(path: str, identity: Optional[RunIdentity], pair: str, entries: Sequence[str] = ()) -> RowChain:
     """Write the run file ``path`` of the pair ``pair`` (atomically, never through a link): a new one (a
     fresh nonce) for ``identity``, or, with ``entries`` (the first line and the API lines a resume keeps,
-    :func:`verify_rows`), those lines again. Returns it open for appending."""
+    :func:`verify_rows`), those lines again. Returns the chain it ends with. DumpWriteError naming it."""
     if entries:
         lines = list(entries)
     else:
@@ -165,7 +154,7 @@ def write(path: str, identity: RunIdentity, pair: str, entries: Sequence[str] = 
     chain = hashlib.sha256(lines[0].rstrip("\n").encode("utf-8")).hexdigest()
     for line in lines[1:]:
         chain = json.loads(line)["chain"]
-    return RunFile(path, _open_append(path), chain, len(lines) - 1)
+    return RowChain(chain, len(lines) - 1)
 
 
 # --- reading it back ------------------------------------------------------------------------------------

@@ -144,8 +144,11 @@ def test_run_ut_summary_prints_dump_text_escaped(hostile_dump, tmp_path, child_e
 
 
 def test_run_ut_resume_quotes_hostile_cells_once_and_reads_them_back(hostile_dump, tmp_path):
-    """A resume CSV passed around with formula cells: the resume rewrites them with one ``'``, treats the
-    names as the rows' own (done, counted), and a second resume does not quote them twice."""
+    """A resume CSV passed around with formula cells: rows a foreign writer appended (unquoted) are not the
+    run's own, so run_ut refuses to resume it; the pair's rewrite itself (read_pair, resume_pair) reads the
+    cells back as the text they stand for and quotes them once, however often it is done."""
+    from ptdbg_ascend.errors import ParameterError
+    from ptdbg_ascend.precheck import ut_files
     from ptdbg_ascend.precheck.run_ut import run_ut
 
     first = run_ut(hostile_dump, str(tmp_path / "out"), progress=False, dumped_outputs=True,
@@ -154,12 +157,16 @@ def test_run_ut_resume_quotes_hostile_cells_once_and_reads_them_back(hostile_dum
         writer = csv.writer(handle)
         for name in DANGEROUS:
             writer.writerow([name, "SKIP", "SKIP", name])
+    before = open(first.result_csv, "rb").read()
+    with pytest.raises(ParameterError, match=r"APIs 2 to 7 of the result CSV \(=HYPERLINK\(.* are not recorded in "
+                                             r"its run file"):
+        run_ut(hostile_dump, progress=False, dumped_outputs=True, result_csv_path=first.result_csv,
+               white_list=["relu"])
+    assert open(first.result_csv, "rb").read() == before
     for _ in range(2):
-        resumed = run_ut(hostile_dump, progress=False, dumped_outputs=True, result_csv_path=first.result_csv,
-                         white_list=["relu"])
-        assert resumed.apis_run == 0 and resumed.apis_resumed == 7
-        assert resumed.counts == {"error": 1, "SKIP": 6}
-        assert resumed.skipped == list(zip(DANGEROUS, DANGEROUS))  # read back as written, without the quote
+        results, details = ut_files.read_pair(first.result_csv)
+        assert results[1:] == [[name, "SKIP", "SKIP", name] for name in DANGEROUS]  # as written, without a quote
+        ut_files.resume_pair(first.result_csv, results, details).close()
         rows = read_rows(first.result_csv)
         assert [row[col.RESULT_API_NAME] for row in rows] == ["Functional.relu.0"] + ["'" + name for name in DANGEROUS]
         assert [row[col.MESSAGE] for row in rows][1:] == ["'" + name for name in DANGEROUS]

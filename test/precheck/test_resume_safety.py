@@ -149,7 +149,7 @@ def test_run_file_format_and_version_are_checked_on_load(tmp_path):
 
     path = str(tmp_path / "accuracy_checking_run_1.jsonl")
     identity = ut_identity.RunIdentity("/d/dump.json", 12, "ab" * 32, "dumped tensors", "re-run outputs", 3)
-    ut_identity.write(path, identity, "1").close()
+    ut_identity.write(path, identity, "1")
     assert ut_identity.read(path, "r.csv") == ut_identity.RunIdentity("/d/dump.json", 12, "ab" * 32, "dumped tensors",
                                                                       "re-run outputs", 3, pair="1")
     saved = json.loads(read_bytes(path))
