@@ -28,7 +28,7 @@ import csv
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import AbstractSet, Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend import csv_cells, jsonfile
 from ptdbg_ascend.comparison.columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
@@ -42,6 +42,9 @@ FAILING, PASSING, NOT_JUDGED = "failing", "passing", "not judged"
 SUSPECT, FIRST_FAILURE = "the advisor's suspect", "the compare's first failing call"
 MAX_FINDING_BYTES = 1024 * 1024  # a finding holds a few names and one code line: a few KiB
 MAX_MESSAGE = 1000  # characters of an Err_message kept for a link (a cell may hold 128 KiB)
+# a physical line of a compare CSV: ~30 cells of at most csv's 128 KiB field limit each; a longer one is read
+# no further (a file of one endless line would otherwise be read whole before csv sees it)
+MAX_LINE_CHARACTERS = 8 * 1024 * 1024
 
 _ALLOWED = ("a compare_result_{timestamp}.csv written by compare() / ptdbg compare of the same run (its NPU side "
             "is the dump run_ut checks), or the CompareOutcome compare() returned")
@@ -217,7 +220,7 @@ def _stream(path: str, reading: _Reading) -> None:
     a compare CSV."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as handle:
-            reader = csv.reader(handle)
+            reader = csv.reader(_bounded_lines(handle, path))
             header = next(reader, [])
             if NPU_NAME not in header or not (RESULT in header or ACCURACY in header):
                 raise FileFormatError("{} is not a compare report: it lacks the column {!r} and one of {!r} / {!r} "
@@ -235,6 +238,21 @@ def _stream(path: str, reading: _Reading) -> None:
                             cell(row, ERR_MESSAGE).strip(), has_result, has_accuracy)
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise FileFormatError("Cannot read the compare report {}: {}".format(path, error)) from None
+
+
+def _bounded_lines(handle: Any, path: str) -> Iterator[str]:
+    """The physical lines of ``handle``, each at most MAX_LINE_CHARACTERS (FileFormatError beyond)."""
+    number = 0
+    while True:
+        line = handle.readline(MAX_LINE_CHARACTERS + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_CHARACTERS:
+            raise FileFormatError("{}, line {}: longer than {} characters, which no compare CSV line is (its cells "
+                                  "hold at most 128 KiB each); it is read no further.".format(
+                                      path, number, MAX_LINE_CHARACTERS))
+        yield line
 
 
 def _check_finding(finding: finding_file.Finding, reading: _Reading, csv_path: str, finding_path: str) -> None:

@@ -402,3 +402,17 @@ def test_a_truncated_oversized_or_special_finding_is_refused(model_dumps, plante
     os.mkfifo(finding_path_of(copied))  # nobody writes it: opening it blocking would hang the run
     with pytest.raises(FileFormatError, match="does not exist \\(or is not a file\\)"):
         compare_link.read_compare(copied)
+
+
+def test_a_compare_csv_of_one_endless_line_is_refused_without_reading_it_whole(tmp_path):
+    """A line is read up to the longest a compare CSV can hold (8 Mi characters), not to its end."""
+    from ptdbg_ascend.precheck import compare_report
+
+    path = tmp_path / "compare_result_20240101000000.csv"
+    with open(str(path), "w", encoding="utf-8") as handle:
+        handle.write("NPU Name,Result,Err_message\n")
+        handle.write("x" * (compare_report.MAX_LINE_CHARACTERS + 10))  # no newline, no comma: one endless cell
+    with pytest.raises(FileFormatError) as error:
+        compare_link.read_compare(str(path))
+    assert str(error.value) == ("{}, line 2: longer than 8388608 characters, which no compare CSV line is (its cells "
+                                "hold at most 128 KiB each); it is read no further.".format(path))
