@@ -10,13 +10,15 @@ import argparse
 import json
 import sys
 
+from ptdbg_ascend.terminal import printable, printable_text
+
 
 def _print_caveats(caveats, stream=None) -> None:
     stream = stream or sys.stdout
     if caveats:
         print("Not mapped exactly ({}):".format(len(caveats)), file=stream)
         for caveat in caveats:
-            print("  - {}".format(caveat), file=stream)
+            print("  - {}".format(printable(caveat)), file=stream)  # values from the script: one line each
 
 
 def _export_config(args: argparse.Namespace) -> int:
@@ -26,11 +28,11 @@ def _export_config(args: argparse.Namespace) -> int:
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
     run = run_and_export(args.script, script_args, args.output)
-    print("Wrote {}.".format(args.output))
+    print("Wrote {}.".format(printable(args.output)))
     _print_caveats(run.caveats)
     if run.error is not None:
         print("The script failed ({}: {}); the config holds the legacy calls made before that.".format(
-            type(run.error).__name__, run.error), file=sys.stderr)
+            type(run.error).__name__, printable(run.error)), file=sys.stderr)
         return 1
     return 0
 
@@ -54,22 +56,24 @@ def _migrate(args: argparse.Namespace) -> int:
     from ptdbg_ascend.compat.migrate import migrate_file
 
     migration = migrate_file(args.script, config_path=args.config, output=args.output, write=args.write)
+    # the script's text (its code in the issues, its lines in the diff) is shown escaped, never obeyed: an
+    # escape sequence or bidi override in a comment must not act on the terminal. The file written is exact.
     if not migration.ok:
         for issue in migration.issues:
-            print("{} (cannot rewrite)".format(issue), file=sys.stderr)
+            print("{} (cannot rewrite)".format(printable(issue)), file=sys.stderr)
         print("Nothing was written: fix or rewrite these lines by hand, then run ptdbg migrate again.", file=sys.stderr)
         return 1
     diff = migration.diff()
     if not diff:
-        print("{}: no legacy dump call found; nothing to migrate.".format(args.script))
+        print("{}: no legacy dump call found; nothing to migrate.".format(printable(args.script)))
         return 0
-    sys.stdout.write(diff)
-    config_name = args.config or "config.json (beside the script)"
+    sys.stdout.write(printable_text(diff))
+    config_name = printable(args.config) if args.config else "config.json (beside the script)"
     print("\n{} {}:".format("Wrote" if args.write else "Would write", config_name))
-    print(json.dumps(migration.mapping.config, indent=4))
+    print(json.dumps(migration.mapping.config, indent=4))  # ensure_ascii: every control is a \\u escape
     _print_caveats(migration.mapping.caveats)
     if args.write:
-        print("Wrote {}.".format(args.output or args.script))
+        print("Wrote {}.".format(printable(args.output or args.script)))
     else:
         print("Dry run: nothing written (add --write).")
     return 0

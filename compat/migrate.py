@@ -18,8 +18,10 @@ The config is ``map_calls`` of the calls in source order. Anything the tool cann
 that is not a literal, a legacy call inside an expression, calls spread over several functions) is
 reported as ``file:line: message`` and nothing is written.
 
-A script nested deeper than ``nesting.MAX_NESTING`` (500) levels is refused before libcst sees it: libcst's
-native parser crashes (SIGSEGV) on deep nesting instead of raising (see ``compat/nesting.py``).
+A script nested deeper than ``nesting.MAX_NESTING`` (500) levels, or with a case pattern nested deeper than
+``nesting.MAX_PATTERN_NESTING`` (12, weighted), is refused before libcst sees it: libcst's native parser
+crashes (SIGSEGV) on deep nesting instead of raising, and takes time exponential in a pattern's nesting
+(see ``compat/nesting.py``).
 """
 
 from __future__ import annotations
@@ -73,10 +75,20 @@ class Migration(NamedTuple):
         return not self.issues
 
     def diff(self) -> str:
-        """The unified diff of the script (empty when nothing changes)."""
+        """The unified diff of the script (empty when nothing changes), exactly as the text is: a line is
+        what ends at a ``"\\n"`` (Python's ``splitlines`` would also break at a form feed or U+2028, which
+        Python's tokenizer does not). Print it with ``terminal.printable_text``: it holds the script's
+        own characters."""
         return "".join(difflib.unified_diff(
-            self.source.splitlines(True), self.new_source.splitlines(True),
+            _lines(self.source), _lines(self.new_source),
             fromfile="a/" + os.path.basename(self.path), tofile="b/" + os.path.basename(self.path)))
+
+
+def _lines(text: str) -> List[str]:
+    """``text`` cut after each ``"\\n"`` (each piece keeps its line end; the last may have none)."""
+    pieces = text.split("\n")
+    lines = [piece + "\n" for piece in pieces[:-1]]
+    return lines + [pieces[-1]] if pieces[-1] else lines
 
 
 class _LegacySite(NamedTuple):
@@ -248,10 +260,17 @@ def migrate_source(source: str, path: str = "train.py", config_path: str = "./co
 
 
 def check_nesting(source: str, path: str = "train.py") -> None:
-    """Refuse ``source`` (the text of ``path``) when it nests deeper than ``nesting.MAX_NESTING``
-    (FileFormatError naming the line), before any parser sees it."""
+    """Refuse ``source`` (the text of ``path``) when it nests deeper than ``nesting.MAX_NESTING``, or a
+    case pattern deeper than ``nesting.MAX_PATTERN_NESTING`` (FileFormatError naming the line), before any
+    parser sees it: libcst's native parser crashes on the first and hangs on the second."""
     try:
-        nesting.measure(source, limit=nesting.MAX_NESTING)
+        nesting.measure(source, limit=nesting.MAX_NESTING, pattern_limit=nesting.MAX_PATTERN_NESTING)
+    except nesting.PatternTooDeep as error:
+        raise FileFormatError(
+            "{}:{}: a case pattern nested more than {} levels deep (each bracket counts one, a mapping two); "
+            "libcst's parser takes time exponential in it, so ptdbg migrate does not parse it. Nothing was "
+            "written: match the inner parts in a nested match statement.".format(
+                path, error.nesting.line, nesting.MAX_PATTERN_NESTING)) from None
     except nesting.TooDeep as error:
         raise FileFormatError(
             "{}:{}: nested more than {} levels deep (each bracket, call, chained operator, lambda or conditional "
@@ -379,7 +398,8 @@ def migrate_file(path: str, *, config_path: Optional[str] = None, output: Option
     if not os.path.isfile(path):
         raise ParameterError("script", path, "an existing Python file")
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        # newline="": the text exactly as it is (CRLF line ends too), so the file written keeps every byte
+        with open(path, "r", encoding="utf-8", newline="") as handle:
             source = handle.read()
     except (OSError, UnicodeDecodeError) as error:
         raise FileFormatError("Cannot read {} as UTF-8 text: {}".format(path, error)) from None

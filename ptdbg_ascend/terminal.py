@@ -36,6 +36,7 @@ def _table(keep: str) -> Dict[int, str]:
 
 _STRICT = _table("")
 _KEEP_NEWLINES = _table("\n")
+_KEEP_TABS_AND_NEWLINES = _table("\t\n")
 
 
 def printable(text: object, keep_newlines: bool = False) -> str:
@@ -99,3 +100,12 @@ def _pieces(value: object, depth: int, limit: int) -> Iterator[str]:
         yield "<an integer of about {} digits>".format(int(value.bit_length() * 0.30103) + 1)
     else:
         yield repr(value)
+
+
+def printable_text(text: object) -> str:
+    """Multi-line text from a file shown as it is laid out (a script's diff): escaped as :func:`printable`
+    does, but its newlines and tabs stay (neither moves the cursor back over what is shown). A carriage
+    return is escaped even before a newline (a CRLF line end shows as ``"\\x0d"``, as ``git diff`` shows
+    ``^M``), and so is every other line separator (form feed, U+2028...): one line of the text is one line
+    on the screen."""
+    return str(text).translate(_KEEP_TABS_AND_NEWLINES)

@@ -31,7 +31,6 @@ from ptdbg_ascend.precheck.api_inputs import Dump
 from ptdbg_ascend.precheck.plan import UtPlan, plan_run, run_device, select_calls
 from ptdbg_ascend.precheck.main_guard import check_main_guard
 from ptdbg_ascend.precheck.results import RunResults, RunUtOutcome, open_results
-from ptdbg_ascend.terminal import printable
 
 MAX_WORKERS = 64  # msprobe 1.0.4's -n range (1..64)
 BLOCK_PER_WORKER = 8  # under torchrun: calls per worker between two gathers (a killed run loses <= 1 block)
@@ -55,12 +54,14 @@ class MultiRunUtOutcome(RunUtOutcome):
     retried: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
     crashed: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
 
-    def summary(self) -> str:
-        """run_ut's summary, with the workers, their peak memory and the worker deaths."""
+    def summary_lines(self) -> List[str]:
+        """run_ut's summary lines, with the workers, their peak memory and the worker deaths (``summary()``
+        escapes each line once)."""
         if not self.result_csv:
-            return "multi_run_ut rank {}/{}: {} API calls run by {}; rank 0 writes the CSVs.".format(
-                self.rank, self.world_size, self.apis_run, _workers(self.workers))
-        lines = [super().summary().replace("run_ut: ", "multi_run_ut: ", 1)]
+            return ["multi_run_ut rank {}/{}: {} API calls run by {}; rank 0 writes the CSVs.".format(
+                self.rank, self.world_size, self.apis_run, _workers(self.workers))]
+        lines = super().summary_lines()
+        lines[0] = lines[0].replace("run_ut: ", "multi_run_ut: ", 1)
         where = "{} ({}, ready after {:.1f} s)".format(_workers(self.workers), self.start_method,
                                                        self.startup_seconds)
         if self.world_size > 1:
@@ -71,7 +72,7 @@ class MultiRunUtOutcome(RunUtOutcome):
             lines.append("  retried {}: its worker died ({})".format(name, how))
         for name, how in self.crashed:
             lines.append("  error   {}: killed its worker on both attempts ({}); not judged".format(name, how))
-        return "\n".join(printable(line) for line in lines)  # API names from the dump: controls escaped
+        return lines
 
 
 def _workers(count: int) -> str:

@@ -171,8 +171,10 @@ def plan_run(api_info: str, out_path: str = ".", save_error_data: bool = False, 
         raise ParameterError("seed", seed, "must be an int")
     budget = default_budget(processes) if memory_budget is None else parse_size("memory_budget", memory_budget)
     device = run_device(device)
-    compare_report = read_compare(compare_csv) if compare_csv is not None and writes_csv else None
     dump = open_dump(api_info, data_dir)
+    compare_report = None
+    if compare_csv is not None and writes_csv:  # streamed: only the rows of this dump's calls are kept
+        compare_report = read_compare(compare_csv, calls=frozenset(call.full_name for call in dump.calls))
     use_random = (not dump.has_tensors) if random_data is None else bool(random_data)
     if not use_random and not dump.has_tensors:
         raise ParameterError("random_data", random_data, "must be True (or None) for {}: it holds statistics only, "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ptdbg_ascend.formats.naming import ut_api_of_row
+from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import ut_files, ut_lock
 from ptdbg_ascend.precheck.compare_link import CompareLink, CompareReport, link_failure, times_allowed
@@ -65,7 +66,16 @@ class RunUtOutcome:
         return self.counts.get(col.ERROR, 0) > 0
 
     def summary(self) -> str:
-        """The one-screen summary: counts, then the failing APIs worst first with their code lines."""
+        """The one-screen summary: counts, then the failing APIs worst first with their code lines.
+
+        API names, code lines, messages and SKIP reasons come from the dump and the CSVs: each line of
+        :meth:`summary_lines` has its control characters escaped (``printable``), once, and the lines are
+        joined with real newlines, so an item never spills over lines and the summary never glues them."""
+        return "\n".join(printable(line) for line in self.summary_lines())
+
+    def summary_lines(self) -> List[str]:
+        """The lines of :meth:`summary` as they are, before escaping (a subclass adds its own here, so that
+        escaping happens once, line by line, in ``summary``)."""
         total = sum(self.counts.values())
         rate = self.apis_run / self.seconds if self.seconds > 0 else float("nan")
         lines = ["run_ut: {} APIs: {} pass, {} warning, {} error, {} SKIP{} ({} run now in {:.1f} s, {:.1f} APIs/s{})"
@@ -97,9 +107,7 @@ class RunUtOutcome:
                 reasons[reason[:90]] = reasons.get(reason[:90], 0) + 1
             lines.append("SKIP reasons: " + "; ".join("{}x {}".format(n, r) for r, n in
                                                      sorted(reasons.items(), key=lambda item: -item[1])[:5]))
-        # API names, code lines, messages and SKIP reasons come from the dump and the CSVs: one line each,
-        # control characters escaped (printable).
-        return "\n".join(printable(line) for line in lines)
+        return lines
 
 
 # --- the rows of a run ----------------------------------------------------------------------------------
@@ -208,8 +216,15 @@ def open_results(plan: UtPlan) -> RunResults:
         lock = ut_lock.acquire(plan.result_csv_path)
         try:
             rows, details = ut_files.read_pair(plan.result_csv_path)
+            kept, run_file_lines = ut_files.verify_rows(plan.result_csv_path, rows, details)  # the run's own rows
+            if kept < len(rows):
+                logger.warning("{}: the last API, {}, has its rows but no line in the run file yet (the run stopped "
+                               "while committing it): it is run again.".format(plan.result_csv_path, rows[-1][0]))
+                rows = rows[:kept]
+                done = {row[0] for row in rows}
+                details = [row for row in details if ut_api_of_row(row[0]) in done]
             results.files = ut_files.resume_pair(plan.result_csv_path, results.resume(rows, details), details,
-                                                 lock, linked)
+                                                 lock, linked, run_file_lines)
         except BaseException:
             lock.release()
             raise

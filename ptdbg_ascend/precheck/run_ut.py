@@ -69,15 +69,19 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
         data_dir: the directory of the dump's tensor files. Default None: ``dump_tensor_data/`` beside the
             dump.json (the directory recorded inside the dump is never used).
 
-    Files: beside the CSV pair, ``accuracy_checking_run_{ts}.json`` records the dump.json's fingerprint
-    (a resume of another dump is refused) and ``.accuracy_checking_result_{ts}.csv.lock`` is locked while
-    the run writes (a second run on the same CSV is refused).
+    Files: beside the CSV pair, ``accuracy_checking_run_{ts}.jsonl`` records the dump.json's fingerprint
+    and a chain digest of each API committed (a resume of another dump, or of rows its run file does not
+    record, is refused) and ``.accuracy_checking_result_{ts}.csv.lock`` is locked while the run writes (a
+    second run on the same CSV is refused).
 
     Raises (before anything is written): ParameterError (a list name not in the wrap list, a bad
-    result_csv_path: not a regular file, of another dump, missing its run file, in use by another run;
+    result_csv_path: not a regular file, of another dump, missing its run file or with another pair's,
+    holding rows its run file does not record, in use by another run;
     error_data_path missing or not writable, random_data=False on a dump without tensors, an unknown
     device), FileFormatError (dump.json missing/corrupt/legacy pkl, tensor directory missing).
     RunInterrupted (a KeyboardInterrupt) on Ctrl-C once the CSVs are open: its ``result_csv`` resumes.
+    DumpWriteError when the CSVs cannot be written (a full disk): they end at the last whole API and the
+    message names the file and the ``-csv_path`` that resumes.
     """
     plan = plan_run(api_info, out_path=out_path, save_error_data=save_error_data, filter_same=filter_same,
                     result_csv_path=result_csv_path, white_list=white_list, black_list=black_list,

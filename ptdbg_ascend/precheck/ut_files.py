@@ -1,12 +1,14 @@
 """The files of one ``run_ut``: the result/details CSV pair (new, or resumed), written line by line, and
 the error data of failing APIs.
 
-Write order, per API: its details rows, then its result row, each followed by a flush; the result row is
-the commit mark of the API. A run killed at any moment therefore leaves (a) result rows of finished APIs
-only, (b) perhaps the details rows of the API in flight and (c) perhaps a half-written last line. Resuming
-(:func:`resume_pair`) drops a torn last line, and the details rows of APIs without a result row, so the
-resumed run appends exactly what an uninterrupted run would have written. A signal that stops the run
-(Ctrl-C, SIGTERM) is held while one API's rows are written, so an interrupted run leaves whole APIs.
+Write order, per API (``ut_commit``): its details rows, then its result row, then its run file line, each
+written through to the kernel; the result row is the commit mark of the API. A run killed at any moment
+therefore leaves (a) result rows of finished APIs only, (b) perhaps the details rows of the API in flight and
+(c) perhaps a half-written last line. Resuming (:func:`resume_pair`) drops a torn last line, and the details
+rows of APIs without a result row, so the resumed run appends exactly what an uninterrupted run would have
+written. A signal that stops the run (Ctrl-C, SIGTERM) is held while one API's rows are written, so an
+interrupted run leaves whole APIs; a write that fails (a full disk) cuts the files back to the last whole
+API and stops the run with one error naming the file and the CSV to resume.
 
 A run linked to a compare (``compare_csv``) writes the result CSV with the Compare Link column after
 1.0.4's four, each row with its cell; a resume rewrites the pair once, with or without that column as the
@@ -16,98 +18,33 @@ Cells go through :mod:`ptdbg_ascend.csv_cells`: written with a ``'`` before text
 (an API name or message from the dump starting with ``=``...), read back without it, so a resume and the
 summary see the text the run produced.
 
-Beside the pair: ``accuracy_checking_run_{tail}.json`` (``ut_identity``: which dump.json the rows belong to,
-checked on resume) and the hidden lock file ``.accuracy_checking_result_{tail}.csv.lock`` (``ut_lock``: one
+Beside the pair: ``accuracy_checking_run_{tail}.jsonl`` (``ut_identity``: which dump.json the rows belong to,
+and a chain digest of the APIs committed, appended after each API's result row; checked on resume) and the
+hidden lock file ``.accuracy_checking_result_{tail}.csv.lock`` (``ut_lock``: one
 writer at a time, held until :meth:`UtFiles.close`). A resumed CSV must be a regular file (never a link).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import os
-import signal
 import stat
 import tempfile
-import threading
-from typing import IO, Any, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend import csv_cells
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.formats.naming import ut_api_of_row
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import csv_files, ut_identity, ut_lock
+from ptdbg_ascend.precheck.ut_commit import UtFiles
 from ptdbg_ascend.fs.writes import remove_quietly, replace_file, replace_text_file, write_all
 
 RESULT_STEM = "accuracy_checking_result_"
 DETAILS_STEM = "accuracy_checking_details_"
 ERROR_DATA_STEM = "ut_error_data"
 BOM = "\ufeff"  # 1.0.4 writes its CSVs as utf-8-sig (Excel shows the Chinese titles)
-
-
-# the signals that end a run: held while one API's rows are written (delivered right after)
-_HELD_SIGNALS = frozenset(getattr(signal, name) for name in ("SIGINT", "SIGTERM") if hasattr(signal, name))
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Block Ctrl-C/SIGTERM in the main thread for the duration (no-op elsewhere or without sigmask)."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def _rows_text(rows: Iterable[Sequence[Any]]) -> str:
-    """The CSV text of ``rows``, every cell through csv_cells (no cell a spreadsheet would run)."""
-    buffer = io.StringIO(newline="")
-    csv_cells.writer(buffer).writerows(rows)
-    return buffer.getvalue()
-
-
-class UtFiles(object):
-    """The open result/details pair; :meth:`write_api` appends one API and flushes; :meth:`close`
-    closes both and releases the run's lock (``lock``, a ``ut_lock.RunLock``; None: not locked)."""
-
-    def __init__(self, result_path: str, result: IO[str], details_path: str, details: IO[str], tail: str,
-                 lock: Optional[ut_lock.RunLock] = None) -> None:
-        self.result_path, self.details_path, self.tail = result_path, details_path, tail
-        self.identity_path = ut_identity.path_of(result_path, RESULT_STEM)
-        self._result, self._details = result, details
-        self.lock = lock
-
-    def write_api(self, result_row: Sequence[Any], detail_rows: Iterable[Sequence[Any]]) -> None:
-        details, result = _rows_text(detail_rows), _rows_text([result_row])
-        with _signals_held():  # the details rows, then the result row (the commit mark), as one
-            self._details.write(details)
-            self._details.flush()
-            self._result.write(result)
-            self._result.flush()
-
-    def close(self) -> None:
-        try:
-            self._result.close()
-            self._details.close()
-        finally:
-            if self.lock is not None:
-                self.lock.release()
-
-    def remove(self) -> None:
-        """Close and delete a fresh pair that holds no API, with its run file and lock file (removed while
-        still locked: with the CSVs gone there is nothing left for another run to take)."""
-        self._result.close()
-        self._details.close()
-        paths = [self.result_path, self.details_path, self.identity_path]
-        if self.lock is not None and self.lock.held:
-            paths.append(self.lock.path)
-        for path in paths:
-            remove_quietly(path)
-        self.close()
 
 
 def result_header(linked: bool) -> List[str]:
@@ -118,24 +55,49 @@ def result_header(linked: bool) -> List[str]:
 def new_pair(out_dir: str, identity: Optional[ut_identity.RunIdentity] = None, linked: bool = False) -> UtFiles:
     """Claim ``accuracy_checking_result_{ts}.csv`` + ``accuracy_checking_details_{ts}.csv`` (same tail,
     ``_1``... when taken, created with O_EXCL), take their lock, write the header lines and the run file
-    ``accuracy_checking_run_{ts}.json`` of ``identity`` (None: no run file; such a pair cannot be resumed).
+    ``accuracy_checking_run_{ts}.jsonl`` of ``identity`` (None: no run file; such a pair cannot be resumed).
     ``linked`` (default False): the result CSV has the Compare Link column (each result row then carries
-    its cell)."""
-    result_path, result, details_path, details = csv_files.claim_pair(out_dir, RESULT_STEM, DETAILS_STEM)
-    tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
-    files = UtFiles(result_path, result, details_path, details, tail)
+    its cell). A write that fails (a full disk) removes what was made: DumpWriteError naming the file."""
     try:
-        files.lock = ut_lock.acquire(result_path, parameter="out_path")
-        for handle, header in ((result, result_header(linked)), (details, col.DETAIL_COLUMNS)):
-            handle.write(BOM)
-            csv_cells.writer(handle).writerow(header)
-            handle.flush()
-        if identity is not None:
-            ut_identity.write(files.identity_path, identity)
-    except BaseException:
-        files.remove()
+        result_path, result, details_path, details = csv_files.claim_pair(out_dir, RESULT_STEM, DETAILS_STEM)
+    except DumpWriteError as error:
+        raise DumpWriteError("{}. Nothing was written.".format(error)) from None
+    tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
+    identity_path = ut_identity.path_of(result_path, RESULT_STEM)
+    lock: Optional[ut_lock.RunLock] = None
+    writing = result_path
+    try:
+        try:
+            lock = ut_lock.acquire(result_path, parameter="out_path")
+            for path, handle, header in ((result_path, result, result_header(linked)),
+                                         (details_path, details, col.DETAIL_COLUMNS)):
+                writing = path
+                handle.write(BOM)
+                csv_cells.writer(handle).writerow(header)
+                handle.flush()
+        finally:
+            for handle in (result, details):
+                try:
+                    handle.close()
+                except OSError:  # what the failed flush left: the files are removed below
+                    pass
+        writing = identity_path
+        chain = ut_identity.write(identity_path, identity, tail) if identity is not None else None
+        return UtFiles(result_path, details_path, tail, lock, chain, apis=0, new=True)
+    except BaseException as error:
+        for path in (result_path, details_path, identity_path):
+            remove_quietly(path)
+        if lock is not None:
+            if lock.held:
+                remove_quietly(lock.path)
+            lock.release()
+        if isinstance(error, DumpWriteError):
+            raise DumpWriteError("{}. Nothing was written: the new CSV pair is removed. Free space (or fix the "
+                                 "cause) and run again.".format(error)) from None
+        if isinstance(error, OSError):
+            raise DumpWriteError("Cannot write {}: {}. Nothing was written: the new CSV pair is removed. Free space "
+                                 "(or fix the cause) and run again.".format(writing, error)) from None
         raise
-    return files
 
 
 def details_path_of(result_csv_path: str) -> str:
@@ -184,8 +146,17 @@ def _check_regular(path: str, result_csv_path: str, allowed: str) -> None:
 
 
 def check_identity(result_csv_path: str, identity: ut_identity.RunIdentity) -> None:
-    """The run file beside ``result_csv_path`` records ``identity`` (``ut_identity.check``)."""
-    ut_identity.check(ut_identity.path_of(result_csv_path, RESULT_STEM), result_csv_path, identity)
+    """The run file beside ``result_csv_path`` was written for it and records ``identity``
+    (``ut_identity.check``; only reads its first line)."""
+    ut_identity.check(ut_identity.path_of(result_csv_path, RESULT_STEM), result_csv_path, identity, RESULT_STEM)
+
+
+def verify_rows(result_csv_path: str, results: Sequence[Sequence[str]],
+                details: Sequence[Sequence[str]]) -> Tuple[int, List[str]]:
+    """``(APIs kept, run file lines kept)``: the rows :func:`read_pair` gave are the ones the run file
+    records (``ut_identity.verify_rows``)."""
+    return ut_identity.verify_rows(ut_identity.path_of(result_csv_path, RESULT_STEM), result_csv_path, results,
+                                   details)
 
 
 def _whole_lines_text(path: str) -> str:
@@ -238,30 +209,21 @@ def read_pair(result_csv_path: str) -> Tuple[List[List[str]], List[List[str]]]:
 
 
 def resume_pair(result_csv_path: str, results: Sequence[Sequence[str]], details: Sequence[Sequence[str]],
-                lock: Optional[ut_lock.RunLock] = None, linked: bool = False) -> UtFiles:
+                lock: Optional[ut_lock.RunLock] = None, linked: bool = False,
+                run_file_lines: Sequence[str] = ()) -> UtFiles:
     """Reopen an interrupted run for appending: both CSVs are first rewritten (atomically) with the rows
-    :func:`read_pair` gave (``results`` with their Compare Link cell when ``linked``, default False).
-    ``lock``: the run's lock, already held (``ut_lock.acquire``); the files release it on close."""
+    :func:`read_pair` gave (``results`` with their Compare Link cell when ``linked``, default False), and
+    the run file with ``run_file_lines`` (those :func:`verify_rows` kept; default (): the run file is left
+    alone and not appended to). ``lock``: the run's lock, already held (``ut_lock.acquire``); the files
+    release it on close."""
     result_path, details_path = os.path.abspath(result_csv_path), details_path_of(os.path.abspath(result_csv_path))
     rewrite_csv(result_path, result_header(linked), results)
     rewrite_csv(details_path, col.DETAIL_COLUMNS, details)
     tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
-    result = _open_append(result_path)
-    try:
-        details_handle = _open_append(details_path)
-    except BaseException:
-        result.close()
-        raise
-    return UtFiles(result_path, result, details_path, details_handle, tail, lock)
-
-
-def _open_append(path: str) -> IO[str]:
-    """``path`` open for appending text, never through a link (O_NOFOLLOW)."""
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-    except OSError as error:
-        raise DumpWriteError("Cannot append to {}: {}".format(path, error)) from None
-    return os.fdopen(descriptor, "a", newline="", encoding="utf-8")
+    chain = None
+    if run_file_lines:
+        chain = ut_identity.write(ut_identity.path_of(result_path, RESULT_STEM), None, tail, run_file_lines)
+    return UtFiles(result_path, details_path, tail, lock, chain, apis=len(results), new=False)
 
 
 def rewrite_csv(path: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

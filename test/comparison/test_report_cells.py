@@ -77,6 +77,15 @@ def test_printable_escapes_every_control_character():
     assert printable(TERMINAL_ATTACK) == "\\x1b[2J\\x1b]0;owned\\x07"
 
 
+def test_printable_text_keeps_the_layout_and_escapes_the_rest():
+    from ptdbg_ascend.terminal import printable_text
+
+    text = "\tindented\r\nform\x0cfeed\u2028sep\nback\x08\x08" + TERMINAL_ATTACK + "\n"
+    assert printable_text(text) == ("\tindented\\x0d\nform\\x0cfeed\\u2028sep\nback\\x08\\x08"
+                                    "\\x1b[2J\\x1b]0;owned\\x07\n")
+    assert not [c for c in RAW_CONTROLS if c not in "\t\n" and c in printable_text("".join(RAW_CONTROLS))]
+
+
 # --- compare: the CSV and the xlsx ----------------------------------------------------------------------
 
 def hostile_pkl_pair(root):

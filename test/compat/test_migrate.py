@@ -217,3 +217,80 @@ def test_crlf_line_endings_and_tabs_are_kept():
     assert migrate_source(source).new_source == (
         "from ptdbg_ascend import *\r\ndebugger = PrecisionDebugger(config_path=\"./config.json\")\r\n"
         "if True:\r\n\tdebugger.start()\r\n\tx = 1\r\n")
+
+
+# --- what reaches the terminal ----------------------------------------------------------------------------
+
+TERMINAL_ATTACK = "\x1b[2J\x1b]0;owned\x07"
+HOSTILE_SCRIPT = (
+    "from ptdbg_ascend import *\n"
+    "seed_all()  # " + TERMINAL_ATTACK + "\n"
+    "set_dump_path('./dump/npu.pkl')  # \u202eyp.niart\n"
+    "set_dump_switch('ON')  # done\x08\x08\x08\x08PWNED\x0cpage\n"
+    "x = 1\t# a tab\r\n"
+    "set_dump_switch('OFF')\n"
+)
+
+
+def _on_terminal(*args):
+    import sys
+
+    from terminal_screen import run_on_terminal
+
+    return run_on_terminal([sys.executable, "-m", "ptdbg_ascend.cli"] + list(args))
+
+
+def test_cli_diff_shows_the_script_text_escaped_and_writes_it_exact(tmp_path):
+    """The diff of a script holding escape sequences, a bidi override, backspaces and a form feed: the
+    terminal shows them as text, one diff line per line of the file; the migrated file keeps every byte."""
+    script = tmp_path / "train.py"
+    script.write_bytes(HOSTILE_SCRIPT.encode("utf-8"))
+    shown = _on_terminal("migrate", str(script), "--write", "-o", str(tmp_path / "new.py"),
+                         "--config", str(tmp_path / "cfg.json"))
+    assert shown.returncode == 0, shown.lines
+    assert shown.controls == [], shown.lines  # nothing of the script acts on the terminal
+    diff = shown.lines[:shown.lines.index("")]
+    assert diff[0] == "--- a/train.py" and diff[1] == "+++ b/train.py"
+    assert diff[3:] == [
+        " from ptdbg_ascend import *",
+        "-seed_all()  # \\x1b[2J\\x1b]0;owned\\x07",
+        "-set_dump_path('./dump/npu.pkl')  # \\u202eyp.niart",
+        "-set_dump_switch('ON')  # done\\x08\\x08\\x08\\x08PWNED\\x0cpage",
+        '+debugger = PrecisionDebugger(config_path="{}")  # \\x1b[2J\\x1b]0;owned\\x07'.format(tmp_path / "cfg.json"),
+        "+debugger.start()  # done\\x08\\x08\\x08\\x08PWNED\\x0cpage",
+        " x = 1\t# a tab\\x0d",  # a tab kept; the file's own CR (of its CRLF line end) shown, not obeyed
+        "-set_dump_switch('OFF')",
+        "+debugger.stop()",
+    ]
+    written = (tmp_path / "new.py").read_bytes().decode("utf-8")
+    assert written == HOSTILE_SCRIPT.replace(
+        "seed_all()", 'debugger = PrecisionDebugger(config_path="{}")'.format(tmp_path / "cfg.json")).replace(
+        "set_dump_path('./dump/npu.pkl')  # \u202eyp.niart\n", "").replace(
+        "set_dump_switch('ON')", "debugger.start()").replace("set_dump_switch('OFF')", "debugger.stop()")
+
+
+def test_cli_issues_show_the_script_text_escaped(tmp_path):
+    script = tmp_path / "train.py"
+    source = ("from ptdbg_ascend import *\nset_dump_path(os.path.join('" + TERMINAL_ATTACK + "', out))\n"
+              "set_dump_switch('ON', mode='list', scope=[\n    name])\n")
+    script.write_text(source)
+    shown = _on_terminal("migrate", str(script), "--write")
+    assert shown.returncode == 1, shown.lines
+    assert shown.controls == [], shown.lines
+    assert shown.lines[:3] == [
+        "{}:2: set_dump_path(...): argument os.path.join('\\x1b[2J\\x1b]0;owned\\x07', out) is not a literal, so "
+        "the config cannot be computed from it (cannot rewrite)".format(script),
+        "{}:3: set_dump_switch(...): argument [\\x0a    name] is not a literal, so the config cannot be computed "
+        "from it (cannot rewrite)".format(script),  # one issue, one line
+        "Nothing was written: fix or rewrite these lines by hand, then run ptdbg migrate again."]
+    assert script.read_text() == source
+
+
+def test_migrate_file_keeps_crlf_line_ends_byte_for_byte(tmp_path):
+    """A Windows script: its CRLF line ends (and a lone CR inside a comment) are kept in the file written."""
+    script = tmp_path / "train.py"
+    source = b"from ptdbg_ascend import *\r\nseed_all()\r\nif True:\r\n\tset_dump_switch('ON')\r\n\tx = 1  # a\r\n"
+    script.write_bytes(source)
+    migrate_file(str(script), write=True)
+    assert script.read_bytes() == (b"from ptdbg_ascend import *\r\ndebugger = PrecisionDebugger(config_path="
+                                   b"\"./config.json\")\r\nif True:\r\n\tdebugger.start()\r\n\tx = 1  # a\r\n")

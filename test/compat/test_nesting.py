@@ -29,6 +29,25 @@ DEEP = {
     "adjacent strings": "x = (" + "'a' " * 3000 + ")\n",
     "f-string field": "x = f'{" + "-" * 3000 + "1}'\n",
     "elif chain": "if a:\n    pass\n" + "elif a:\n    pass\n" * 3000,
+    # constructs that go on across a comma (before: a comma reset the count, and libcst crashed at ~3170)
+    "lambda with parameters": "x = " + "lambda a, b: " * 5000 + "1\n",
+    "lambda with a default and stars": "x = " + "lambda x=0, *y, **z: " * 6000 + "1\n",
+    "lambda in a dict value": "x = {1: " + "lambda a, b: " * 5000 + "1}\n",
+    "lambda as an annotation": "x: " + "lambda a, b: " * 5000 + "1 = 1\n",
+    "comprehension with tuple targets": "x = [a " + "for a, b in c " * 3000 + "]\n",
+    # inside an f-string's replacement field (Python < 3.12 keeps the f-string in one token)
+    "f-string field calls": "x = f'{x" + "()" * 3000 + "}'\n",
+    "f-string field subscripts": "x = f'{x" + "[0]" * 3000 + "}'\n",
+    "f-string field adjacent strings": "x = f'{" + '"a" ' * 3000 + "}'\n",
+    "adjacent f-strings": "x = (" + "f'a' " * 3000 + ")\n",
+}
+# case patterns: libcst's parser takes time exponential in their nesting (a mapping pattern 11 deep: 23 s)
+DEEP_PATTERNS = {
+    "mapping": "match x:\n    case " + "{1: " * 14 + "a" + "}" * 14 + ":\n        pass\n",
+    "sequence": "match x:\n    case " + "[a, " * 24 + "a" + "]" * 24 + ":\n        pass\n",
+    "group": "match x:\n    case " + "(" * 24 + "a" + ")" * 24 + ":\n        pass\n",
+    "class keyword": "match x:\n    case " + "A(x=" * 24 + "a" + ")" * 24 + ":\n        pass\n",
+    "mapping of sequences": "match x:\n    case " + "{1: [" * 8 + "a" + "]}" * 8 + " if y:\n        pass\n",
 }
 
 
@@ -47,7 +66,7 @@ def run_cli(*args, cwd):
     ("x = f(g(h(1)))\n", 6, 1),  # each call: its target and its brackets
     ("x = a.b.c()\n", 4, 1),
     ("x = 'a' 'b' 'c'\n", 2, 1),
-    ("x = f'{((a))}'\n", 3, 1),  # inside a replacement field
+    ("x = f'{((a))}'\n", 6, 1),  # inside a replacement field: the field and each of its tokens
     ("x = f'{{not a field}}'\n", 0, 0),
     ("\nif a:\n    if b:\n        x = (1)\n", 5, 4),  # two blocks (2 each) and a bracket
     ("if a:\n  pass\nelif b:\n  pass\nelif c:\n  x = 1\n", 4, 6),  # two elifs, then the block
@@ -100,6 +119,27 @@ def test_migrate_refuses_a_deep_script_with_one_line(kind, tmp_path):
     assert script.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
 
 
+@pytest.mark.parametrize("kind", sorted(DEEP_PATTERNS))
+def test_migrate_refuses_a_deeply_nested_case_pattern_at_once(kind, tmp_path):
+    """Not a crash but a hang: libcst would take minutes to hours on these few hundred bytes."""
+    pytest.importorskip("libcst")
+    script = tmp_path / "train.py"
+    script.write_text(LEGACY_CALLS + "y = 1\n" + DEEP_PATTERNS[kind])
+    before = script.read_bytes()
+    try:
+        done = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", "migrate", "--write", str(script)],
+                              cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("ptdbg migrate still ran after 60 s on a {} pattern".format(kind))
+    assert done.returncode == 2, (done.returncode, done.stderr[-500:])
+    assert done.stderr == ("ptdbg migrate: error: {}:6: a case pattern nested more than {} levels deep (each "
+                           "bracket counts one, a mapping two); libcst's parser takes time exponential in it, so "
+                           "ptdbg migrate does not parse it. Nothing was written: match the inner parts in a nested "
+                           "match statement.\n".format(script, nesting.MAX_PATTERN_NESTING))
+    assert script.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
 def test_migrate_names_the_line_of_the_deep_expression(tmp_path):
     pytest.importorskip("libcst")
     script = tmp_path / "train.py"
@@ -130,6 +170,133 @@ def test_migrate_still_rewrites_a_script_with_deep_but_allowed_nesting(tmp_path)
     done = run_cli("migrate", str(script), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "+debugger.start()" in done.stdout
+
+
+# --- what the limit lets through, libcst parses -------------------------------------------------------------
+
+# each construct that recurses in libcst's parser, grown by repeating one piece n times
+GROWING = {
+    "brackets": lambda n: "x = " + "(" * n + "1" + ")" * n + "\n",
+    "lists with commas": lambda n: "x = " + "[1, " * n + "1" + "]" * n + "\n",
+    "calls": lambda n: "x = " + "f(" * n + "1" + ")" * n + "\n",
+    "keyword calls": lambda n: "x = " + "f(a=" * n + "1" + ")" * n + "\n",
+    "call chain": lambda n: "x = f" + "(a, b)" * n + "\n",
+    "subscript chain": lambda n: "x = y" + "[a, b]" * n + "\n",
+    "attributes": lambda n: "x = y" + ".a" * n + "\n",
+    "not": lambda n: "x = " + "not " * n + "1\n",
+    "unary": lambda n: "x = " + "-+~" * n + "1\n",
+    "operators": lambda n: "x = " + "1 + " * n + "1\n",
+    "power": lambda n: "x = " + "2 ** " * n + "2\n",
+    "lambda": lambda n: "x = " + "lambda: " * n + "1\n",
+    "lambda with parameters": lambda n: "x = " + "lambda a, b: " * n + "1\n",
+    "lambda with a default and stars": lambda n: "x = " + "lambda x=0, *y, **z: " * n + "1\n",
+    "lambda defaults": lambda n: "x = " + "lambda x=" * n + "0" + ": 0" * n + "\n",
+    "lambda in a dict value": lambda n: "x = {1: " + "lambda a, b: " * n + "1}\n",
+    "lambda then conditional": lambda n: "x = " + "lambda a, b: a if b else " * n + "1\n",
+    "conditional": lambda n: "x = " + "1 if y else " * n + "1\n",
+    "walrus": lambda n: "x = " + "(a := " * n + "1" + ")" * n + "\n",
+    "adjacent strings": lambda n: "x = (" + "'a' " * n + ")\n",
+    "adjacent f-strings": lambda n: "x = (" + "f'a' " * n + ")\n",
+    "comprehension clauses": lambda n: "x = [a " + "for a in c " * n + "]\n",
+    "comprehension tuple targets": lambda n: "x = [a " + "for a, b in c " * n + "]\n",
+    "comprehension conditions": lambda n: "x = [a for a in b " + "if c " * n + "]\n",
+    "f-string field calls": lambda n: "x = f'{x" + "()" * n + "}'\n",
+    "f-string field subscripts": lambda n: "x = f'{x" + "[0]" * n + "}'\n",
+    "f-string field attributes": lambda n: "x = f'{x" + ".a" * n + "}'\n",
+    "f-string field adjacent strings": lambda n: "x = f'{" + '"a" ' * n + "}'\n",
+    "f-string field lambdas": lambda n: "x = f'{(" + "lambda a, b: " * n + "1)}'\n",
+    "dotted import": lambda n: "import a" + ".a" * n + "\n",
+    "elif chain": lambda n: "if a:\n    pass\n" + "elif a:\n    pass\n" * n,
+    "class pattern": lambda n: "match x:\n    case " + "A(" * n + ")" * n + ":\n        pass\n",
+}
+PATTERNS = {
+    "mapping pattern": lambda n: "match x:\n    case " + "{1: " * n + "a" + "}" * n + ":\n        pass\n",
+    "sequence pattern": lambda n: "match x:\n    case " + "[a, " * n + "a" + "]" * n + ":\n        pass\n",
+    "group pattern": lambda n: "match x:\n    case " + "(" * n + "a" + ")" * n + ":\n        pass\n",
+    "tuple pattern": lambda n: "match x:\n    case " + "(a, " * n + "a" + ")" * n + ":\n        pass\n",
+    "class keyword pattern": lambda n: "match x:\n    case " + "A(x=" * n + "a" + ")" * n + ":\n        pass\n",
+    "mapping of sequences": lambda n: "match x:\n    case " + "{1: [" * n + "a" + "]}" * n + ":\n        pass\n",
+    "mapping of classes": lambda n: "match x:\n    case " + "{1: A(x=" * n + "a" + ")}" * n + ":\n        pass\n",
+}
+GROWN_CAP = 8000  # beyond every crash measured (about 3170 for a lambda, the first to crash when uncounted)
+PARSE_ALL = """
+import sys, time, libcst
+for path in sys.argv[1:]:
+    print(path, flush=True)
+    started = time.time()
+    try:
+        libcst.parse_module(open(path, encoding="utf-8").read())
+    except (libcst.ParserSyntaxError, RecursionError) as error:  # a clear error is fine: not a crash, not a hang
+        print("  refused:", type(error).__name__, flush=True)
+    print("  {:.2f} s".format(time.time() - started), flush=True)
+"""
+
+
+def deepest_accepted(grow, fits):
+    """The largest n (up to GROWN_CAP) for which ``fits(grow(n))``: what the limit lets through."""
+    if fits(grow(GROWN_CAP)):
+        return GROWN_CAP
+    low, high = 1, GROWN_CAP  # fits(grow(low)), not fits(grow(high))
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(grow(middle)) else (low, middle)
+    return low
+
+
+def accepted(source):
+    try:
+        nesting.measure(source, limit=nesting.MAX_NESTING, pattern_limit=nesting.MAX_PATTERN_NESTING)
+    except (nesting.TooDeep, SyntaxError, __import__("tokenize").TokenError):
+        return False
+    return True
+
+
+def test_the_deepest_script_the_limits_accept_parses_in_libcst_without_crash_or_hang(tmp_path):
+    """For every construct that recurses in libcst's parser, the deepest script the limits let through:
+    libcst parses it (or refuses it with an exception) in one child process that must neither die
+    (SIGSEGV: a construct the measure undercounts) nor take more than a few seconds per script."""
+    pytest.importorskip("libcst")
+    paths = []
+    for number, (kind, grow) in enumerate(sorted(dict(GROWING, **PATTERNS).items())):
+        n = deepest_accepted(grow, accepted)
+        assert n < GROWN_CAP, "{}: {} pieces are still accepted".format(kind, n)
+        path = tmp_path / "{:02d}.py".format(number)
+        path.write_text(LEGACY_CALLS + grow(n))
+        paths.append((str(path), kind, n))
+    done = subprocess.run([sys.executable, "-c", PARSE_ALL] + [path for path, _, _ in paths],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=400)
+    names = {path: "{} x {}".format(kind, n) for path, kind, n in paths}
+    shown = "\n".join(names.get(line, line) for line in done.stdout.splitlines())
+    assert done.returncode == 0, "libcst died ({}) on the last one:\n{}".format(done.returncode, shown)
+    seconds = [float(line.split()[0]) for line in done.stdout.splitlines() if line.endswith(" s")]
+    assert len(seconds) == len(paths) and max(seconds) < 20, shown
+
+
+@pytest.mark.parametrize("source, depth, line", [
+    ("x = lambda a, b: lambda c, d: 1\n", 2, 1),  # the parameters' commas do not end the lambdas
+    ("x = lambda a, b=c + d: 1\n", 2, 1),
+    ("x = (lambda: 1, lambda: 2)\n", 2, 1),  # a comma after the body ends it: two siblings
+    ("x = [a for a, b in c for d, e in f]\n", 5, 1),  # the targets' commas do not end the comprehension
+    ("x = {a: b for a, b in c}\n", 3, 1),
+    ("for a, b in c:\n    x = 1\n", 2, 1),
+    ("x = f'{y()()}'\n", 6, 1),  # a field counts each of its tokens
+    ("x = f'{y:>{width}}'\n", 7, 1),  # the format spec's field too
+    ("x = (f'a' f'b' f'c')\n", 3, 1),
+])
+def test_measure_counts_what_goes_on_across_a_comma_and_inside_fields(source, depth, line):
+    assert nesting.measure(source) == (depth, line)
+
+
+@pytest.mark.parametrize("source, depth, line", [
+    ("match x:\n    case [a, (b, c)]:\n        pass\n", 2, 2),
+    ("match x:\n    case {'k': [a]} if y:\n        pass\n", 3, 2),  # a mapping counts two
+    ("match x:\n    case A(b=[c]) | {1: d}:\n        pass\n", 2, 2),
+    ("case = {1: {2: {3: [4]}}}\n", 0, 0),  # an assignment to a name case: no pattern
+    ("case[{1: {2: 3}}] = lambda: 0\n", 0, 0),
+    ("match x:\n    case 1: y = [[[[[1]]]]]\n", 0, 0),  # the body after the colon is not the pattern
+])
+def test_measure_patterns_weighs_each_bracket_of_a_case_pattern(source, depth, line):
+    assert nesting.measure_patterns(source) == (depth, line)
 
 
 # --- ptdbg export-config --------------------------------------------------------------------------------------

@@ -147,21 +147,27 @@ def test_msprobe_names_absent_and_position_before_after(tmp_path):
 
 
 def test_legacy_names_accuracy_column_and_advisor_suspect(tmp_path):
-    """A tensor-mode CSV judged by ``Accuracy Reached or Not`` only, with an advisor file naming a suspect
-    after the failing API: the API runs before the suspect."""
+    """A tensor-mode CSV judged by ``Accuracy Reached or Not`` only, with a finding file naming the first
+    failing row's call as the suspect: an API before it (failing in run_ut, passing here) runs before it."""
     path = write_csv(tmp_path / "compare_result_x_20240101000000.csv", [
         ["NPU Name", "Accuracy Reached or Not", "Err_message"],
         ["Tensor___add___1_forward_input.0", "Yes", ""],
-        ["Tensor___add___1_forward_output", "No", ""],
+        ["Tensor___add___1_forward_output", "Yes", ""],
+        ["Torch_matmul_0_forward_input.0", "Yes", ""],
         ["Torch_matmul_0_forward_output", "No", "big"],
     ])
     (tmp_path / "compare_finding_x_20240101000000.json").write_text(finding.encode(finding.Finding(
-        "Torch_matmul_0_forward_output", 3, "cause", "Torch_matmul_0_forward", "matmul", None, None, ())))
+        "Torch_matmul_0_forward_output", 5, "cause", "Torch_matmul_0_forward", "Torch_matmul", None, None, ())))
     report = compare_link.read_compare(tmp_path / "compare_result_x_20240101000000.csv")  # a PathLike too
     assert report.anchor == ("Torch.matmul.0", "forward") and report.anchor_kind == "the advisor's suspect"
+    assert report.anchor_order == 2  # its first row
     add = compare_link.link("Tensor.__add__.1", "error", " ", report)
-    assert (add.state, add.result, add.position) == ("failing", "Accuracy Reached or Not: No", "precedes")
-    assert add.cell() == "failing: Accuracy Reached or Not: No: ; it runs before the advisor's suspect"
+    assert (add.state, add.result, add.position) == ("passing", "Accuracy Reached or Not: Yes", "precedes")
+    assert add.cell() == ("passing: inaccurate in isolation, but within tolerance in this run; it runs before the "
+                          "advisor's suspect")
+    matmul = compare_link.link("Torch.matmul.0", "error", " ", report)
+    assert (matmul.state, matmul.result, matmul.position) == ("failing", "Accuracy Reached or Not: No", "is")
+    assert matmul.cell() == "failing: Accuracy Reached or Not: No: big; it is the advisor's suspect"
 
 
 def finding_path_of(csv_path):
@@ -300,3 +306,113 @@ def test_severity_is_shown_as_times_the_allowed_error():
     assert compare_link.times_allowed(float("nan")) == "error size not measured"
 
 
+
+
+# --- a finding file that is not this CSV's -------------------------------------------------------------------
+
+def finding_of(csv_path):
+    with open(finding_path_of(csv_path), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def write_finding(csv_path, value):
+    with open(finding_path_of(csv_path), "w", encoding="utf-8") as handle:
+        handle.write(value if isinstance(value, str) else json.dumps(value))
+
+
+@pytest.fixture(scope="module")
+def sample_compare(tmp_path_factory):
+    """The README's compare: sample/legacy_train.py with and without its bfloat16 layer (another model)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, subprocess_env
+
+    root = tmp_path_factory.mktemp("sample")
+    for side, extra in (("npu", ["--bf16-layer"]), ("gpu", [])):
+        (root / side).mkdir()
+        subprocess.run([sys.executable, os.path.join(REPO, "sample", "legacy_train.py")] + extra, cwd=str(root / side),
+                       env=subprocess_env(), check=True, stdout=subprocess.DEVNULL, timeout=300)
+    os.makedirs(str(root / "out"))
+    return compare({"npu_pkl_path": str(root / "npu/ptdbg_dump_v1.0/rank0/api_stack_dump.pkl"),
+                    "bench_pkl_path": str(root / "gpu/ptdbg_dump_v1.0/rank0/api_stack_dump.pkl"),
+                    "is_print_compare_log": False}, str(root / "out"), xlsx=False)
+
+
+def test_a_finding_copied_from_another_compare_is_refused(model_dumps, planted_compare, sample_compare, tmp_path):
+    """The compare of the planted run, with the finding of another compare beside it under its name: its
+    suspect (another call, another row) must not become the anchor of the links."""
+    other = sample_compare  # another model: another first failure, another suspect (a bfloat16 linear)
+    copied = shutil.copy(planted_compare.csv_path, str(tmp_path))
+    good = finding_of(planted_compare.csv_path)
+    assert other.finding.call.startswith("Functional_linear_") and other.finding.record != good["record"]
+    moved = dict(good, record="Functional_linear_0_forward_output", line=good["line"] + 7,
+                 call="Functional_linear_0_forward")  # another run's answer: a later row, another suspect
+    out = tmp_path / "out"
+    for foreign in (moved, finding_of(other.csv_path)):
+        write_finding(copied, foreign)
+        with pytest.raises(FileFormatError) as error:
+            run_ut(model_dumps["planted"], str(out), progress=False, compare_csv=copied)
+        message = str(error.value)
+        assert message.startswith("{} is not the finding of {}: ".format(finding_path_of(copied), copied)), message
+        assert "Re-run compare to write both again" in message
+    assert "but line {} of the CSV is ".format(good["line"] + 7) in message or "first failing row" in message
+    assert not out.exists()  # refused before anything is written
+    # the finding that belongs to it is linked as before
+    write_finding(copied, good)
+    assert compare_link.read_compare(copied).anchor_name == "Functional_gelu_0_forward"
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda good: dict(good, record="Functional_gelu_0_forward_input.0"),
+     "its first failing row is Functional_gelu_0_forward_input.0 at line {line}, but line {line} of the CSV is "
+     "Functional_gelu_0_forward_output"),
+    (lambda good: dict(good, record="Functional_layer_norm_0_forward_input.0", line=2),  # the first row: it passes
+     "its first failing row is Functional_layer_norm_0_forward_input.0 at line 2, but the CSV's first failing row is "
+     "Functional_gelu_0_forward_output at line {line}"),
+    (lambda good: dict(good, line=10 ** 6), "but the CSV has rows on lines 2 to"),
+    (lambda good: dict(good, call="Functional_relu_99_forward"),
+     "its suspect Functional_relu_99_forward has no row at or before line {line} in the CSV"),
+    (lambda good: dict(good, call="Torch_softmax_3_forward"),  # a call of the run, but after the failure
+     "its suspect Torch_softmax_3_forward has no row at or before line {line} in the CSV"),
+    (lambda good: dict(good, level="warning"), "it says nothing fails, but Functional_gelu_0_forward_output fails "
+                                               "at line {line}"),
+])
+def test_a_forged_finding_is_refused_naming_what_the_csv_says(model_dumps, planted_compare, tmp_path, change,
+                                                              expected):
+    copied = shutil.copy(planted_compare.csv_path, str(tmp_path))
+    good = finding_of(planted_compare.csv_path)
+    write_finding(copied, change(good))
+    with pytest.raises(FileFormatError) as error:
+        compare_link.read_compare(copied)
+    assert expected.format(line=good["line"]) in str(error.value), str(error.value)
+
+
+def test_a_truncated_oversized_or_special_finding_is_refused(model_dumps, planted_compare, tmp_path):
+    copied = shutil.copy(planted_compare.csv_path, str(tmp_path))
+    text = json.dumps(finding_of(planted_compare.csv_path))
+    write_finding(copied, text[:len(text) // 2])  # cut short
+    with pytest.raises(FileFormatError, match=r"is not valid JSON \(cut short\?\)"):
+        compare_link.read_compare(copied)
+    write_finding(copied, text[:-1] + ", " + json.dumps({"padding": "x" * (2 * 1024 * 1024)})[1:])  # 2 MiB
+    with pytest.raises(FileFormatError, match=r"holds \d+ bytes, more than a compare finding ever does "
+                                              r"\(1048576 at most\): it is not read"):
+        compare_link.read_compare(copied)
+    os.remove(finding_path_of(copied))
+    os.mkfifo(finding_path_of(copied))  # nobody writes it: opening it blocking would hang the run
+    with pytest.raises(FileFormatError, match="does not exist \\(or is not a file\\)"):
+        compare_link.read_compare(copied)
+
+
+def test_a_compare_csv_of_one_endless_line_is_refused_without_reading_it_whole(tmp_path):
+    """A line is read up to the longest a compare CSV can hold (8 Mi characters), not to its end."""
+    from ptdbg_ascend.precheck import compare_report
+
+    path = tmp_path / "compare_result_20240101000000.csv"
+    with open(str(path), "w", encoding="utf-8") as handle:
+        handle.write("NPU Name,Result,Err_message\n")
+        handle.write("x" * (compare_report.MAX_LINE_CHARACTERS + 10))  # no newline, no comma: one endless cell
+    with pytest.raises(FileFormatError) as error:
+        compare_link.read_compare(str(path))
+    assert str(error.value) == ("{}, line 2: longer than 8388608 characters, which no compare CSV line is (its cells "
+                                "hold at most 128 KiB each); it is read no further.".format(path))

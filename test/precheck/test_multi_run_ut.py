@@ -67,7 +67,7 @@ def test_merged_csvs_equal_a_single_run_ut(model_dumps, single_clean, tmp_path):
     # the pair, the run file (the dump's fingerprint) and the hidden lock file
     assert sorted(os.listdir(str(tmp_path))) == sorted([os.path.basename(outcome.result_csv),
                                                         os.path.basename(outcome.details_csv),
-                                                        "accuracy_checking_run_" + tail[:-len(".csv")] + ".json",
+                                                        "accuracy_checking_run_" + tail[:-len(".csv")] + ".jsonl",
                                                         ".accuracy_checking_result_" + tail + ".lock"])
 
 
@@ -215,7 +215,7 @@ def test_torchrun_two_ranks_rank0_writes_the_merged_csvs(model_dumps, single_cle
     assert len(os.listdir(str(out))) == 4  # with rank 0's run file and lock file
     run_file = [name for name in os.listdir(str(out)) if name.startswith("accuracy_checking_run_")][0]
     with open(str(out / run_file), encoding="utf-8") as handle:
-        recorded = json.load(handle)["dump"]
+        recorded = json.loads(handle.readline())["dump"]
     assert recorded["sha256"] == hashlib.sha256(read_bytes(model_dumps["clean"])).hexdigest()
     result, details = (str(out / name) for name in names[::-1])  # result sorts after details
     assert read_bytes(result) == read_bytes(single_clean.result_csv)

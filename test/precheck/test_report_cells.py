@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -142,8 +144,11 @@ def test_run_ut_summary_prints_dump_text_escaped(hostile_dump, tmp_path, child_e
 
 
 def test_run_ut_resume_quotes_hostile_cells_once_and_reads_them_back(hostile_dump, tmp_path):
-    """A resume CSV passed around with formula cells: the resume rewrites them with one ``'``, treats the
-    names as the rows' own (done, counted), and a second resume does not quote them twice."""
+    """A resume CSV passed around with formula cells: rows a foreign writer appended (unquoted) are not the
+    run's own, so run_ut refuses to resume it; the pair's rewrite itself (read_pair, resume_pair) reads the
+    cells back as the text they stand for and quotes them once, however often it is done."""
+    from ptdbg_ascend.errors import ParameterError
+    from ptdbg_ascend.precheck import ut_files
     from ptdbg_ascend.precheck.run_ut import run_ut
 
     first = run_ut(hostile_dump, str(tmp_path / "out"), progress=False, dumped_outputs=True,
@@ -152,12 +157,16 @@ def test_run_ut_resume_quotes_hostile_cells_once_and_reads_them_back(hostile_dum
         writer = csv.writer(handle)
         for name in DANGEROUS:
             writer.writerow([name, "SKIP", "SKIP", name])
+    before = open(first.result_csv, "rb").read()
+    with pytest.raises(ParameterError, match=r"APIs 2 to 7 of the result CSV \(=HYPERLINK\(.* are not recorded in "
+                                             r"its run file"):
+        run_ut(hostile_dump, progress=False, dumped_outputs=True, result_csv_path=first.result_csv,
+               white_list=["relu"])
+    assert open(first.result_csv, "rb").read() == before
     for _ in range(2):
-        resumed = run_ut(hostile_dump, progress=False, dumped_outputs=True, result_csv_path=first.result_csv,
-                         white_list=["relu"])
-        assert resumed.apis_run == 0 and resumed.apis_resumed == 7
-        assert resumed.counts == {"error": 1, "SKIP": 6}
-        assert resumed.skipped == list(zip(DANGEROUS, DANGEROUS))  # read back as written, without the quote
+        results, details = ut_files.read_pair(first.result_csv)
+        assert results[1:] == [[name, "SKIP", "SKIP", name] for name in DANGEROUS]  # as written, without a quote
+        ut_files.resume_pair(first.result_csv, results, details).close()
         rows = read_rows(first.result_csv)
         assert [row[col.RESULT_API_NAME] for row in rows] == ["Functional.relu.0"] + ["'" + name for name in DANGEROUS]
         assert [row[col.MESSAGE] for row in rows][1:] == ["'" + name for name in DANGEROUS]
@@ -172,6 +181,13 @@ def test_multi_run_ut_summary_prints_dump_text_escaped(hostile_dump, tmp_path):
     summary = outcome.summary()
     assert not [c for c in RAW_CONTROLS if c in summary], summary
     assert summary.startswith("multi_run_ut: 2 APIs: 0 pass, 0 warning, 1 error, 1 SKIP")
+    # one item per line: the summary's own line ends stay line ends (not the escape of one)
+    lines = summary.split("\n")
+    assert "\\x0a" not in summary, summary
+    assert lines[1:3] == ["  result:  " + outcome.result_csv, "  details: " + outcome.details_csv]
+    assert lines[3] == "Failing APIs, worst first (by error size; 1x = at the error threshold of the dtype):"
+    assert re.match(r"  2 workers \(forkserver, ready after \d+\.\d s\); peak RSS: parent \d+ MiB, one worker "
+                    r"\d+ MiB$", lines[-1]), lines
     assert "/work/train\\x1b[2J\\x1b]0;owned\\x07.py:42  x = relu(x)\\x0drm -rf ~" in summary
     assert "SKIP reasons: 1x Functional.re\\x1b[2J\\x1b]0;owned\\x07lu" in summary
     # a call that killed its worker, named as the dump names it
@@ -179,6 +195,32 @@ def test_multi_run_ut_summary_prints_dump_text_escaped(hostile_dump, tmp_path):
     crashed = dataclasses.replace(outcome, crashed=[("Functional.re" + TERMINAL_ATTACK + "lu.0", "SIGKILL")]).summary()
     assert crashed.endswith("\n  error   Functional.re\\x1b[2J\\x1b]0;owned\\x07lu.0: killed its worker on both "
                             "attempts (SIGKILL); not judged")
+
+
+def test_cli_multi_run_ut_summary_shows_one_item_per_line_on_a_terminal(hostile_dump, tmp_path, child_env):
+    """What a terminal shows of ``ptdbg multi-run-ut``: the summary as lines, the dump's escapes as text."""
+    from terminal_screen import run_on_terminal
+
+    out = tmp_path / "out"
+    shown = run_on_terminal([sys.executable, "-m", "ptdbg_ascend.cli", "multi-run-ut", "-api_info", hostile_dump,
+                             "-o", str(out), "-n", "2", "--no-progress", "--dumped-outputs"], env=child_env)
+    assert shown.returncode == 1, shown.lines
+    assert shown.controls == [], shown.lines  # nothing from the dump acts on the terminal
+    first = next(i for i, line in enumerate(shown.lines) if line.startswith("multi_run_ut: 2 APIs: "))
+    summary = shown.lines[first:]
+    assert not [line for line in summary if "\\x0a" in line], summary
+    (result,) = [name for name in os.listdir(str(out)) if name.startswith("accuracy_checking_result_")]
+    assert summary[0].startswith("multi_run_ut: 2 APIs: 0 pass, 0 warning, 1 error, 1 SKIP (2 run now in ")
+    assert summary[1] == "  result:  " + str(out / result)
+    assert summary[2] == "  details: " + str(out / result.replace("_result_", "_details_"))
+    assert summary[3] == "Failing APIs, worst first (by error size; 1x = at the error threshold of the dtype):"
+    assert summary[4].startswith("  error   Functional.relu.0  forward error / backward -  ")
+    assert summary[5] == ("          /work/train\\x1b[2J\\x1b]0;owned\\x07.py:42  x = relu(x)\\x0drm -rf ~ "
+                          "\\x1b[2J\\x1b]0;owned\\x07")
+    assert summary[6].startswith("SKIP reasons: 1x Functional.re\\x1b[2J\\x1b]0;owned\\x07lu")
+    assert re.match(r"  2 workers \(forkserver, ready after \d+\.\d s\); peak RSS: parent \d+ MiB, one worker "
+                    r"\d+ MiB$", summary[7]), summary
+    assert summary[8:] == [""]  # the last line end, then nothing
 
 
 def test_compare_link_column_rewrite_keeps_hostile_cells_quoted_once(hostile_dump, tmp_path):

@@ -38,7 +38,7 @@ def read_bytes(path):
 
 def run_file_of(result_csv):
     directory, name = os.path.split(result_csv)
-    return os.path.join(directory, "accuracy_checking_run_" + name[len("accuracy_checking_result_"):-4] + ".json")
+    return os.path.join(directory, "accuracy_checking_run_" + name[len("accuracy_checking_result_"):-4] + ".jsonl")
 
 
 def partial_run(dump, directory, white_list=SHORT, keep=2):
@@ -54,12 +54,27 @@ def partial_run(dump, directory, white_list=SHORT, keep=2):
 
 def test_a_new_pair_records_the_dump_fingerprint(model_dumps, tmp_path):
     outcome = run_ut(model_dumps["clean"], str(tmp_path), progress=False, white_list=SHORT, seed=7)
-    record = json.loads(open(run_file_of(outcome.result_csv)).read())
+    with open(run_file_of(outcome.result_csv), encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
+    record = json.loads(lines[0])
     data = read_bytes(model_dumps["clean"])
-    assert record["format"] == "ptdbg_ascend run_ut run" and record["version"] == 1
+    assert record["format"] == "ptdbg_ascend run_ut run" and record["version"] == 2
     assert record["dump"] == {"path": os.path.abspath(model_dumps["clean"]), "size": len(data),
                               "sha256": hashlib.sha256(data).hexdigest()}
     assert (record["inputs"], record["outputs"], record["seed"]) == ("dumped tensors", "re-run outputs", 7)
+    assert record["pair"] == os.path.basename(outcome.result_csv)[len("accuracy_checking_result_"):-len(".csv")]
+    assert len(record["nonce"]) == 32
+    # then one line per API, in the order of the result CSV, each the chain digest of its rows
+    names = [row[0] for row in read_csv(outcome.result_csv)[1:]]
+    apis = [json.loads(line) for line in lines[1:]]
+    assert [api["api"] for api in apis] == names and len(names) == 6
+    chain = hashlib.sha256(lines[0].encode("utf-8")).hexdigest()
+    details = read_csv(outcome.details_csv)[1:]
+    for api, row in zip(apis, read_csv(outcome.result_csv)[1:]):
+        rows = [d for d in details if d[0].startswith(row[0] + ".")]
+        chain = hashlib.sha256(chain.encode() + b"\n" + json.dumps([row, rows], ensure_ascii=False,
+                                                                   separators=(",", ":")).encode()).hexdigest()
+        assert api["chain"] == chain
     # the CSVs keep msprobe 1.0.4's columns: nothing of this is in them
     assert read_csv(outcome.result_csv)[0] == ["API name", "Forward Test Success", "Backward Test Success", "Message"]
 
@@ -112,7 +127,8 @@ def test_missing_or_corrupt_run_file_is_a_clear_error(model_dumps, tmp_path):
         in str(caught.value)
     assert "Start a new run" in str(caught.value)
     for bad, expected in ((b"{\"format\": ", "is not valid JSON"),
-                          (b"{\"format\": \"other\", \"version\": 1}", "is not a run_ut run file of format"),
+                          (b"", "is empty"),
+                          (b"{\"format\": \"other\", \"version\": 2}\n", "is not a run_ut run file of format"),
                           (saved.replace(b"\"size\"", b"\"sighs\""), "is not a run_ut run file of format")):
         with open(run_file, "wb") as handle:
             handle.write(bad)
@@ -131,19 +147,20 @@ def test_run_file_format_and_version_are_checked_on_load(tmp_path):
     """The run file says what it is: another format name or version is refused, naming the file and both."""
     from ptdbg_ascend.precheck import ut_identity
 
-    path = str(tmp_path / "accuracy_checking_run_1.json")
+    path = str(tmp_path / "accuracy_checking_run_1.jsonl")
     identity = ut_identity.RunIdentity("/d/dump.json", 12, "ab" * 32, "dumped tensors", "re-run outputs", 3)
-    ut_identity.write(path, identity)
-    assert ut_identity.read(path, "r.csv") == identity
+    ut_identity.write(path, identity, "1")
+    assert ut_identity.read(path, "r.csv") == ut_identity.RunIdentity("/d/dump.json", 12, "ab" * 32, "dumped tensors",
+                                                                      "re-run outputs", 3, pair="1")
     saved = json.loads(read_bytes(path))
-    for changed, found in (({"version": 2}, "format 'ptdbg_ascend run_ut run' version 2"),
-                           ({"format": "ptdbg_ascend.finding"}, "format 'ptdbg_ascend.finding' version 1")):
+    for changed, found in (({"version": 1}, "format 'ptdbg_ascend run_ut run' version 1"),
+                           ({"format": "ptdbg_ascend.finding"}, "format 'ptdbg_ascend.finding' version 2")):
         with open(path, "w") as handle:
-            json.dump(dict(saved, **changed), handle)
+            handle.write(json.dumps(dict(saved, **changed)) + "\n")
         with pytest.raises(FileFormatError) as caught:
             ut_identity.read(path, "r.csv")
         assert str(caught.value).startswith("The run file {} is not a run_ut run file of format "
-                                            "'ptdbg_ascend run_ut run' version 1 (ValueError: {})".format(path, found))
+                                            "'ptdbg_ascend run_ut run' version 2 (ValueError: {})".format(path, found))
 
 
 @pytest.mark.parametrize("field, literal, said", [
@@ -294,3 +311,93 @@ def test_torchrun_rank0_checks_the_fingerprint_too(model_dumps, tmp_path, child_
         result) in text
     assert "multi_run_ut: rank 0 could not start" in text  # rank 1 stops too, naming rank 0's reason
     assert read_bytes(result) == before
+
+
+# --- the run file belongs to these CSVs ----------------------------------------------------------------------
+
+def test_csvs_of_another_dump_under_this_runs_run_file_are_refused(model_dumps, tmp_path, child_env):
+    """The CSVs of a run of the clean dump, with the run file of a run of the planted dump put beside them
+    (renamed to their tail): the fingerprint says "planted", the rows are the clean run's. Resumed with the
+    planted dump, the two runs would be mixed in one report, exit status 0."""
+    clean = partial_run(model_dumps["clean"], tmp_path)
+    planted = partial_run(model_dumps["planted"], tmp_path)  # the same directory: another tail
+    shutil.copy(run_file_of(planted), run_file_of(clean))
+    before = read_bytes(clean), read_bytes(clean.replace("result", "details"))
+    done = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", "run-ut", "-api_info", model_dumps["planted"],
+                           "-csv_path", clean, "--no-progress", "-white_list"] + SHORT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300,
+                          env=child_env)
+    assert done.returncode == 2, (done.returncode, done.stdout[-1500:], done.stderr[-1500:])
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("ptdbg run-ut: error: Invalid result_csv_path={!r}: must be resumed with the "
+                                  "run file written with it.".format(clean)), done.stderr
+    assert "was written for accuracy_checking_result_{}".format(
+        os.path.basename(planted)[len("accuracy_checking_result_"):]) in done.stderr
+    assert (read_bytes(clean), read_bytes(clean.replace("result", "details"))) == before
+
+
+def test_a_forged_fingerprint_over_the_rows_of_another_dump_is_refused(model_dumps, tmp_path):
+    """The run file of a clean run edited to name the planted dump (its size and SHA-256): the rows were
+    checked from the clean dump, and the run file's record of them no longer matches what it claims."""
+    clean = partial_run(model_dumps["clean"], tmp_path)
+    data = read_bytes(model_dumps["planted"])
+    with open(run_file_of(clean), encoding="utf-8") as handle:
+        lines = handle.read().splitlines(True)
+    record = json.loads(lines[0])
+    record["dump"] = {"path": model_dumps["planted"], "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    with open(run_file_of(clean), "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, sort_keys=True) + "\n" + "".join(lines[1:]))
+    before = read_bytes(clean)
+    with pytest.raises(ParameterError) as caught:
+        run_ut(model_dumps["planted"], progress=False, result_csv_path=clean, white_list=SHORT)
+    message = str(caught.value)
+    assert message.startswith("Invalid result_csv_path={!r}: must be resumed with the run file written with it."
+                              .format(clean)), message
+    assert "API 1 (Functional.linear.0) of the result CSV is not the one its run file records" in message
+    assert read_bytes(clean) == before
+
+
+def test_rows_of_another_run_appended_to_a_result_csv_are_refused(model_dumps, tmp_path):
+    """Rows of a planted-dump run appended to a clean run's CSVs (another API than the ones it ran)."""
+    clean = partial_run(model_dumps["clean"], tmp_path / "clean", white_list=["linear"], keep=2)
+    planted = run_ut(model_dumps["planted"], str(tmp_path / "planted"), progress=False, white_list=["gelu"])
+    for mine, theirs in ((clean, planted.result_csv),
+                         (clean.replace("result", "details"), planted.details_csv)):
+        with open(mine, "a", encoding="utf-8", newline="") as handle:
+            csv.writer(handle).writerows(read_csv(theirs)[1:])
+    with pytest.raises(ParameterError) as caught:
+        run_ut(model_dumps["clean"], progress=False, result_csv_path=clean, white_list=["linear", "gelu"])
+    assert "API 3 (Functional.gelu.0) of the result CSV is not the one its run file records" in str(caught.value)
+    # the same CSVs and run file as they were: the 2 APIs of the clean run resume
+    rows = read_csv(clean)[:3]
+    with open(clean, "w", encoding="utf-8-sig", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    resumed = run_ut(model_dumps["clean"], progress=False, result_csv_path=clean, white_list=["linear", "gelu"])
+    assert (resumed.apis_resumed, resumed.apis_run) == (2, 4)  # the other 3 linear calls, and gelu
+
+
+@pytest.mark.parametrize("cut", ["line missing", "line torn"])
+def test_the_last_api_without_its_run_file_line_is_run_again(model_dumps, tmp_path, cut, capsys):
+    """Killed after an API's result row, before its run file line (whole or cut): that API is run again,
+    and the resumed CSVs and run file are those of an uninterrupted run."""
+    whole = run_ut(model_dumps["clean"], str(tmp_path / "whole"), progress=False, white_list=SHORT)
+    result = partial_run(model_dumps["clean"], tmp_path / "cut")
+    with open(run_file_of(result), encoding="utf-8") as handle:
+        lines = handle.read().splitlines(True)
+    kept = lines[:2] + ([lines[2][:20]] if cut == "line torn" else [])  # the first API recorded, not the second
+    with open(run_file_of(result), "w", encoding="utf-8") as handle:
+        handle.write("".join(kept))
+    capsys.readouterr()
+    resumed = run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT)
+    assert (resumed.apis_resumed, resumed.apis_run) == (1, 5)
+    assert "the last API, Torch.softmax.0, has its rows but no line in the run file yet" in capsys.readouterr().out
+    assert read_csv(result) == read_csv(whole.result_csv)
+    assert read_csv(result.replace("result", "details")) == read_csv(whole.details_csv)
+    with open(run_file_of(result), encoding="utf-8") as handle:
+        resumed_lines = handle.read().splitlines()
+    with open(run_file_of(whole.result_csv), encoding="utf-8") as handle:
+        whole_lines = handle.read().splitlines()
+    assert resumed_lines[0] == lines[0].rstrip("\n") and len(resumed_lines) == 7
+    assert [json.loads(line)["api"] for line in resumed_lines[1:]] == [json.loads(line)["api"] for line in whole_lines[1:]]
+    # and it resumes again, every API recorded: nothing to run
+    assert run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT).apis_run == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -253,3 +254,78 @@ def test_read_only_error_data_path_is_refused_before_any_csv(model_dumps, tmp_pa
                      "Read-only file system. (error_data_path not given: the output directory is used)\n"
                      .format(str(read_only_dir)))
     assert os.listdir(str(read_only_dir)) == []
+
+
+# --- a disk that fills during the run -----------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 48 KiB tmpfs: the CSVs and run file of the reference model's 190 APIs take about 95 KB."""
+    path = tmp_path / "small"
+    path.mkdir()
+    yield tmpfs.mount(path, "size=48k")
+    tmpfs.unmount(path)
+
+
+@pytest.mark.parametrize("command", ["run-ut", "multi-run-ut"])
+def test_a_full_disk_stops_with_one_line_naming_the_file_and_what_was_kept(model_dumps, tmp_path, small_disk,
+                                                                           child_env, command):
+    """No space left in -o during the run: one line naming the file that could not be written, how many
+    APIs the CSVs hold and how to resume; the CSVs end at the last whole API (no torn line); once there is
+    space again, -csv_path finishes them as an uninterrupted run would have written them."""
+    whole = run_ut(model_dumps["clean"], str(tmp_path / "whole"), progress=False)
+    extra = ["-n", "1"] if command == "multi-run-ut" else []
+    done = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", command, "-api_info", model_dumps["clean"],
+                           "-o", str(small_disk), "--no-progress"] + extra, env=child_env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.count("\n") == 1, done.stderr
+    (result,) = result_csvs(small_disk)
+    details = result.replace("_result_", "_details_")
+    kept = len(read_csv(result)) - 1
+    assert 0 < kept < 190
+    assert re.match(r"ptdbg {}: error: Cannot write {}: \[Errno 28\] No space left on device\. The result CSV {} holds "
+                    r"the {} APIs? finished before it \(their details rows too; nothing of [^ ]+ was kept\)\. Free "
+                    r"space \(or fix the cause\), then resume with -csv_path {}\n$".format(
+                        command, "({}|{}|{})".format(re.escape(result), re.escape(details),
+                                                     re.escape(result[:-len(".csv")].replace("_result_", "_run_")
+                                                               + ".jsonl")),
+                        re.escape(result), kept, re.escape(result)), done.stderr), done.stderr
+    # the files end at a whole API: every line complete, the details rows of exactly the kept APIs
+    for path in (result, details):
+        with open(path, "rb") as handle:
+            assert handle.read().endswith(b"\n"), path
+    names = [row[0] for row in read_csv(result)[1:]]
+    assert {row[0].split(".forward")[0].split(".backward")[0] for row in read_csv(details)[1:]} <= set(names)
+    assert read_csv(result)[1:] == read_csv(whole.result_csv)[1:1 + kept]
+    assert read_csv(details) == read_csv(whole.details_csv)[:len(read_csv(details))]
+    subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
+    resumed = run_ut(model_dumps["clean"], progress=False, result_csv_path=result)
+    assert (resumed.apis_resumed, resumed.apis_run) == (kept, 190 - kept)
+    assert read_csv(result) == read_csv(whole.result_csv)
+    assert read_csv(details) == read_csv(whole.details_csv)
+
+
+def test_a_full_disk_before_the_first_api_leaves_no_pair(model_dumps, tmp_path, child_env):
+    path = tmp_path / "tiny"
+    path.mkdir()
+    tmpfs.mount(path, "size=4k")
+    try:
+        descriptor = os.open(str(path / "filler"), os.O_WRONLY | os.O_CREAT)
+        try:  # fill it: not a page left
+            while True:
+                os.write(descriptor, b"x" * 1024)
+        except OSError:
+            pass
+        finally:
+            os.close(descriptor)
+        done = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", "run-ut", "-api_info", model_dumps["clean"],
+                               "-o", str(path), "--no-progress"], env=child_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("ptdbg run-ut: error: Cannot write ") and "No space left on device" in done.stderr
+        assert "Nothing was written: the new CSV pair is removed." in done.stderr, done.stderr
+        assert sorted(os.listdir(str(path))) == ["filler"]
+    finally:
+        tmpfs.unmount(path)
