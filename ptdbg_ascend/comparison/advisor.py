@@ -12,11 +12,10 @@ import math
 from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from ptdbg_ascend.comparison import api_classes, modules
+from ptdbg_ascend.comparison import modules, next_steps
 from ptdbg_ascend.comparison.advice import Advice
 from ptdbg_ascend.comparison.outcome import Counts
-from ptdbg_ascend.comparison.precision import (MATMUL_CLASS, Reduced, carried_inputs, explained_by_inputs,
-                                              reduced_precision_root)
+from ptdbg_ascend.comparison.precision import Reduced, carried_inputs, explained_by_inputs, reduced_precision_root
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, call_user_line, user_line
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
@@ -26,42 +25,9 @@ from ptdbg_ascend.log import logger
 
 FP16_MAX = 65504.0
 ALL_REACHED = "All data in comparison result meets the accuracy requirements."
-# APIs whose CPU/GPU/NPU kernels may be non-deterministic (atomics, algorithm choice): only for these,
-# and only for a small error, is seed_all(mode=True) worth suggesting.
-UNCERTAIN_APIS = ("conv1d", "conv2d", "conv3d", "conv_transpose", "matmul", "bmm", "addmm", "linear", "nll_loss",
-                  "layer_norm", "lstm", "embedding", "scatter_add", "index_add", "interpolate")
 # Calls that change a dtype: shown first among the one-sided calls.
 CASTS = ("_to_", "_type_", "_float_", "_half_", "_bfloat16_", "_double_", "_to_copy_", "_npu_format_cast_")
 ONE_SIDED_SHOWN = 8
-REDUCED_HINT = "Check whether the NPU computes it in a reduced mode (HF32: torch.npu.matmul.allow_hf32 / " \
-    "torch.npu.conv.allow_hf32; TF32 on CUDA: torch.backends.cuda.matmul.allow_tf32 / torch.backends.cudnn." \
-    "allow_tf32): turn the mode off to confirm, or accept the difference."
-# What to check next, by what the suspect call computes (api_classes.advice_group).
-NEXT_STEP = {
-    "matmul": "Check its NPU kernel for this shape and dtype (the accumulation dtype, a fused or transposed "
-              "variant); the npy files of this call let you re-run it alone.",
-    "elementwise": "Check its NPU kernel (the dtype it computes in inside, an approximation such as a fast gelu or "
-                   "an inexact exp); the npy files of this call let you re-run it alone.",
-    "layout": "A call that only moves, selects or casts values changed them: check the indices, the target dtype "
-              "and any in-place write to its input.",
-    "reduction": "Check the dtype it accumulates in and its reduced dimensions; the npy files of this call let "
-                 "you re-run it alone.",
-    "normalization": "Check its eps, the dtype its mean and variance are computed in, and its weight and bias; "
-                     "the npy files of this call let you re-run it alone.",
-    "communication": "A collective carries every rank's values: compare the other ranks' dumps at this call to "
-                     "find the rank where the difference starts.",
-    "optimizer": "Check the optimizer's hyper-parameters on both sides (lr, betas, eps, weight decay, the step "
-                 "count) and the dtype of its states.",
-    "other": "Check its implementation on NPU (kernel, fused operator, dtype inside); the npy files of this call "
-             "let you re-run it alone.",
-}
-
-
-def _next_step(call: CallRecord) -> str:
-    prefix, _, api = split_call_name(call.name).api.partition("_")
-    return NEXT_STEP[api_classes.advice_group(api_classes.api_class(prefix, api))]
-
-
 def _precision(records: Sequence[TensorRecord]) -> Optional[str]:
     return call_precision(record.dtype for record in records)
 
@@ -247,7 +213,8 @@ def diagnose(rows: Sequence[CompareRow], counts: Counts, failing: Optional[int])
         # Nothing fails, but a call computes below its dtype's precision: a warning-level finding.
         warning = _reduced_finding(rows, reduced)
         logger.warning("Reduced precision: {}".format(reduced.text()))
-        body.append("Warning: {}. Nothing fails because of it here. {}".format(reduced.text(), _reduced_hint(reduced)))
+        body.append("Warning: {}. Nothing fails because of it here. {}".format(reduced.text(),
+                                                                             next_steps.reduced_hint(reduced)))
         if warning.user_line:
             body.append("Code: {}".format(warning.user_line))
         return Advice("NA", "NA", verdict, tuple(body), warning), warning
@@ -308,24 +275,25 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                           "precision's round-off and its inputs explain. {} Computing it in the bench's dtype tells "
                           "whether its lower precision is the reason.".format(
                               call.name, _precision(call.records), _precision(row.pair.bench_call.records),
-                              _next_step(call)))
+                              next_steps.next_step(call)))
         elif root is not None and root.call is call:
             reduced_label = root.label
-            advice.append("{}. {}".format(root.text(), _reduced_hint(root)))
+            advice.append("{}. {}".format(root.text(), next_steps.reduced_hint(root)))
         elif root is not None and explained_by_inputs(row, inputs) is not None:
             # The failing call amplifies (subtracts, normalises) what the reduced-precision call made.
             suspect, reduced_label = root.call, root.label
             advice.append("{} fails, but {}: it passes on a difference made earlier. The difference starts at "
-                          "{}. {}".format(call.name, explained_by_inputs(row, inputs), root.text(), _reduced_hint(root)))
+                          "{}. {}".format(call.name, explained_by_inputs(row, inputs), root.text(),
+                                          next_steps.reduced_hint(root)))
         elif backward:
-            advice.append(_backward_advice(rows, call))
+            advice.append(next_steps.backward_advice(rows, call))
         else:
             advice.append("The inputs of {} are within what their precision explains, but its output is not: this "
-                          "API computes differently. {}".format(call.name, _next_step(call)))
+                          "API computes differently. {}".format(call.name, next_steps.next_step(call)))
         if unjudged:
             advice.append("Not every input could be judged ({}), so an input difference is not ruled out."
                           .format(", ".join(unjudged[:3])))
-        if _nondeterminism_evidence(row, inputs, mismatch, reduced_label):
+        if next_steps.nondeterminism_evidence(row, inputs, mismatch, reduced_label):
             advice.append("Its inputs are identical on both sides and its output differs a little: a different "
                           "kernel, or a non-deterministic one ({}). If both dumps come from the same kind of device, "
                           "enable deterministic computing with seed_all(mode=True) and dump again.".format(
@@ -342,7 +310,7 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
         elif root is not None:
             kind, suspect, reduced_label = CAUSE, root.call, root.label
             advice.append("This input already differs; the difference starts at {}, and the calls after it carry "
-                          "it on. {}".format(root.text(), _reduced_hint(root)))
+                          "it on. {}".format(root.text(), next_steps.reduced_hint(root)))
         elif producer is not None:
             kind = PROPAGATION
             made_by = rows[producer].pair.npu_call
@@ -380,61 +348,6 @@ def _analyse(rows: Sequence[CompareRow], failing: int) -> Tuple[Finding, str]:
                       dtype_mismatch=mismatch_text, one_sided=tuple(one_sided[:ONE_SIDED_SHOWN]),
                       precision=reduced_label)
     return finding, "\n".join(advice)
-
-
-def _reduced_hint(root: Reduced) -> str:
-    """The next step for a call computing below its dtype's precision: the HF32/TF32 switches for a
-    convolution or matrix product, the kernel's inner dtype for anything else."""
-    if api_of(root.call.name) in MATMUL_CLASS:
-        return REDUCED_HINT
-    return "Check whether its NPU kernel computes in a lower precision inside (bfloat16 or float16 intermediate " \
-        "values): compute it in float32 to confirm, or accept the difference."
-
-
-def _backward_advice(rows: Sequence[CompareRow], call: CallRecord) -> str:
-    """Why a backward call's gradients differ, from what the dump holds of its inputs: the gradients arriving
-    at it (its own inputs) and its forward call's inputs and outputs."""
-    forward_name = call.name[: -len("backward")] + "forward"
-    arriving = [r for r in rows if r.pair.npu_call is call and r.side == "input" and not r.one_sided]
-    forward = [r for r in rows if r.pair.npu_call is not None and r.pair.npu_call.name == forward_name
-               and not r.one_sided]
-    forward_outputs = [r for r in forward if r.side == "output"]
-    if not arriving:
-        return ("Nothing arriving at {} was recorded (no gradient of its outputs is in the dump), so what reaches "
-                "it is unknown; {}. Check the gradients reaching it and its forward call's arguments that are not "
-                "tensors (a keyword such as label_smoothing or reduction is not in a legacy dump), then the backward "
-                "implementation of this API.".format(call.name, _forward_state(forward, forward_outputs)))
-    judged = "The gradients arriving at {}".format(call.name)
-    if forward:
-        judged += " and its forward inputs"
-    text = ("{} are within what their precision explains, but the gradients it computes are not: check the backward "
-            "implementation of this API (a custom autograd function, a fused kernel).".format(judged))
-    if not forward_outputs or not all(r.compared for r in forward_outputs):
-        text += " Its forward output was not compared, so a forward argument that is not a tensor (a keyword such " \
-                "as label_smoothing) may differ too."
-    return text
-
-
-def _forward_state(forward: Sequence[CompareRow], outputs: Sequence[CompareRow]) -> str:
-    if not forward:
-        return "its forward call is not in the dump either"
-    if outputs and all(r.compared and r.passed for r in outputs):
-        return "its forward call's output matched"
-    return "its forward call's output was not compared"
-
-
-def _nondeterminism_evidence(row: CompareRow, inputs: Sequence[CompareRow], mismatch: Optional["DtypeMismatch"],
-                             reduced_label: Optional[str]) -> bool:
-    """Whether a small error of a possibly non-deterministic API comes with the evidence that it is one:
-    every input of the call (a backward's forward inputs too) bit-identical on both sides, in the same dtype,
-    and no dtype difference before it."""
-    api_word = api_of(row.pair.npu_call.name)
-    needed, allowed = row.judgement.needed_rtol, row.tolerance.rtol if row.tolerance else None
-    if not any(api in api_word for api in UNCERTAIN_APIS) or needed is None or allowed is None or \
-            needed >= 10 * allowed or mismatch is not None or reduced_label is not None or not inputs:
-        return False
-    return all(r.metrics is not None and r.metrics.max_abs_err == 0.0 and r.npu.dtype == r.bench.dtype
-               for r in inputs)
 
 
 def _code_line(rows: Sequence[CompareRow], call: CallRecord) -> Optional[str]:

@@ -76,7 +76,8 @@ for _name in "outer ger".split():
 _MATMUL["addr"] = Operands(1, 2, 0, "one")
 for _name in "conv1d conv2d conv3d convolution _convolution npu_conv2d npu_convolution conv_tbc".split():
     _MATMUL[_name] = Operands(0, 1, 2, "conv")
-for _name in "conv_transpose1d conv_transpose2d conv_transpose3d npu_conv_transpose2d npu_convolution_transpose".split():
+for _name in ("conv_transpose1d conv_transpose2d conv_transpose3d npu_conv_transpose2d "
+              "npu_convolution_transpose").split():
     _MATMUL[_name] = Operands(0, 1, 2, "conv_transpose")
 
 PRODUCT_OPERANDS = Operands(0, 1, None, "one")

@@ -100,11 +100,20 @@ class Divergence(NamedTuple):
 
 
 def diverging_module(rows: Sequence["CompareRow"]) -> Optional[Divergence]:
-    """The first module call (NPU side) with a failing row, and what failed inside it; None when no module
-    row fails (an L1 or legacy comparison, or nothing fails)."""
+    """The first module call (NPU side) with a failing row, or, when the first failing row is an API call's
+    (level mix: a module's output carries what its calls made, and passes when they explain it), the module
+    that call ran in; and what failed inside it. None when neither is known (an L1 or legacy comparison, or
+    nothing fails)."""
     npu_calls = _npu_calls(rows)
     module_row = next((index for index, row in enumerate(rows)
                        if row.failed and row.pair.npu_call is not None and row.pair.npu_call.module is not None), None)
+    first = next((index for index, row in enumerate(rows) if row.failed and row.pair.npu_call is not None), None)
+    if first is not None and (module_row is None or first < module_row) and rows[first].pair.npu_call.module is None:
+        holder = _module_named(npu_calls, rows[first].pair.npu_call.parent)
+        if holder is not None and (module_row is None or rows[module_row].pair.npu_call is not holder):
+            inputs = [row for row in rows if row.pair.npu_call is holder and row.side == "input"]
+            return Divergence(holder, first, "inside", bool(inputs) and all(row.passed for row in inputs),
+                              rows[first].pair.npu_call, first, (), True)
     if module_row is None:
         return None
     module = rows[module_row].pair.npu_call
@@ -139,8 +148,18 @@ def advice_lines(rows: Sequence["CompareRow"]) -> Tuple[str, ...]:
     return (DIVERGING + "{} ({})".format(found.module.module, "; ".join(_parts(found))),)
 
 
+def _module_named(calls: Sequence[CallRecord], name: Optional[str]) -> Optional[CallRecord]:
+    """The module call of dotted name ``name`` among ``calls`` (None: none, or no name)."""
+    if name is None:
+        return None
+    return next((call for call in calls if call.module == name), None)
+
+
 def _parts(found: Divergence) -> List[str]:
-    if found.side == "input":
+    if found.side == "inside":
+        how = "the first failing row is inside it: {}".format(
+            "its inputs match" if found.inputs_pass else "its inputs already differ")
+    elif found.side == "input":
         how = "first failing module: its input already differs, so the difference arose before it"
     elif found.inputs_pass:
         how = "first failing module: its inputs match, its output does not"

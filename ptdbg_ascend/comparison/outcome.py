@@ -55,7 +55,8 @@ class Counts(NamedTuple):
     @classmethod
     def of(cls, rows: Sequence[CompareRow], statistics_only: bool = False) -> "Counts":
         paired = [row for row in rows if not row.one_sided]
-        by_direction = {(side, direction): 0 for side in ("npu", "bench", "paired") for direction in (FORWARD, BACKWARD)}
+        by_direction = {(side, direction): 0 for side in ("npu", "bench", "paired")
+                        for direction in (FORWARD, BACKWARD)}
         unpaired = 0
         for row in rows:
             call = row.call

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
+from ptdbg_ascend.comparison import api_classes
 from ptdbg_ascend.comparison.records import CallRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import call_precision
@@ -55,9 +56,8 @@ GAIN = 8.0
 # An output error this many times its inputs' (relative to their spread or magnitude) is made by the call.
 AMPLIFICATION = 10.0
 # APIs that subtract or normalise: their output error is their inputs' error relative to the spread.
-AMPLIFIERS = ("batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "softmax", "log_softmax",
-              "sub", "rsub", "addcdiv", "div", "normalize", "var", "std")
-SHIFT_INVARIANT = ("softmax", "log_softmax")
+AMPLIFIERS = ("sub", "rsub", "__sub__", "__rsub__", "__isub__", "subtract", "addcdiv", "div", "__truediv__",
+              "__rtruediv__", "__div__", "true_divide", "divide")  # besides the normalisation classes
 FLOAT32 = ("torch.float32", "torch.float", "float32")
 # A rounding error is noise, uncorrelated with the values: it hardly changes the norm (| |n| - |b| | is
 # ~|n - b| / sqrt(N)), where a wrong scale (x 1.003) changes it by all of |n - b|. Above this share of the
@@ -205,6 +205,18 @@ def carried_inputs(rows: Sequence[CompareRow], call: CallRecord) -> List[Compare
             and not r.one_sided and r.compared and r.metrics is not None]
 
 
+def _kind(call_name: str) -> str:
+    prefix, _, api = split_call_name(call_name).api.partition("_")
+    return api_classes.api_class(prefix, api)
+
+
+def _amplifies(call_name: str) -> bool:
+    """Whether a call subtracts or normalises (its class, not a substring of its name: a module path such as
+    ``layers.0.sublayer`` is no ``sub``)."""
+    return _kind(call_name) in (api_classes.NORMALIZATION, api_classes.SOFTMAX, api_classes.SPREAD) or \
+        api_of(call_name).rstrip("_") in AMPLIFIERS
+
+
 def explained_by_inputs(row: CompareRow, inputs: Sequence[CompareRow]) -> Optional[str]:
     """Why the failing output ``row`` only carries its ``inputs``' error (a phrase for the advice), or None
     when the call made the error itself (or it cannot be told: summary mode, inputs without an error)."""
@@ -212,15 +224,14 @@ def explained_by_inputs(row: CompareRow, inputs: Sequence[CompareRow]) -> Option
     carrying = [r for r in inputs if r.metrics is not None and r.metrics.error_norm]
     if after is None or not carrying:
         return None
-    api = api_of(row.pair.npu_call.name)
-    if any(word in api for word in AMPLIFIERS):
+    if _amplifies(row.pair.npu_call.name):
         before = 0.0
         for r in carrying:
             rms = r.metrics.error_norm / math.sqrt(max(r.metrics.size or 1, 1))
             spread = _spread(r)
             if spread:
                 before = max(before, rms / spread)
-            if any(word in api for word in SHIFT_INVARIANT):
+            if _kind(row.pair.npu_call.name) == api_classes.SOFTMAX:  # shift-invariant: the absolute error
                 before = max(before, rms)
         if before > 0 and after <= AMPLIFICATION * before:
             return "it subtracts or normalises, and its inputs' error is {:.1e} of their spread; its output's " \

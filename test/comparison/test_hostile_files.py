@@ -162,7 +162,8 @@ def test_a_fifo_where_the_dump_lock_goes_does_not_hang_the_compare(tmp_path, fmt
     status, out = cli("compare", npu, bench, tmp_path / "out", "--no-xlsx", cwd=tmp_path, timeout=60)
     assert status == 0, out
     assert ("NPU dump {} may be incomplete: its directory holds a dump lock that cannot be read (The dump lock {} is "
-            "not a regular file; remove it.)".format(npu, os.path.join(os.path.dirname(npu), ".ptdbg.lock"))) in out
+            "not a regular file (a FIFO); remove it, or choose another dump path.)".format(
+                npu, os.path.join(os.path.dirname(npu), ".ptdbg.lock"))) in out
     status, out = cli("parse", npu, "Torch_relu_1_forward", cwd=tmp_path, timeout=60)
     assert status == 0 and "[Torch_relu_1_forward_output]" in out, out
 
@@ -254,7 +255,7 @@ def test_a_finding_file_of_1_5_gb_is_refused_unread(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=120, preexec_fn=cap)
     assert done.returncode == 0, done.stdout
-    assert ("refused: The compare finding {} holds 1500000000 bytes, more than the 67108864 bytes such a file can "
+    assert ("refused: The compare finding {} holds 1500000000 bytes, more than the 1048576 bytes such a file can "
             "hold; it is not read.".format(finding)) in done.stdout, done.stdout
 
 
@@ -289,7 +290,8 @@ def test_a_module_record_paired_with_an_api_record_does_not_crash(tmp_path, caps
         capsys.readouterr()
         status = ptdbg_main([str(arg) for arg in args] + ["--quiet", "--no-xlsx"])
         printed = capsys.readouterr()
-        assert status in (0, 1) and "Traceback" not in printed.out + printed.err, (args, printed.err)
+        # 3: incomplete (a record without a partner), never a traceback
+        assert status in (0, 1, 3) and "Traceback" not in printed.out + printed.err, (args, printed.err)
         (report,) = [name for name in os.listdir(str(tmp_path / out)) if name.endswith(".csv")]
         rows = rows_of(str(tmp_path / out / report))
         assert_good_rows_pass(rows)

@@ -433,7 +433,7 @@ def test_dump_json_call_with_a_counter_too_long_is_skipped(tmp_path, output_dir,
     rows = rows_of(compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False))
     out = capsys.readouterr().out
     shown = repr(key) if len(key) <= 255 else "{!r}... ({} characters)".format(key[:255], len(key))
-    assert "Skipped entry {} of {}: not an API call name: it holds a number of {} digits (a call counter or index " \
+    assert "Skipped entry {} of {}: not an API or module call name: it holds a number of {} digits (a call counter or index " \
            "has at most 18).".format(shown, npu["pkl"], len(counter)) in out
     assert sorted(rows) == sorted(good_arrays())
     assert_good_rows_pass(rows)

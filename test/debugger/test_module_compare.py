@@ -222,8 +222,8 @@ def test_neox_l0_pairs_module_rows_and_names_the_planted_module(runs, tmp_path):
     assert "self.dense_4h_to_h(hidden_states)" in result.row(NEOX_PLANTED_CALL + "_input.0")["NPU_Stack_Info"]
     assert not result.outcome
     assert result.outcome.finding.call == NEOX_PLANTED_CALL and result.outcome.finding.line == failing + 2
-    assert result.advice[0] == "Suspect API: {} (Cause: its inputs still match, its output does not)".format(
-        NEOX_PLANTED_CALL)
+    assert result.advice[0] == "Suspect API: {} (Cause: its output differs beyond what its precision and its inputs " \
+        "explain)".format(NEOX_PLANTED_CALL)
     assert result.advice[1].startswith("Code: ") and result.advice[1].endswith(
         "hidden_states = self.dense_4h_to_h(hidden_states)")
     assert result.advice[2].startswith("First failure: {} (CSV line {}): Relative error 1.00e-01".format(
@@ -255,8 +255,10 @@ def test_neox_mix_interleaves_apis_and_names_the_api_inside_the_module(runs, tmp
     assert [row["Result"] for row in result.rows[:failing]] == ["pass"] * failing
     assert result.rows[failing]["Result"] == "error"
     assert result.advice[0].startswith("Suspect API: {} (Input:".format(NEOX_PLANTED_API))
+    # the planted weight is what differs: the linear's output carries it and passes, so does the module's; the
+    # module named is the one the first failing row is in
     assert result.line_of("Diverging module: ") == (
-        "Diverging module: {} (first failing module: its inputs match, its output does not; first failing API "
+        "Diverging module: {} (the first failing row is inside it: its inputs match; first failing API "
         "inside it: {})".format(NEOX_PLANTED, NEOX_PLANTED_API))
     # the answer block: the module line sits before "Next step"
     assert result.advice.index(result.line_of("Diverging module: ")) < result.advice.index(
