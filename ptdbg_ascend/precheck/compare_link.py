@@ -101,15 +101,22 @@ def link(api: str, forward: str, backward: str, report: CompareReport) -> Compar
     directions = tuple(d for d, status in (("forward", forward), ("backward", backward))
                        if status in (col.ERROR, col.WARNING)) or ("forward", "backward")
     rows = [report.rows[(api, d)] for d in directions if (api, d) in report.rows]
-    inputs_failing = any(r.inputs_failing for r in rows)
     position = _position(api, directions, rows, report)
-    base = dict(directions=directions, inputs_failing=inputs_failing, position=position,
-                anchor_kind=report.anchor_kind)
+    base = dict(directions=directions, position=position, anchor_kind=report.anchor_kind)
     for state in (FAILING, PASSING, NOT_JUDGED):  # the first output row in that state, in either direction
         chosen = sorted((r.output(state) for r in rows if r.output(state) is not None), key=lambda row: row.order)
         if chosen:
-            return CompareLink(state, row=chosen[0].name, result=chosen[0].result, message=chosen[0].message, **base)
+            return CompareLink(state, row=chosen[0].name, result=chosen[0].result, message=chosen[0].message,
+                               inputs_failing=_inputs_failing(api, chosen[0].direction, report), **base)
     return CompareLink(ABSENT, **base)
+
+
+def _inputs_failing(api: str, direction: str, report: CompareReport) -> bool:
+    """Whether the inputs of the output row shown (``direction``) already fail in the compare: a forward
+    output has its forward inputs; a backward one its incoming gradients and, as a backward also reads them,
+    the forward inputs. A failing backward input says nothing about a forward output, so it is not counted."""
+    counted = ("forward",) if direction == "forward" else ("backward", "forward")
+    return any(report.rows[(api, d)].inputs_failing for d in counted if (api, d) in report.rows)
 
 
 def _position(api: str, directions: Sequence[str], rows: Sequence[DirectionRows],

@@ -137,13 +137,39 @@ def test_msprobe_names_absent_and_position_before_after(tmp_path):
                               "after the compare's first failing call")
     backward = compare_link.link("Functional.gelu.0", "pass", "warning", report)
     assert (backward.state, backward.row) == ("passing", "Functional.gelu.0.backward.output.0")
-    assert not backward.inputs_failing
+    assert backward.inputs_failing  # a backward reads its forward inputs too, and gelu's already differ
     assert compare_link.link("Functional.linear.0", "error", "pass", report).position == "is"
     absent = compare_link.link("Functional.relu.0", "error", "error", report)  # a bench-only row is not the NPU's
     assert (absent.state, absent.position, absent.cell()) == ("absent", None, "absent")
     unjudged = compare_link.link("Functional.conv2d.0", "error", " ", report)
     assert (unjudged.state, unjudged.cell()) == ("not judged", "not judged: not compared; it runs after the "
                                                                 "compare's first failing call")
+
+
+def test_inputs_failing_is_of_the_direction_shown(tmp_path):
+    """Before: any failing input row of the call, in either direction, marked its failing forward output
+    "[its inputs already differ there]": a backward incoming gradient that differs (from later calls)
+    made a forward cause look like propagation."""
+    path = write_csv(tmp_path / "compare_result_20240101000000.csv", [
+        ["NPU Name", "Bench Name", "Result", "Err_message"],
+        ["Functional.gelu.0.forward.input.0", "x", "pass", ""],
+        ["Functional.gelu.0.forward.output.0", "x", "error", "gelu differs"],
+        ["Functional.gelu.0.backward.input.0", "x", "error", "gradient differs"],
+        ["Functional.gelu.0.backward.output.0", "x", "error", "gelu grad differs"],
+        ["Functional.relu.0.forward.input.0", "x", "pass", ""],
+        ["Functional.relu.0.forward.output.0", "x", "pass", ""],
+        ["Functional.relu.0.backward.input.0", "x", "pass", ""],
+        ["Functional.relu.0.backward.output.0", "x", "error", "relu grad differs"],
+    ])
+    report = compare_link.read_compare(path)
+    forward = compare_link.link("Functional.gelu.0", "error", "error", report)
+    assert (forward.row, forward.inputs_failing) == ("Functional.gelu.0.forward.output.0", False)
+    assert forward.cell() == "failing: error: gelu differs; it is the compare's first failing call"
+    backward = compare_link.link("Functional.gelu.0", "pass", "error", report)
+    assert (backward.row, backward.inputs_failing) == ("Functional.gelu.0.backward.output.0", True)
+    assert "; inputs already differ" in backward.cell()
+    relu = compare_link.link("Functional.relu.0", "pass", "error", report)  # its gradient in and forward match
+    assert (relu.row, relu.inputs_failing) == ("Functional.relu.0.backward.output.0", False)
 
 
 def test_legacy_names_accuracy_column_and_advisor_suspect(tmp_path):
@@ -395,8 +421,8 @@ def test_a_truncated_oversized_or_special_finding_is_refused(model_dumps, plante
     with pytest.raises(FileFormatError, match=r"is not valid JSON \(cut short\?\)"):
         compare_link.read_compare(copied)
     write_finding(copied, text[:-1] + ", " + json.dumps({"padding": "x" * (2 * 1024 * 1024)})[1:])  # 2 MiB
-    with pytest.raises(FileFormatError, match=r"holds \d+ bytes, more than a compare finding ever does "
-                                              r"\(1048576 at most\): it is not read"):
+    with pytest.raises(FileFormatError, match=r"The compare finding .* holds \d+ bytes, more than the "
+                                              r"1048576 bytes such a file can hold; it is not read"):
         compare_link.read_compare(copied)
     os.remove(finding_path_of(copied))
     os.mkfifo(finding_path_of(copied))  # nobody writes it: opening it blocking would hang the run

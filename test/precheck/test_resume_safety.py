@@ -177,7 +177,7 @@ def test_run_file_numbers_of_the_wrong_kind_are_refused(tmp_path, field, literal
 
     path = str(tmp_path / "accuracy_checking_run_1.json")
     ut_identity.write(path, ut_identity.RunIdentity("/d/dump.json", 12, "ab" * 32, "dumped tensors",
-                                                    "re-run outputs", 3))
+                                                    "re-run outputs", 3), "")
     text = read_bytes(path).decode()
     text = text.replace('"size": 12', '"size": ' + literal) if field == "size" else \
         text.replace('"seed": 3', '"seed": ' + literal)
@@ -186,7 +186,7 @@ def test_run_file_numbers_of_the_wrong_kind_are_refused(tmp_path, field, literal
     with pytest.raises(FileFormatError) as caught:
         ut_identity.read(path, "r.csv")
     assert str(caught.value).startswith("The run file {} is not a run_ut run file of format 'ptdbg_ascend run_ut "
-                                        "run' version 1 (ValueError: {})".format(path, said)), str(caught.value)
+                                        "run' version 2 (ValueError: {})".format(path, said)), str(caught.value)
 
 
 # --- regular files only -----------------------------------------------------------------------------------
