@@ -29,6 +29,7 @@ from ptdbg_ascend.comparison import api_classes
 from ptdbg_ascend.comparison.records import CallRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import call_precision
+from ptdbg_ascend.comparison.transfer import spread as transfer_spread
 from ptdbg_ascend.formats.naming import api_of, split_call_name
 
 # Relative errors of a reduced mode: TF32/HF32 (10-bit mantissa) gives ~2^-12..2^-10 on a product of
@@ -179,21 +180,6 @@ def _rounded_alike(row: CompareRow) -> bool:
         not metrics.gross
 
 
-def _spread(row: CompareRow) -> Optional[float]:
-    """The bench tensor's standard deviation from its statistics (max - min when that is all there is)."""
-    maximum, minimum, mean, norm = row.bench.statistics
-    size = 1
-    for extent in row.bench.shape:
-        size *= extent
-    if norm is not None and mean is not None and size > 1 and math.isfinite(norm) and math.isfinite(mean):
-        variance = norm * norm / size - mean * mean
-        if variance > 0:
-            return math.sqrt(variance)
-    if maximum is not None and minimum is not None and math.isfinite(maximum - minimum) and maximum > minimum:
-        return maximum - minimum
-    return None
-
-
 def carried_inputs(rows: Sequence[CompareRow], call: CallRecord) -> List[CompareRow]:
     """The input rows of ``call``, and for a backward call also those of its forward call (what the
     backward saved from the forward: a relu mask, a norm's statistics, is not among its recorded inputs)."""
@@ -228,7 +214,7 @@ def explained_by_inputs(row: CompareRow, inputs: Sequence[CompareRow]) -> Option
         before = 0.0
         for r in carrying:
             rms = r.metrics.error_norm / math.sqrt(max(r.metrics.size or 1, 1))
-            spread = _spread(r)
+            spread = transfer_spread(r.bench)
             if spread:
                 before = max(before, rms / spread)
             if _kind(row.pair.npu_call.name) == api_classes.SOFTMAX:  # shift-invariant: the absolute error
