@@ -213,12 +213,12 @@ def judge_statistics(npu: TensorRecord, bench: TensorRecord, tolerance: Toleranc
 
 
 def _allowance_parts(tolerance: Tolerance, bench_norm: float) -> str:
-    """`` (round-off 3.9e-03 and 9.7e-03 its inputs' errors give through matmul)`` when the inputs carry
+    """`` (round-off 3.9e-03 combined with 9.7e-03 carried in by its inputs' errors through matmul)`` when the inputs carry
     something in; "" when the allowance is round-off alone."""
     if not tolerance.carried or bench_norm <= 0:
         return ""
     base = tolerance.rtol * max(bench_norm, tolerance.reference) / bench_norm
-    return " (round-off {:.1e} and {:.1e} its inputs' errors give through {})".format(
+    return " (round-off {:.1e} combined with {:.1e} carried in by its inputs' errors through {})".format(
         base, tolerance.carried / bench_norm, tolerance.rule or "it")
 
 

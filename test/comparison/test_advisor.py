@@ -247,7 +247,7 @@ def test_tanh_cannot_quadruple_its_inputs_error_so_the_excess_is_its_own(legacy_
     outcome, text = advice_of(npu, bench, output_dir)
     assert outcome.first_failure == "Torch_tanh_0_forward_output"
     assert (outcome.finding.kind, outcome.finding.call) == ("cause", "Torch_tanh_0_forward")
-    assert "its inputs' errors give through activation" in text  # the allowance says what was carried in
+    assert "carried in by its inputs' errors through activation" in text  # the allowance says what was carried in
 
 
 def test_small_input_difference_carried_by_tanh_passes(legacy_dump, output_dir):

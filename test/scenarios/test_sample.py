@@ -24,7 +24,7 @@ def test_end_to_end_sample_names_the_planted_bf16_linear(tmp_path):
     assert "legacy_train.py:" in advice and "x = F.linear(x.bfloat16()" in advice, advice
     first = [line for line in advice.splitlines() if line.startswith("First failure: ")][0]
     assert first.startswith("First failure: Functional_linear_1_forward_output (CSV line 27): Relative error "), first
-    assert "allowed for bfloat16 (round-off 3.9e-03 and " in first, first  # what was allowed, and why
+    assert "allowed for bfloat16 (round-off 3.9e-03 combined with " in first, first  # what was allowed, and why
     assert "First dtype mismatch before it: Functional_linear_1_forward (NPU torch.bfloat16, bench torch.float32)" \
         in advice, advice
     # The conv bias gradient (zero before BatchNorm up to round-off) is never named.
