@@ -6,10 +6,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-echo "[tests] the whole suite: about 10-15 min on 2 cores; on first use it also builds .venv-msprobe/"
+echo "[tests] the whole suite: about 20-25 min on 2 cores; on first use it also builds .venv-msprobe/"
 echo "[tests]   (msprobe 1.0.4 interop), .venv-msprobe26/ (msprobe 26 acc_check) and .venv38/ (Python 3.8, when"
 echo "[tests]   one is installed) from the package index:"
-echo "[tests]   about 2 GB of disk and network access. Without the interop and 3.8 parts (5-10 min, no network):"
+echo "[tests]   about 2 GB of disk and network access. Without the interop and 3.8 parts (about 17 min, no network):"
 echo "[tests]   PTDBG_INTEROP=0 .venv/bin/python -m pytest -q test"
 bash scripts/bootstrap.sh
 # PTDBG_INTEROP=1 (default here) also runs the interop checks with the real msprobe 1.0.4 (test/interop,
