@@ -4,7 +4,7 @@
                                  [--configs plain,hooks_off,...] [--vocab 50257] [--device cuda]
                                  [--baseline OLD_CHECKOUT] [--profile]
 
-Sizes (issue 20): ``small`` 4 layers, d 256, seq 128, batch 8; ``large`` 8 layers, d 1024, seq 512, batch 8;
+Sizes: ``small`` 4 layers, d 256, seq 128, batch 8; ``large`` 8 layers, d 1024, seq 512, batch 8;
 heads d/64, GPT-2's vocabulary (``--vocab``). The model is transformers' ``GPT2LMHeadModel`` when
 transformers is installed, else a built-in GPT-like transformer of the same shape (token + position
 embeddings, pre-LN blocks of causal attention and a GELU MLP, tied LM head; say which in the table).
