@@ -27,8 +27,9 @@ import json
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError
+# CAUSE, PROPAGATION, INPUT: the finding's kinds, named here for its readers
 from ptdbg_ascend.formats.reason import CAUSE, INPUT, KINDS, PROPAGATION, Carried, Decision, Mismatch, Reason, \
-    ReducedPrecision
+    ReducedPrecision  # noqa: F401
 from ptdbg_ascend.terminal import excerpt
 
 FORMAT = "ptdbg_ascend.finding"
