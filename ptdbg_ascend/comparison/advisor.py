@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import next_steps
 from ptdbg_ascend.comparison.advice import Advice
-from ptdbg_ascend.comparison.advisor_text import FP16_MAX, render
+from ptdbg_ascend.comparison.advisor_text import render
 from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.comparison.precision import Reduced, carried_error, carried_inputs, reduced_precision_root
 from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
@@ -25,7 +25,7 @@ from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
 from ptdbg_ascend.formats.finding import Finding
 from ptdbg_ascend.formats.naming import split_call_name
-from ptdbg_ascend.formats.reason import ONE_SIDED_SHOWN, Decision, Mismatch, Reason, ReducedPrecision
+from ptdbg_ascend.formats.reason import FP16_MAX, ONE_SIDED_SHOWN, Decision, Mismatch, Reason, ReducedPrecision
 
 # Calls that change a dtype: shown first among the one-sided calls.
 CASTS = ("_to_", "_type_", "_float_", "_half_", "_bfloat16_", "_double_", "_to_copy_", "_npu_format_cast_")

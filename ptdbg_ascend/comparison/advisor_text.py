@@ -16,10 +16,9 @@ from ptdbg_ascend.comparison.records import CallRecord, call_user_line, user_lin
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.formats.finding import CAUSE, INPUT, PROPAGATION, WARNING, Finding
 from ptdbg_ascend.formats.naming import api_of, split_call_name
-from ptdbg_ascend.formats.reason import Decision, Reason
+from ptdbg_ascend.formats.reason import FP16_MAX, Decision, Reason
 from ptdbg_ascend.log import logger
 
-FP16_MAX = 65504.0
 ALL_REACHED = "All data in comparison result meets the accuracy requirements."
 STATISTICS_ONLY = "statistics only: max, min, mean and norm were compared, no tensor files"
 _KIND_TEXT = {

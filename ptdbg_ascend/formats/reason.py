@@ -19,6 +19,7 @@ from typing import Dict, Optional, Tuple
 CAUSE, PROPAGATION, INPUT = "cause", "propagation", "input"
 KINDS = (CAUSE, PROPAGATION, INPUT)
 ONE_SIDED_SHOWN = 8  # the calls present in one run only that a reason names
+FP16_MAX = 65504.0  # float16's largest finite value: a tensor reaching it is a float16 overflow (fp16_overflow)
 
 
 class Decision(str, enum.Enum):
