@@ -148,9 +148,19 @@ def measure_patterns(source: str) -> Nesting:
 def _scan(source: str, limit: Optional[int], pattern_limit: Optional[int]) -> Tuple[Nesting, Nesting]:
     """(the deepest nesting, the deepest case pattern) of ``source``, raising at the limits given."""
     scanner = _Scanner(limit, pattern_limit)
+    layout, step = scanner.layout, scanner.step  # bound once: this loop runs per token
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        scanner.step(token.type, token.string, token.start[0])
+        kind = token.type
+        if kind in _LAYOUT:
+            layout(kind)
+        else:
+            step(kind, token.string, token.start[0])
     return scanner.deepest, scanner.deepest_pattern
+
+
+# The tokens that only lay the code out (indentation, line ends, comments): they nest nothing themselves.
+_LAYOUT = frozenset((tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT,
+                     tokenize.ENDMARKER))
 
 
 class _Scanner(object):
@@ -168,8 +178,7 @@ class _Scanner(object):
         self.pattern: Optional[_Pattern] = None  # while a line that starts with ``case`` may be a case clause
 
     def step(self, kind: int, text: str, line: int) -> None:
-        if self._layout(kind):
-            return
+        """A token that is not only layout (:data:`_LAYOUT`)."""
         if self.line_start:
             self._start_line(kind, text)
         elif self.pattern is not None and not self.pattern.complete:
@@ -183,20 +192,17 @@ class _Scanner(object):
             if self.limit is not None and depth > self.limit:
                 raise TooDeep(self.deepest)
 
-    def _layout(self, kind: int) -> bool:
-        """Whether the token only lays the code out (an indentation, a line's end, a comment): it nests nothing."""
+    def layout(self, kind: int) -> None:
+        """A token of :data:`_LAYOUT`: an indentation opens or closes an elif chain's level, a logical line's end
+        closes everything; a comment or a blank line nests nothing."""
         if kind == tokenize.INDENT:
             self.chains.append(0)
-            return True
-        if kind == tokenize.DEDENT:
+        elif kind == tokenize.DEDENT:
             if len(self.chains) > 1:
                 self.chains.pop()
-            return True
-        if kind == tokenize.NEWLINE:
+        elif kind == tokenize.NEWLINE:
             self.level, self.saved, self.enclosing, self.line_start = _Level(), [], 0, True
             self.pattern, self.previous = None, None
-            return True
-        return kind in (tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER)
 
     def _start_line(self, kind: int, text: str) -> None:
         """A logical line's first token: an ``elif`` lengthens the chain of its indentation level (anything but
