@@ -147,58 +147,103 @@ def measure_patterns(source: str) -> Nesting:
 
 def _scan(source: str, limit: Optional[int], pattern_limit: Optional[int]) -> Tuple[Nesting, Nesting]:
     """(the deepest nesting, the deepest case pattern) of ``source``, raising at the limits given."""
-    deepest, deepest_pattern = Nesting(0, 0), Nesting(0, 0)
-    saved: List[_Level] = []  # the enclosing levels, each as it was when its inner bracket opened
-    level = _Level()  # the innermost level
-    enclosing = 0  # sum over the enclosing levels of (1 + their operators)
-    chains = [0]  # per indentation level: the elif statements of the chain in progress there
-    previous = None  # the last significant token (type, text)
-    line_start = True  # the next significant token starts a logical line
-    pattern: Optional[_Pattern] = None  # while a line that starts with ``case`` may be a case clause
+    scanner = _Scanner(limit, pattern_limit)
+    layout, step = scanner.layout, scanner.step  # bound once: this loop runs per token
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        kind, text = token.type, token.string
-        extra = 0
+        kind = token.type
+        if kind in _LAYOUT:
+            layout(kind)
+        else:
+            step(kind, token.string, token.start[0])
+    return scanner.deepest, scanner.deepest_pattern
+
+
+# The tokens that only lay the code out (indentation, line ends, comments): they nest nothing themselves.
+_LAYOUT = frozenset((tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT,
+                     tokenize.ENDMARKER))
+
+
+class _Scanner(object):
+    """The state of :func:`_scan` between two tokens, and what each token does to it."""
+
+    def __init__(self, limit: Optional[int], pattern_limit: Optional[int]) -> None:
+        self.limit, self.pattern_limit = limit, pattern_limit
+        self.deepest, self.deepest_pattern = Nesting(0, 0), Nesting(0, 0)
+        self.saved: List[_Level] = []  # the enclosing levels, each as it was when its inner bracket opened
+        self.level = _Level()  # the innermost level
+        self.enclosing = 0  # sum over the enclosing levels of (1 + their operators)
+        self.chains = [0]  # per indentation level: the elif statements of the chain in progress there
+        self.previous: Optional[tuple] = None  # the last significant token (type, text)
+        self.line_start = True  # the next significant token starts a logical line
+        self.pattern: Optional[_Pattern] = None  # while a line that starts with ``case`` may be a case clause
+
+    def step(self, kind: int, text: str, line: int) -> None:
+        """A token that is not only layout (:data:`_LAYOUT`)."""
+        if self.line_start:
+            self._start_line(kind, text)
+        elif self.pattern is not None and not self.pattern.complete:
+            self._follow_pattern(kind, text, line)
+        extra = self._nest(kind, text)
+        self.previous = (kind, text)
+        depth = (len(self.chains) - 1) * _INDENT_WEIGHT + sum(self.chains) + self.enclosing + \
+            self.level.operators + extra
+        if depth > self.deepest.depth:
+            self.deepest = Nesting(depth, line)
+            if self.limit is not None and depth > self.limit:
+                raise TooDeep(self.deepest)
+
+    def layout(self, kind: int) -> None:
+        """A token of :data:`_LAYOUT`: an indentation opens or closes an elif chain's level, a logical line's end
+        closes everything; a comment or a blank line nests nothing."""
         if kind == tokenize.INDENT:
-            chains.append(0)
-            continue
-        if kind == tokenize.DEDENT:
-            if len(chains) > 1:
-                chains.pop()
-            continue
-        if kind == tokenize.NEWLINE:
-            level, saved, enclosing, line_start, pattern, previous = _Level(), [], 0, True, None, None
-            continue
-        if kind in (tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER):
-            continue
-        if line_start:
-            line_start = False
-            if text == "elif":
-                chains[-1] += 1
-            elif text != "else":
-                chains[-1] = 0
-            if kind == tokenize.NAME and text == "case":
-                pattern = _Pattern()
-        elif pattern is not None and not pattern.complete:
-            if previous == (tokenize.NAME, "case") and kind == tokenize.OP and text in _NOT_A_PATTERN:
-                pattern = None
-            elif not pattern.add(kind, text, not saved, token.start[0]):
-                pattern = None
-            elif pattern.complete and pattern.deepest.depth > deepest_pattern.depth:
-                deepest_pattern = pattern.deepest
-                if pattern_limit is not None and deepest_pattern.depth > pattern_limit:
-                    raise PatternTooDeep(deepest_pattern)
+            self.chains.append(0)
+        elif kind == tokenize.DEDENT:
+            if len(self.chains) > 1:
+                self.chains.pop()
+        elif kind == tokenize.NEWLINE:
+            self.level, self.saved, self.enclosing, self.line_start = _Level(), [], 0, True
+            self.pattern, self.previous = None, None
+
+    def _start_line(self, kind: int, text: str) -> None:
+        """A logical line's first token: an ``elif`` lengthens the chain of its indentation level (anything but
+        ``else`` ends it), a ``case`` may open a case clause."""
+        self.line_start = False
+        if text == "elif":
+            self.chains[-1] += 1
+        elif text != "else":
+            self.chains[-1] = 0
+        if kind == tokenize.NAME and text == "case":
+            self.pattern = _Pattern()
+
+    def _follow_pattern(self, kind: int, text: str, line: int) -> None:
+        """A token of a line that may be a case clause: it is none after ``case`` used as a name (``case = 1``)
+        or a token no pattern holds; a complete pattern deeper than any before is the deepest."""
+        pattern = self.pattern
+        if self.previous == (tokenize.NAME, "case") and kind == tokenize.OP and text in _NOT_A_PATTERN:
+            self.pattern = None
+        elif not pattern.add(kind, text, not self.saved, line):
+            self.pattern = None
+        elif pattern.complete and pattern.deepest.depth > self.deepest_pattern.depth:
+            self.deepest_pattern = pattern.deepest
+            if self.pattern_limit is not None and self.deepest_pattern.depth > self.pattern_limit:
+                raise PatternTooDeep(self.deepest_pattern)
+
+    def _nest(self, kind: int, text: str) -> int:
+        """What the token opens, closes or adds to the innermost level; returns the extra depth of an f-string's
+        own nesting (0 for anything else)."""
+        level, previous = self.level, self.previous
         if kind in _STRING_OPEN or (kind == tokenize.OP and text in _OPEN):
             if kind in _STRING_OPEN and _is_string(previous):
                 level.operators += 1  # f"a" f"b" (Python >= 3.12 tokens): a concatenation nests
             elif kind == tokenize.OP and _is_operand(previous):
                 level.operators += 1  # a call or subscript nests its target
-            saved.append(level)
-            enclosing += 1 + level.operators
-            level = _Level()
+            self.saved.append(level)
+            self.enclosing += 1 + level.operators
+            self.level = _Level()
         elif kind in _STRING_CLOSE or (kind == tokenize.OP and text in _CLOSE):
-            if saved:
-                level = saved.pop()
-                enclosing -= 1 + level.operators
+            if self.saved:
+                self.level = self.saved.pop()
+                self.enclosing -= 1 + self.level.operators
         elif kind == tokenize.OP and text in _SEPARATORS:
             level.separate(text)
         elif kind == tokenize.OP and text == ":":
@@ -215,14 +260,8 @@ def _scan(source: str, limit: Optional[int], pattern_limit: Optional[int]) -> Tu
         elif kind == tokenize.STRING:
             if _is_string(previous):
                 level.operators += 1  # "a" "b": adjacent literals nest as a concatenation
-            extra = _fstring_depth(text)
-        previous = (kind, text)
-        depth = (len(chains) - 1) * _INDENT_WEIGHT + sum(chains) + enclosing + level.operators + extra
-        if depth > deepest.depth:
-            deepest = Nesting(depth, token.start[0])
-            if limit is not None and depth > limit:
-                raise TooDeep(deepest)
-    return deepest, deepest_pattern
+            return _fstring_depth(text)
+        return 0
 
 
 def _is_string(token: Optional[tuple]) -> bool:

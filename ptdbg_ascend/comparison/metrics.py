@@ -14,7 +14,7 @@ root mean square of the element-wise relative errors, and how many elements miss
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -152,20 +152,9 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     bench_eps = float(np.finfo(bench.dtype).eps) if np.issubdtype(bench.dtype, np.floating) else EPS64
     n = npu.astype(np.float64, copy=False).reshape(-1)
     b = bench.astype(np.float64, copy=False).reshape(-1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        all_finite = bool(np.isfinite(n.sum()) and np.isfinite(b.sum()))
-    if not all_finite:
-        all_finite = bool(np.isfinite(n).all() and np.isfinite(b).all())  # a sum can overflow on finite data
-    if not all_finite:  # one cheap reduction per side; the masks only when needed
-        n_bad = ~np.isfinite(n)
-        b_bad = ~np.isfinite(b)
-        differ = (np.isnan(n) != np.isnan(b)) | (np.isposinf(n) != np.isposinf(b)) | (np.isneginf(n) != np.isneginf(b))
-        if differ.any():
-            return Metrics(Status.INF_NAN, (MSG_INF_NAN,), size=int(n.size),
-                           worst_index=_index_of(int(np.argmax(differ)), shape))
-        # Same positions and kinds: those elements agree, so zero them and compare the rest.
-        n = np.where(n_bad, 0.0, n)
-        b = np.where(b_bad, 0.0, b)
+    n, b, differ_at = _agreeing_non_finite(n, b)
+    if differ_at is not None:
+        return Metrics(Status.INF_NAN, (MSG_INF_NAN,), size=int(n.size), worst_index=_index_of(differ_at, shape))
     saturated, messages_in = _saturated_pairs(n, b, dtypes)
     if saturated is not None:
         n = np.where(saturated, 0.0, n)
@@ -176,23 +165,10 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     worst_flat = int(np.argmax(abs_err))
     max_abs = float(abs_err[worst_flat])
     scale = max(float(b_abs.max()), float(np.abs(n).max()))
-    # Norms by sums of squares; for data near the ends of float64's range (1e-30 vectors, 1e200 values)
-    # the squares would under/overflow, so such data is scaled to magnitude ~1 first.
-    # The scaled norms are kept: near float64's maximum a norm itself is beyond range (inf) while the
-    # cosine and ratios of the scaled data are exact.
-    unit = scale if (scale > 0 and not _SAFE_SQUARES[0] < scale < _SAFE_SQUARES[1]) else 1.0
-    n_unit, b_unit, err_unit = (n, b, abs_err) if unit == 1.0 else (n / unit, b / unit, abs_err / unit)
-    if not math.isfinite(max_abs):  # n - b overflowed (1.7e308 and -1.7e308): the scaled difference does not
-        err_unit = np.abs(n_unit - b_unit)
-    with np.errstate(over="ignore"):
-        bench_unit_norm = math.sqrt(_dot(b_unit, b_unit))
-        npu_unit_norm = math.sqrt(_dot(n_unit, n_unit))
-        error_unit_norm = math.sqrt(_dot(err_unit, err_unit))
-        bench_norm = bench_unit_norm * unit
-        npu_norm = npu_unit_norm * unit
-        error_norm = error_unit_norm * unit
+    norms = _scaled_norms(n, b, abs_err, max_abs, scale)
     mismatched = None
-    if tolerance is not None and not tolerance.allows(error_norm, bench_norm, int(n.size), max_abs, scale):
+    if tolerance is not None and not tolerance.allows(norms.error_norm, norms.bench_norm, int(n.size), max_abs,
+                                                      scale):
         # Only for a failing pair (it is in its message): one more pass over the data.
         mismatched = int(np.count_nonzero(abs_err > tolerance.atol + tolerance.rtol * b_abs))
     # Legacy rule: where the bench value is 0, eps is added to both sides before dividing, so the
@@ -206,33 +182,90 @@ def compare_arrays(npu: np.ndarray, bench: np.ndarray, tolerance: Optional[Toler
     # (provenance.py) is off by all of itself, round-off by little.
     larger = np.maximum(np.abs(n), b_abs)
     gross = int(np.count_nonzero((abs_err > GROSS_SHARE * larger) & (larger > GROSS_FLOOR * scale)))
-    common = dict(exact_equal=exact_equal, max_abs_err=max_abs, error_norm=error_norm, bench_norm=bench_norm,
-                  npu_norm=npu_norm, relative_rms=relative_rms, gross=gross, scale=scale,
-                  size=int(n.size),
-                  worst_index=_index_of(worst_flat, shape), mismatched=mismatched)
+    common = dict(exact_equal=exact_equal, max_abs_err=max_abs, error_norm=norms.error_norm,
+                  bench_norm=norms.bench_norm, npu_norm=norms.npu_norm, relative_rms=relative_rms, gross=gross,
+                  scale=scale, size=int(n.size), worst_index=_index_of(worst_flat, shape), mismatched=mismatched)
     if npu.ndim == 0:
         return Metrics(Status.SCALAR, (MSG_SCALAR,) + messages_in, max_relative_err=max_rel, **common)
-    messages = list(messages_in)
+    return _tensor_metrics(norms, b_abs, relative, max_rel, list(messages_in), common)
+
+
+def _agreeing_non_finite(n: np.ndarray, b: np.ndarray) -> Tuple[np.ndarray, np.ndarray, Optional[int]]:
+    """``(n, b, None)`` with the infinities and NaNs both sides hold at the same places, of the same kind, set
+    to 0 (those elements agree; the rest is compared); ``(n, b, index)`` with the first flat index where they
+    differ."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        all_finite = bool(np.isfinite(n.sum()) and np.isfinite(b.sum()))
+    if not all_finite:
+        all_finite = bool(np.isfinite(n).all() and np.isfinite(b).all())  # a sum can overflow on finite data
+    if all_finite:  # one cheap reduction per side; the masks only when needed
+        return n, b, None
+    n_bad = ~np.isfinite(n)
+    b_bad = ~np.isfinite(b)
+    differ = (np.isnan(n) != np.isnan(b)) | (np.isposinf(n) != np.isposinf(b)) | (np.isneginf(n) != np.isneginf(b))
+    if differ.any():
+        return n, b, int(np.argmax(differ))
+    return np.where(n_bad, 0.0, n), np.where(b_bad, 0.0, b), None
+
+
+class _Norms(NamedTuple):
+    """The data divided by ``unit`` (1.0 unless squares would under- or overflow), their norms, and the norms
+    at the data's own scale."""
+
+    unit: float
+    n_unit: np.ndarray
+    b_unit: np.ndarray
+    err_unit: np.ndarray
+    npu_unit_norm: float
+    bench_unit_norm: float
+    error_unit_norm: float
+    npu_norm: float
+    bench_norm: float
+    error_norm: float
+
+
+def _scaled_norms(n: np.ndarray, b: np.ndarray, abs_err: np.ndarray, max_abs: float, scale: float) -> _Norms:
+    """Norms by sums of squares; for data near the ends of float64's range (1e-30 vectors, 1e200 values)
+    the squares would under/overflow, so such data is scaled to magnitude ~1 first."""
+    # The scaled norms are kept: near float64's maximum a norm itself is beyond range (inf) while the
+    # cosine and ratios of the scaled data are exact.
+    unit = scale if (scale > 0 and not _SAFE_SQUARES[0] < scale < _SAFE_SQUARES[1]) else 1.0
+    n_unit, b_unit, err_unit = (n, b, abs_err) if unit == 1.0 else (n / unit, b / unit, abs_err / unit)
+    if not math.isfinite(max_abs):  # n - b overflowed (1.7e308 and -1.7e308): the scaled difference does not
+        err_unit = np.abs(n_unit - b_unit)
+    with np.errstate(over="ignore"):
+        bench_unit_norm = math.sqrt(_dot(b_unit, b_unit))
+        npu_unit_norm = math.sqrt(_dot(n_unit, n_unit))
+        error_unit_norm = math.sqrt(_dot(err_unit, err_unit))
+        return _Norms(unit, n_unit, b_unit, err_unit, npu_unit_norm, bench_unit_norm, error_unit_norm,
+                      npu_unit_norm * unit, bench_unit_norm * unit, error_unit_norm * unit)
+
+
+def _tensor_metrics(norms: _Norms, b_abs: np.ndarray, relative: np.ndarray, max_rel: float, messages: list,
+                    common: dict) -> Metrics:
+    """The metrics of a pair of tensors with at least one dimension: ``common`` and the cosine, the ratios and
+    the divergence the legacy columns hold."""
     # The guide's rule: both norms below float64's epsilon hold nothing but round-off, so their cosine (a
     # random angle between two noise vectors) says nothing: 1.0.
-    negligible = npu_unit_norm * unit < EPS64 and bench_norm < EPS64
-    cosine = _cosine(n_unit, b_unit, npu_unit_norm, bench_unit_norm, messages, negligible)
+    negligible = norms.npu_unit_norm * norms.unit < EPS64 and norms.bench_norm < EPS64
+    cosine = _cosine(norms.n_unit, norms.b_unit, norms.npu_unit_norm, norms.bench_unit_norm, messages, negligible)
     if math.isnan(max_rel):
         max_rel_value = None  # type: Optional[float]
         messages.append(MSG_REL_NAN)
     else:
         max_rel_value = max_rel
-    count = float(n.size)
+    count = float(relative.size)
     # Ratios of sums on the scaled data: sums of values near 1e308 would overflow (inf / inf = NaN).
-    b_unit_abs = b_abs if unit == 1.0 else np.abs(b_unit)
+    b_unit_abs = b_abs if norms.unit == 1.0 else np.abs(norms.b_unit)
     bench_abs_sum = float(b_unit_abs.sum())
     return Metrics(
         Status.COMPARED, tuple(messages), cosine=cosine, max_relative_err=max_rel_value,
         one_thousandth_ratio=float(np.count_nonzero(relative < 0.001)) / count,
         five_thousandths_ratio=float(np.count_nonzero(relative < 0.005)) / count,
-        accumulated_relative_err=float(err_unit.sum()) / bench_abs_sum if bench_abs_sum > 0 else None,
-        euclidean_relative_distance=error_unit_norm / bench_unit_norm if bench_unit_norm > 0 else None,
-        kl_divergence=_kl_divergence(np.abs(n_unit), b_unit_abs, bench_abs_sum), **common)
+        accumulated_relative_err=float(norms.err_unit.sum()) / bench_abs_sum if bench_abs_sum > 0 else None,
+        euclidean_relative_distance=(norms.error_unit_norm / norms.bench_unit_norm if norms.bench_unit_norm > 0
+                                     else None),
+        kl_divergence=_kl_divergence(np.abs(norms.n_unit), b_unit_abs, bench_abs_sum), **common)
 
 
 def _saturated_pairs(n: np.ndarray, b: np.ndarray, dtypes: Optional[Tuple[str, str]]):

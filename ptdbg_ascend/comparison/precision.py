@@ -31,6 +31,7 @@ from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import call_precision
 from ptdbg_ascend.comparison.transfer import spread as transfer_spread
 from ptdbg_ascend.formats.naming import api_of, split_call_name
+from ptdbg_ascend.formats.reason import Carried
 
 # Relative errors of a reduced mode: TF32/HF32 (10-bit mantissa) gives ~2^-12..2^-10 on a product of
 # rounded inputs, bfloat16 (8 bits) ~2^-9..2^-8; below 2^-15 (256 float32 ulps) is float32's own round-off
@@ -206,6 +207,23 @@ def _amplifies(call_name: str) -> bool:
 def explained_by_inputs(row: CompareRow, inputs: Sequence[CompareRow]) -> Optional[str]:
     """Why the failing output ``row`` only carries its ``inputs``' error (a phrase for the advice), or None
     when the call made the error itself (or it cannot be told: summary mode, inputs without an error)."""
+    carried = carried_error(row, inputs)
+    return None if carried is None else carried_text(carried)
+
+
+def carried_text(carried: Carried) -> str:
+    """The phrase of :func:`explained_by_inputs` for the allowance numbers ``carried``."""
+    if carried.spread:
+        return "it subtracts or normalises, and its inputs' error is {:.1e} of their spread; its output's " \
+               "{:.1e} is that error made visible".format(carried.input_error, carried.output_error)
+    return "its inputs already carry a relative error of {:.1e}, its output {:.1e}".format(
+        carried.input_error, carried.output_error)
+
+
+def carried_error(row: CompareRow, inputs: Sequence[CompareRow]) -> Optional[Carried]:
+    """The allowance numbers when the failing output ``row`` only carries its ``inputs``' error (within
+    ``AMPLIFICATION`` times it: relative to their spread for a call that subtracts or normalises), or None
+    when the call made the error itself (or it cannot be told: summary mode, inputs without an error)."""
     after = _relative(row)
     carrying = [r for r in inputs if r.metrics is not None and r.metrics.error_norm]
     if after is None or not carrying:
@@ -220,10 +238,9 @@ def explained_by_inputs(row: CompareRow, inputs: Sequence[CompareRow]) -> Option
             if _kind(row.pair.npu_call.name) == api_classes.SOFTMAX:  # shift-invariant: the absolute error
                 before = max(before, rms)
         if before > 0 and after <= AMPLIFICATION * before:
-            return "it subtracts or normalises, and its inputs' error is {:.1e} of their spread; its output's " \
-                   "{:.1e} is that error made visible".format(before, after)
+            return Carried(before, after, True)
         return None
     before = max(_relative(r) or 0.0 for r in carrying)
     if before > 0 and after <= AMPLIFICATION * before:
-        return "its inputs already carry a relative error of {:.1e}, its output {:.1e}".format(before, after)
+        return Carried(before, after, False)
     return None

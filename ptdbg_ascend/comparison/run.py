@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import os
 import time
+from typing import List, Sequence, Tuple
 
 from ptdbg_ascend.comparison import advice as advice_file
 from ptdbg_ascend.comparison import advisor, columns, engine, modules, provenance, reports
 from ptdbg_ascend.comparison.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, make_output_dir
-from ptdbg_ascend.comparison.matching import pair_rows
+from ptdbg_ascend.comparison.matching import RowPair, pair_rows
 from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts
+from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.formats.layout import ADVISOR_STEM, COMPARE_RESULT_STEM, is_dump_json
 from ptdbg_ascend.readers import read_dump
 from ptdbg_ascend.errors import CompareError
@@ -28,36 +30,11 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     (what is written, and the outcome: :func:`ptdbg_ascend.comparison.api.compare`). Both arguments are
     already checked (:func:`~ptdbg_ascend.comparison.inputs.parse_input_param`,
     :func:`~ptdbg_ascend.comparison.inputs.check_options`)."""
-    stack_mode, fuzzy_match, output_path = options.stack_mode, options.fuzzy_match, options.output_path
-    npu_calls = read_dump(inputs.npu_dump, inputs.npu_data_dir, inputs.stack_path)
-    bench_calls = read_dump(inputs.bench_dump, inputs.bench_data_dir, None)
-    # A dump still being written or cut short by a kill is compared as far as it got, with a warning.
-    torn = tuple(dump for dump in (check_dump("NPU", inputs.npu_dump, inputs.npu_data_dir, npu_calls),
-                                   check_dump("Bench", inputs.bench_dump, inputs.bench_data_dir, bench_calls))
-                 if dump is not None)
-    # Module records pair only with module records: a kind one dump lacks is left out of the other, said in a note.
-    npu_calls, bench_calls, level_notes = modules.comparable(npu_calls, bench_calls, inputs.npu_dump, inputs.bench_dump)
-    has_stack = any(call.stack for call in npu_calls)
-    if stack_mode and not has_stack:
-        raise CompareError("The current file does not contain stack information, please turn off the stack_mode "
-                           "({}){}.".format(inputs.npu_dump, _stack_hint(inputs)))
-    if has_stack and not stack_mode:
-        logger.warning("The current file contains stack information; turn on the stack_mode to see it in the "
-                       "report.")
-    if fuzzy_match:
+    npu_calls, bench_calls, torn, level_notes = _read_dumps(inputs, options.stack_mode)
+    if options.fuzzy_match:
         logger.warning(MSG_FUZZY)
     pairs = pair_rows(npu_calls, bench_calls, options.api_mapping)
-    if inputs.full_mode:
-        rows = engine.full_rows(pairs, inputs.print_log, fuzzy_match)
-        column_names = columns.full_columns(stack_mode)
-    else:
-        logger.warning("No tensor directory for {}: comparing statistics only (max, min, mean, norm); give "
-                       "npu_dump_data_dir and bench_dump_data_dir to compare the tensors.".format(
-                           " and ".join(side for side, data in (("the NPU dump", inputs.npu_data_dir),
-                                                                ("the bench dump", inputs.bench_data_dir))
-                                        if data is None)))
-        rows = engine.summary_rows(pairs, fuzzy_match)
-        column_names = columns.summary_columns(stack_mode)
+    rows, column_names = _compared_rows(pairs, inputs, options)
     rows = provenance.carry_verdicts(rows)  # a tensor keeps the verdict of the call that made it
     counts = Counts.of(rows, statistics_only=not inputs.full_mode)
     failing = advisor.first_failure(rows)
@@ -68,9 +45,10 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
         advice = advice._replace(body=advice.body + tuple("Note: " + dump.describe() for dump in torn))
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
     tail = "{}_{}".format(options.suffix, stamp) if options.suffix else stamp
-    table = reports.table_of(rows, column_names, stack_mode)
+    table = reports.table_of(rows, column_names, options.stack_mode)
     others = ([(COMPARE_RESULT_STEM, ".xlsx")] if options.xlsx else []) + \
         ([(ADVISOR_STEM, ".txt")] if options.auto_analyze else [])
+    output_path = options.output_path
     make_output_dir(output_path)
     tail, csv_path, handle = reports.claim_report(output_path, tail, others)
     stem = COMPARE_RESULT_STEM + tail
@@ -87,6 +65,41 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts, torn)
     logger.info("Compare outcome: {}".format(outcome))
     return outcome
+
+
+def _read_dumps(inputs: CompareInputs, stack_mode: bool) -> Tuple[list, list, tuple, tuple]:
+    """Both dumps' calls, the dumps found torn, and the notes on record kinds one dump lacks; a CompareError
+    when ``stack_mode`` asks for stacks the NPU dump does not hold."""
+    npu_calls = read_dump(inputs.npu_dump, inputs.npu_data_dir, inputs.stack_path)
+    bench_calls = read_dump(inputs.bench_dump, inputs.bench_data_dir, None)
+    # A dump still being written or cut short by a kill is compared as far as it got, with a warning.
+    torn = tuple(dump for dump in (check_dump("NPU", inputs.npu_dump, inputs.npu_data_dir, npu_calls),
+                                   check_dump("Bench", inputs.bench_dump, inputs.bench_data_dir, bench_calls))
+                 if dump is not None)
+    # Module records pair only with module records: a kind one dump lacks is left out of the other, said in a note.
+    npu_calls, bench_calls, level_notes = modules.comparable(npu_calls, bench_calls, inputs.npu_dump, inputs.bench_dump)
+    has_stack = any(call.stack for call in npu_calls)
+    if stack_mode and not has_stack:
+        raise CompareError("The current file does not contain stack information, please turn off the stack_mode "
+                           "({}){}.".format(inputs.npu_dump, _stack_hint(inputs)))
+    if has_stack and not stack_mode:
+        logger.warning("The current file contains stack information; turn on the stack_mode to see it in the "
+                       "report.")
+    return npu_calls, bench_calls, torn, level_notes
+
+
+def _compared_rows(pairs: Sequence[RowPair], inputs: CompareInputs, options: CompareOptions
+                   ) -> Tuple[List[CompareRow], List[str]]:
+    """The rows and the CSV's columns: of a tensor comparison when both dumps have their tensor files, else of
+    a statistics-only one (said in the log)."""
+    if inputs.full_mode:
+        return engine.full_rows(pairs, inputs.print_log, options.fuzzy_match), columns.full_columns(options.stack_mode)
+    logger.warning("No tensor directory for {}: comparing statistics only (max, min, mean, norm); give "
+                   "npu_dump_data_dir and bench_dump_data_dir to compare the tensors.".format(
+                       " and ".join(side for side, data in (("the NPU dump", inputs.npu_data_dir),
+                                                            ("the bench dump", inputs.bench_data_dir))
+                                    if data is None)))
+    return engine.summary_rows(pairs, options.fuzzy_match), columns.summary_columns(options.stack_mode)
 
 
 def _stack_hint(inputs: CompareInputs) -> str:

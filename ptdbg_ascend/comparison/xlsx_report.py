@@ -242,81 +242,100 @@ def _plotted(share: Optional[float]) -> Optional[float]:
     return min(max(share, SHARE_FLOOR), SHARE_CEILING)
 
 
+DIRECTIONS = ("forward", "backward")
+
+
 def _write_chart(sheet, columns: Sequence[str], table: Sequence[Sequence[object]], results: Sequence[str],
                  first_failure: Optional[int], points: Sequence[Tuple[Optional[float], str]]) -> None:
     """Sheet "chart": a data block (CSV line; per direction one column of shares per grade; the allowed line;
     the first failure) and two scatter charts over it, forward calls and backward calls, each row's error as a
     share of what it was allowed on a log axis, 1 being the limit: a planted error stands out as the first red
     point above the line, and round-off below it."""
-    from openpyxl.chart import Reference, ScatterChart, Series
-
     # Printed (or exported to PDF) landscape, one page wide. Set before the first row: write-only mode
     # writes the sheet's properties with it.
     sheet.page_setup.orientation = "landscape"
     sheet.page_setup.fitToWidth, sheet.page_setup.fitToHeight = 1, 0
     sheet.sheet_properties.pageSetUpPr.fitToPage = True
-    directions = ("forward", "backward")
-    header = ["CSV line"] + ["{} {}".format(direction, grade) for direction in directions for grade in GRADES] + \
+    width = _write_chart_data(sheet, results, first_failure, points)
+    last_row = len(table) + 1
+    failure_direction = points[first_failure][1] if first_failure is not None else None
+    anchor_rows = {"forward": 2, "backward": 32}
+    for number, direction in enumerate(DIRECTIONS):
+        failing_here = any(results[i] == "error" and points[i][1] == direction for i in range(len(points)))
+        title = _chart_title(columns, table, first_failure if failure_direction == direction else None,
+                             direction, failing_here)
+        chart = _direction_chart(sheet, number, title, last_row,
+                                 first_failure if failure_direction == direction else None)
+        sheet.add_chart(chart, "{}{}".format(_letter(width + 2), anchor_rows[direction]))
+
+
+def _write_chart_data(sheet, results: Sequence[str], first_failure: Optional[int],
+                      points: Sequence[Tuple[Optional[float], str]]) -> int:
+    """The chart's data block: a row's share lands in the column of its direction and grade (a row without a
+    grade is left out; one of neither direction counts as forward); returns the number of columns."""
+    header = ["CSV line"] + ["{} {}".format(direction, grade) for direction in DIRECTIONS for grade in GRADES] + \
         ["allowed (1)", "first failure"]
     for index in range(len(header)):
         sheet.column_dimensions[_letter(index + 1)].width = 12
     sheet.append(header)
     for row_index, (share, direction) in enumerate(points):
         grade = results[row_index] if results[row_index] in GRADES else None
-        values = [None] * (len(directions) * len(GRADES))
+        values = [None] * (len(DIRECTIONS) * len(GRADES))
         if grade is not None:
-            values[directions.index(direction if direction in directions else "forward") * len(GRADES)
+            values[DIRECTIONS.index(direction if direction in DIRECTIONS else "forward") * len(GRADES)
                    + GRADES.index(grade)] = _plotted(share)
         marked = _plotted(share) if row_index == first_failure else None
         if row_index == first_failure and marked is None:
             marked = SHARE_CEILING  # a failure without a share (inf/nan positions) is drawn at the top
         sheet.append([row_index + 2] + values + [1.0, marked])
-    last_row = len(table) + 1
+    return len(header)
+
+
+def _direction_chart(sheet, number: int, title: str, last_row: int, first_failure: Optional[int]):
+    """The scatter chart of direction ``number`` over the data block: a series per grade, the dashed limit,
+    and the first failure's marker when it is of this direction (``first_failure`` not None)."""
+    from openpyxl.chart import Reference, ScatterChart, Series
+
     x_values = Reference(sheet, min_col=1, min_row=2, max_row=last_row)
-    failure_direction = points[first_failure][1] if first_failure is not None else None
-    anchor_rows = {"forward": 2, "backward": 32}
-    for number, direction in enumerate(directions):
-        chart = ScatterChart()
-        failing_here = any(results[i] == "error" and points[i][1] == direction for i in range(len(points)))
-        chart.title = _chart_title(columns, table, first_failure if failure_direction == direction else None,
-                                   direction, failing_here)
-        chart.style = 13
-        chart.width, chart.height = 30, 14
-        for offset, grade in enumerate(GRADES):
-            column = 2 + number * len(GRADES) + offset
-            series = Series(Reference(sheet, min_col=column, min_row=1, max_row=last_row), x_values,
-                            title_from_data=True)
-            series.marker.symbol = "circle"
-            series.marker.size = 4
-            series.marker.graphicalProperties.solidFill = POINT_COLOURS[grade]
-            series.marker.graphicalProperties.line.solidFill = POINT_COLOURS[grade]
-            series.graphicalProperties.line.noFill = True  # points only: a line would join unrelated rows
-            chart.series.append(series)
-        limit = Series(Reference(sheet, min_col=2 + 2 * len(GRADES), min_row=1, max_row=last_row), x_values,
-                       title_from_data=True)
-        limit.marker.symbol = "none"
-        limit.smooth = False
-        limit.graphicalProperties.line.solidFill = "404040"
-        limit.graphicalProperties.line.dashStyle = "dash"
-        chart.series.append(limit)
-        if failure_direction == direction:
-            marker = Series(Reference(sheet, min_col=3 + 2 * len(GRADES), min_row=2, max_row=last_row), x_values,
-                            title="first failure (CSV line {})".format(first_failure + 2))
-            marker.marker.symbol = "diamond"
-            marker.marker.size = 14
-            marker.marker.graphicalProperties.solidFill = "C00000"
-            marker.marker.graphicalProperties.line.solidFill = "000000"
-            marker.graphicalProperties.line.noFill = True
-            chart.series.append(marker)
-        chart.x_axis.title = "CSV line (execution order)"
-        chart.y_axis.title = "error / allowed (1 = the limit)"
-        chart.y_axis.scaling.logBase = 10
-        chart.y_axis.scaling.min, chart.y_axis.scaling.max = SHARE_FLOOR, SHARE_CEILING
-        chart.x_axis.scaling.min, chart.x_axis.scaling.max = 2, max(last_row, 3)
-        # openpyxl 3.1 writes axes as deleted unless told otherwise: Excel would then draw no axis at all
-        chart.x_axis.delete = chart.y_axis.delete = False
-        chart.legend.position = "b"
-        sheet.add_chart(chart, "{}{}".format(_letter(len(header) + 2), anchor_rows[direction]))
+    chart = ScatterChart()
+    chart.title = title
+    chart.style = 13
+    chart.width, chart.height = 30, 14
+    for offset, grade in enumerate(GRADES):
+        column = 2 + number * len(GRADES) + offset
+        series = Series(Reference(sheet, min_col=column, min_row=1, max_row=last_row), x_values,
+                        title_from_data=True)
+        series.marker.symbol = "circle"
+        series.marker.size = 4
+        series.marker.graphicalProperties.solidFill = POINT_COLOURS[grade]
+        series.marker.graphicalProperties.line.solidFill = POINT_COLOURS[grade]
+        series.graphicalProperties.line.noFill = True  # points only: a line would join unrelated rows
+        chart.series.append(series)
+    limit = Series(Reference(sheet, min_col=2 + 2 * len(GRADES), min_row=1, max_row=last_row), x_values,
+                   title_from_data=True)
+    limit.marker.symbol = "none"
+    limit.smooth = False
+    limit.graphicalProperties.line.solidFill = "404040"
+    limit.graphicalProperties.line.dashStyle = "dash"
+    chart.series.append(limit)
+    if first_failure is not None:
+        marker = Series(Reference(sheet, min_col=3 + 2 * len(GRADES), min_row=2, max_row=last_row), x_values,
+                        title="first failure (CSV line {})".format(first_failure + 2))
+        marker.marker.symbol = "diamond"
+        marker.marker.size = 14
+        marker.marker.graphicalProperties.solidFill = "C00000"
+        marker.marker.graphicalProperties.line.solidFill = "000000"
+        marker.graphicalProperties.line.noFill = True
+        chart.series.append(marker)
+    chart.x_axis.title = "CSV line (execution order)"
+    chart.y_axis.title = "error / allowed (1 = the limit)"
+    chart.y_axis.scaling.logBase = 10
+    chart.y_axis.scaling.min, chart.y_axis.scaling.max = SHARE_FLOOR, SHARE_CEILING
+    chart.x_axis.scaling.min, chart.x_axis.scaling.max = 2, max(last_row, 3)
+    # openpyxl 3.1 writes axes as deleted unless told otherwise: Excel would then draw no axis at all
+    chart.x_axis.delete = chart.y_axis.delete = False
+    chart.legend.position = "b"
+    return chart
 
 
 def _letter(number: int) -> str:

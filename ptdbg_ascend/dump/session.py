@@ -190,14 +190,7 @@ class DumpSession(object):
             if from_graph is None:  # first sight of this code object
                 from_graph = compiled.from_compiled_graph(caller)
         if unmarked or from_graph:
-            if unmarked:
-                key = prefix + "_" + api
-                self.counters[key] = self.counters.get(key, 1) - 1
-            thread.inside = True
-            try:
-                return original(*args, **kwargs)
-            finally:
-                thread.inside = False
+            return self._run_unrecorded(prefix, api, original, args, kwargs, unmarked)
         call = ApiCall(prefix, api, index, original)
         thread.inside = True  # what Inside() does, without an object per call on this hot path
         try:
@@ -215,15 +208,7 @@ class DumpSession(object):
             # In place (dump/inplace.py): the observers take the inputs now, before the call changes them.
             # Most calls are not: their rule is KEYWORDS and they have no keyword arguments.
             if forward and (rule == ALWAYS or ((kwargs or rule >= 0) and inplace_call(rule, args, kwargs))):
-                call.inplace = True
-                for observer in forward:
-                    observer.before_forward(call, args, kwargs)
-                try:
-                    output = original(*args, **kwargs)
-                except BaseException:
-                    for observer in forward:
-                        observer.forward_failed(call)
-                    raise
+                output = _run_inplace(call, forward, original, args, kwargs)
             else:
                 output = original(*args, **kwargs)
             # A collective (all_reduce...) writes its result into its arguments: those are its outputs for
@@ -239,6 +224,20 @@ class DumpSession(object):
         finally:
             thread.inside = False
         return output
+
+    def _run_unrecorded(self, prefix: str, api: str, original: Callable[..., Any], args: Tuple[Any, ...],
+                        kwargs: Dict[str, Any], unmarked: bool) -> Any:
+        """A call torch.compile makes: while compiling (``unmarked``) it does not count (its counter is given
+        back), from a dynamo graph run in Python it counts; neither is recorded."""
+        if unmarked:
+            key = prefix + "_" + api
+            self.counters[key] = self.counters.get(key, 1) - 1
+        thread = THREAD_STATE
+        thread.inside = True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            thread.inside = False
 
     def _arm_backward(self, call: ApiCall, observers: List[CallObserver], n_inputs: int,
                       edges: List[Any], output: Any) -> None:
@@ -305,3 +304,18 @@ def _mark_forked_child() -> None:
         if os.getpid() != session.pid:
             session.in_forked_child = True
             session.observers = ()
+
+
+def _run_inplace(call: ApiCall, forward: List[CallObserver], original: Callable[..., Any], args: Tuple[Any, ...],
+                 kwargs: Dict[str, Any]) -> Any:
+    """Run an in-place call (dump/inplace.py): the observers take its inputs first, before the call changes
+    them, and hear of it when it raises."""
+    call.inplace = True
+    for observer in forward:
+        observer.before_forward(call, args, kwargs)
+    try:
+        return original(*args, **kwargs)
+    except BaseException:
+        for observer in forward:
+            observer.forward_failed(call)
+        raise

@@ -5,12 +5,16 @@ tool's) and, when a row failed, the same answer as data to ``compare_finding_{ta
 ``compare_result_{tail}.csv`` (for a later run or another tool: ``run_ut``'s link to the compare reads
 it, never the prose). A compare where nothing failed has no finding and writes no JSON: its CSV says so.
 
-The file is one JSON object: ``{"format": "ptdbg_ascend.finding", "version": 2, ...}`` and the fields of
+The file is one JSON object: ``{"format": "ptdbg_ascend.finding", "version": 3, ...}`` and the fields of
 :class:`Finding` under their names (``record``, ``line``, ``kind``, ``call``, ``api``, ``user_line``,
-``dtype_mismatch``, ``one_sided``, ``level``, ``precision``). Version 2 added ``level`` and ``precision``
-(a call computing below its dtype's precision); a version 1 file is refused like any other version.
-:func:`decode` checks the format name, the version and every field's type before anything is used, so a
-file of another format, version or tool is a FileFormatError naming it.
+``dtype_mismatch``, ``one_sided``, ``level``, ``precision``, ``reason``). Version 3 added ``reason``: the
+advisor's decision and its evidence (:class:`~ptdbg_ascend.formats.reason.Reason` as an object, its nested
+``reduced``, ``carried`` and ``mismatch`` as objects or null; null for a finding made without the advisor).
+A version 2 file is still read: it lacks ``reason`` (it is None); version 2 had added ``level`` and
+``precision`` (a call computing below its dtype's precision), so a version 1 file is refused like any other
+version. :func:`decode` checks the format name, the
+version and every field's type before anything is used, so a file of another format, version or tool is a
+FileFormatError naming it.
 
 Torch-free; no file access here (the writer and the reader open the file; the reader reads at most
 :data:`MAX_BYTES`).
@@ -18,22 +22,25 @@ Torch-free; no file access here (the writer and the reader open the file; the re
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError
+# CAUSE, PROPAGATION, INPUT: the finding's kinds, named here for its readers
+from ptdbg_ascend.formats.reason import CAUSE, INPUT, KINDS, PROPAGATION, Carried, Decision, Mismatch, Reason, \
+    ReducedPrecision  # noqa: F401
 from ptdbg_ascend.terminal import excerpt
 
 FORMAT = "ptdbg_ascend.finding"
-VERSION = 2
+VERSION = 3
+READ_VERSIONS = (2, 3)  # a version 2 file has no ``reason``
 # The most bytes a finding file may hold: a few names, and one per call present in one run only before the
 # failure (about 50 bytes each: a million such calls fit). A bigger file is refused before it is read.
 MAX_BYTES = 64 << 20
 STEM = "compare_finding_"  # + the tail of compare_result_{tail}.csv + ".json"
 EXTENSION = ".json"
 
-CAUSE, PROPAGATION, INPUT = "cause", "propagation", "input"
-KINDS = (CAUSE, PROPAGATION, INPUT)
 # ``level``: "error" (a row failed; the default) or "warning" (nothing failed, but a call computes below its
 # dtype's precision: the compare still passes).
 ERROR, WARNING = "error", "warning"
@@ -54,7 +61,9 @@ class Finding(NamedTuple):
     ``"error"`` (default: ``record`` failed) or ``"warning"`` (nothing failed; ``record`` is the suspect's
     output that shows the reduced precision). ``precision``: None (default), or how the suspect computes
     below its dtype's precision, e.g. ``"TF32/HF32-like"`` (then ``kind`` is "cause": its inputs match, its
-    output carries the error of a reduced mode)."""
+    output carries the error of a reduced mode). ``reason``: the decision behind this answer and its evidence
+    (:class:`~ptdbg_ascend.formats.reason.Reason`); None (default) when read from a version 2 file or made
+    without the advisor."""
 
     record: str
     line: int
@@ -66,6 +75,7 @@ class Finding(NamedTuple):
     one_sided: Tuple[str, ...]
     level: str = ERROR
     precision: Optional[str] = None
+    reason: Optional[Reason] = None
 
 
 # field -> (allowed types, may be null); bool is refused for ``line`` below (json's true is an int to Python)
@@ -73,6 +83,24 @@ _FIELDS: Dict[str, Tuple[type, bool]] = {
     "record": (str, False), "line": (int, False), "kind": (str, False), "call": (str, False), "api": (str, False),
     "user_line": (str, True), "dtype_mismatch": (str, True), "one_sided": (list, False),
     "level": (str, False), "precision": (str, True),
+}
+_REASON_FIELDS: Dict[str, Tuple[type, bool]] = {
+    "decision": (str, False), "suspect": (str, True), "record": (str, True), "line": (int, True),
+    "failing_call": (str, True), "related": (str, True), "related_line": (int, True), "via": (list, False),
+    "npu_precision": (str, True), "bench_precision": (str, True), "reduced": (dict, True), "carried": (dict, True),
+    "mismatch": (dict, True), "one_sided": (list, False), "unjudged": (list, False),
+    "nondeterministic": (bool, False), "fp16_overflow": (bool, False), "statistics_only": (bool, False),
+    "incomplete": (bool, False),
+}
+_REDUCED_FIELDS: Dict[str, Tuple[type, bool]] = {
+    "call": (str, False), "line": (int, False), "relative_error": (float, False), "dtype": (str, False),
+    "label": (str, False),
+}
+_CARRIED_FIELDS: Dict[str, Tuple[type, bool]] = {
+    "input_error": (float, False), "output_error": (float, False), "spread": (bool, False),
+}
+_MISMATCH_FIELDS: Dict[str, Tuple[type, bool]] = {
+    "call": (str, False), "npu_dtype": (str, False), "bench_dtype": (str, False), "lower": (bool, False),
 }
 
 
@@ -86,37 +114,76 @@ def encode(finding: Finding) -> str:
     record: Dict[str, Any] = {"format": FORMAT, "version": VERSION}
     record.update(finding._asdict())
     record["one_sided"] = list(finding.one_sided)
+    if finding.reason is not None:
+        record["reason"] = dataclasses.asdict(finding.reason)
+        record["reason"]["decision"] = finding.reason.decision.value
     return json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def decode(value: Any, path: str) -> Finding:
     """The :class:`Finding` a parsed finding file holds. ``path`` names the file in the messages.
 
-    Raises FileFormatError naming ``path`` when ``value`` is not a finding of format ``FORMAT`` version
-    ``VERSION`` (another format or version, a missing field, a field of the wrong type, an unknown kind)."""
+    Raises FileFormatError naming ``path`` when ``value`` is not a finding of format ``FORMAT`` and a version
+    of ``READ_VERSIONS`` (another format or version, a missing field, a field of the wrong type, an unknown
+    kind, level or decision). A version 2 file gives a Finding without ``reason``."""
+    version = value.get("version") if isinstance(value, dict) else None
+    known = type(version) is int and version in READ_VERSIONS  # 2.0 or true is no version
+    shown = version if known else VERSION
+
     def refuse(problem: str) -> FileFormatError:
         return FileFormatError("{} is not a compare finding of format {!r} version {}: {}. Re-run compare to "
-                               "write it again.".format(path, FORMAT, VERSION, problem))
+                               "write it again.".format(path, FORMAT, shown, problem))
 
     if not isinstance(value, dict):
         raise refuse("it holds a JSON {}, not an object".format(type(value).__name__))
-    if value.get("format") != FORMAT or value.get("version") != VERSION:
-        raise refuse("it says format {} version {}".format(excerpt(value.get("format")), excerpt(value.get("version"))))
-    fields: Dict[str, Any] = {}
-    for name, (kind, nullable) in _FIELDS.items():
-        if name not in value:
-            raise refuse("the field {!r} is missing".format(name))
-        field = value[name]
-        if (field is None and not nullable) or (field is not None and (not isinstance(field, kind)
-                                                                       or isinstance(field, bool))):
-            raise refuse("the field {!r} is {}, not a {}{}".format(name, excerpt(field), kind.__name__,
-                                                                   " or null" if nullable else ""))
-        fields[name] = field
+    if value.get("format") != FORMAT or not known:
+        raise refuse("it says format {} version {}".format(excerpt(value.get("format")), excerpt(version)))
+    fields = _checked(value, _FIELDS, refuse, "")
     if fields["kind"] not in KINDS:
         raise refuse("the kind {} is none of {}".format(excerpt(fields["kind"]), ", ".join(KINDS)))
     if fields["level"] not in LEVELS:
         raise refuse("the level {} is none of {}".format(excerpt(fields["level"]), ", ".join(LEVELS)))
-    if not all(isinstance(name, str) for name in fields["one_sided"]):
-        raise refuse("the field 'one_sided' holds something else than names")
-    fields["one_sided"] = tuple(fields["one_sided"])
+    fields["one_sided"] = _names(fields["one_sided"], "one_sided", refuse)
+    if version >= 3:
+        reason = _checked(value, {"reason": (dict, True)}, refuse, "")["reason"]
+        fields["reason"] = None if reason is None else _reason(reason, refuse)
     return Finding(**fields)
+
+
+def _reason(value: Dict[str, Any], refuse: Callable[[str], FileFormatError]) -> Reason:
+    fields = _checked(value, _REASON_FIELDS, refuse, "reason.")
+    decisions = [decision.value for decision in Decision]
+    if fields["decision"] not in decisions:
+        raise refuse("the decision {} is none of {}".format(excerpt(fields["decision"]), ", ".join(decisions)))
+    fields["decision"] = Decision(fields["decision"])
+    for name in ("via", "one_sided", "unjudged"):
+        fields[name] = _names(fields[name], "reason." + name, refuse)
+    for name, kind, table in (("reduced", ReducedPrecision, _REDUCED_FIELDS), ("carried", Carried, _CARRIED_FIELDS),
+                              ("mismatch", Mismatch, _MISMATCH_FIELDS)):
+        if fields[name] is not None:
+            fields[name] = kind(**_checked(fields[name], table, refuse, "reason.{}.".format(name)))
+    return Reason(**fields)
+
+
+def _checked(value: Dict[str, Any], table: Dict[str, Tuple[type, bool]], refuse: Callable[[str], FileFormatError],
+             prefix: str) -> Dict[str, Any]:
+    """The fields of ``table`` in ``value``, each present and of its type (an int is a float too; a JSON true is
+    no int); ``prefix`` places a nested object's fields in the messages."""
+    fields: Dict[str, Any] = {}
+    for name, (kind, nullable) in table.items():
+        if name not in value:
+            raise refuse("the field {!r} is missing".format(prefix + name))
+        field = value[name]
+        allowed = (int, float) if kind is float else kind
+        if (field is None and not nullable) or (field is not None and (
+                not isinstance(field, allowed) or (isinstance(field, bool) and kind is not bool))):
+            raise refuse("the field {!r} is {}, not a {}{}".format(prefix + name, excerpt(field), kind.__name__,
+                                                                   " or null" if nullable else ""))
+        fields[name] = float(field) if kind is float else field
+    return fields
+
+
+def _names(value: list, name: str, refuse: Callable[[str], FileFormatError]) -> Tuple[str, ...]:
+    if not all(isinstance(item, str) for item in value):
+        raise refuse("the field {!r} holds something else than names".format(name))
+    return tuple(value)

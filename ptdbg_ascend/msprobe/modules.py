@@ -116,12 +116,16 @@ class ModuleHooks(object):
                 sink.add_entry(name, lambda: sink.gradient_entry(name, incoming, produced), stack=False,
                                    values=(incoming, produced))
 
-        if _supports_kwargs_hooks(torch):
-            self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-            self._handles.append(module.register_forward_hook(forward_hook, with_kwargs=True))
-        else:
-            self._handles.append(module.register_forward_pre_hook(pre_hook))
-            self._handles.append(module.register_forward_hook(forward_hook))
+        self._handles.extend(_register_hooks(torch, module, pre_hook, forward_hook))
+
+
+def _register_hooks(torch: Any, module: Any, pre_hook: Any, forward_hook: Any) -> List[Any]:
+    """Register both hooks on ``module``, with the call's keyword arguments where this torch passes them
+    (``with_kwargs``, torch >= 2.0); returns their handles."""
+    if _supports_kwargs_hooks(torch):
+        return [module.register_forward_pre_hook(pre_hook, with_kwargs=True),
+                module.register_forward_hook(forward_hook, with_kwargs=True)]
+    return [module.register_forward_pre_hook(pre_hook), module.register_forward_hook(forward_hook)]
 
 
 def _supports_kwargs_hooks(torch: Any) -> bool:

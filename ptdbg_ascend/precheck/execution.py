@@ -2,11 +2,11 @@
 gradient promoted to float64) and the device run (the dumped dtypes, on ``device``; default the CPU,
 the only device this tool re-runs on today), forward and, with the dumped output gradients, backward.
 
-- :func:`static_skip_reason`: the calls that are SKIPped without running, with the reason: APIs the
+- :func:`static_skip_reason` (in ``api_lookup``): the calls that are SKIPped without running, with the reason: APIs the
   pre-check never runs (``admission``: only the wrap list, none with effects beyond its return value),
   random APIs (dropout, rand*, normal, bernoulli, multinomial...), outputs of uninitialised memory
   (empty*), in-place ops that change a tensor's view/metadata (resize_, transpose_...).
-- :func:`resolve`: ``Functional.linear`` -> ``torch.nn.functional.linear``, ``Tensor.__add__`` ->
+- :func:`resolve` (in ``api_lookup``): ``Functional.linear`` -> ``torch.nn.functional.linear``, ``Tensor.__add__`` ->
   ``torch.Tensor.__add__``, ``Torch.matmul`` -> ``torch.matmul``, ``VF.x`` -> ``torch._VF.x``,
   ``NPU.x`` -> ``torch_npu.x`` (when installed). A dump wrapper of this tool is looked through (its
   ``__ptdbg_original__``), and the runs happen inside the "inside a wrapped API" state, so a debugger
@@ -32,92 +32,17 @@ numbers the results by the tensor input's position, as the dump numbers its ``ou
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ptdbg_ascend.dump.interception import original_of
-from ptdbg_ascend.precheck import admission, call_budget
+from ptdbg_ascend.precheck import call_budget
 from ptdbg_ascend.precheck.api_inputs import ApiCall
+# resolve and static_skip_reason are this module's API too (the pre-check's callers and tests name them here)
+from ptdbg_ascend.precheck.api_lookup import Unrunnable, lookup, resolve, static_skip_reason  # noqa: F401
 from ptdbg_ascend.precheck.call_values import (DeviceArg, MissingInput, Source, flatten, forward_inputs,
                                                recorded_values, tensor_leaves)
 
 DEFAULT_DEVICE = "cpu"
-
-# Random by nature: the two runs draw different numbers (msprobe compares dropout only by its zero share).
-_RANDOM_EXACT = frozenset((
-    "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "normal", "normal_",
-    "bernoulli", "bernoulli_", "multinomial", "uniform_", "exponential_", "geometric_", "log_normal_", "cauchy_",
-    "random_", "poisson", "rrelu", "rrelu_", "gumbel_softmax", "native_dropout", "fused_dropout",
-    "npu_dropout", "npu_dropout_with_add_softmax", "npu_dropout_do_mask", "npu_dropout_gen_mask",
-))
-_RANDOM_PATTERN = re.compile(r"dropout")
-# Uninitialised memory: any two runs differ.
-_UNINITIALISED = frozenset(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"))
-# In-place ops that change a tensor's view or metadata (msprobe's not_detach_set and their kin): re-run on
-# a copy they do not act on the tensor the user held, and their backward needs the original view chain.
-_VIEW_INPLACE = frozenset(("resize_", "resize_as_", "set_", "transpose_", "t_", "squeeze_", "unsqueeze_",
-                           "as_strided_", "swapdims_", "swapaxes_", "detach_"))
-
-
-class Unrunnable(Exception):
-    """The call cannot be re-run here (the message is the SKIP reason)."""
-
-
-def static_skip_reason(prefix: str, api: str) -> Optional[str]:
-    """The SKIP reason of a call known without running it, None when it can be run."""
-    refused = admission.refusal(prefix, api)
-    if refused:
-        return refused
-    base = api.split(".")[0]
-    if base in _RANDOM_EXACT or _RANDOM_PATTERN.search(base):
-        return "Random API {}.{}: two runs draw different numbers, it is not compared.".format(prefix, api)
-    if base in _UNINITIALISED:
-        return "{}.{} returns uninitialised memory: nothing to compare.".format(prefix, api)
-    if base in _VIEW_INPLACE:
-        return ("In-place op {}.{} changes a tensor's view/metadata: a re-run on a copy does not reproduce it."
-                .format(prefix, api))
-    return None
-
-
-def resolve(prefix: str, api: str) -> Callable[..., Any]:
-    """The callable behind ``prefix.api``; Unrunnable with the reason when this process has none or the
-    pre-check does not run it (``admission``)."""
-    refused = admission.refusal(prefix, api)
-    if refused:
-        raise Unrunnable(refused)
-    return _lookup(prefix, api)
-
-
-def _lookup(prefix: str, api: str) -> Callable[..., Any]:
-    """:func:`resolve` for a call already admitted (execute asks ``static_skip_reason`` first)."""
-    import torch
-    import torch.nn.functional
-
-    function: Any = None
-    if prefix == "Functional":
-        function = getattr(torch.nn.functional, api, None)
-    elif prefix == "Tensor":
-        function = getattr(torch.Tensor, api, None)
-    elif prefix == "Torch":
-        function = getattr(torch, api, None)
-        if function is None:
-            function = getattr(torch._C._VariableFunctions, api, None)
-    elif prefix == "VF":
-        function = getattr(torch._VF, api, None)
-    elif prefix == "NPU":
-        from ptdbg_ascend.device import torch_npu_module
-
-        module = torch_npu_module()
-        if module is None:
-            raise Unrunnable("NPU.{} needs torch_npu, which is not installed here: it cannot run on the CPU."
-                             .format(api))
-        function = getattr(module, api, None)
-    if function is None or not callable(function):
-        raise Unrunnable("{}.{} does not exist in this torch ({}): it cannot be re-run.".format(
-            prefix, api, torch.__version__))
-    return original_of(function)
-
 
 def _index_as_tuple(api: str, args: List[Any]) -> List[Any]:
     """The dump writes tuples as lists: ``x[:, 1:]`` is recorded as ``[slice, slice]``. An index list of
@@ -367,51 +292,22 @@ def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAU
     ``source.budget``. Never raises for a call that cannot run: the reasons are in
     ``forward_skip``/``backward_skip``."""
     runs = Runs()
-    reason = call.problem or static_skip_reason(call.prefix, call.api)
-    if reason:
-        runs.forward_skip = reason
+    admitted = _admitted(call, source, runs)
+    if admitted is None:
         return runs
-    try:
-        before = call_budget.input_bytes(call)
-        call_budget.check(call, before, source.budget, "inputs as loaded, their float64 and dumped-dtype copies")
-        function = _lookup(call.prefix, call.api)  # admitted: static_skip_reason asked above
-        args, kwargs = forward_inputs(call, source)
-        args = _index_as_tuple(call.api, args)
-        inputs = tensor_leaves(args) + tensor_leaves(kwargs)
-        _within_budget(call, function, args, kwargs, inputs, before, source.budget)
-    except (Unrunnable, MissingInput) as error:
-        runs.forward_skip = str(error)
-        return runs
+    function, args, kwargs, inputs = admitted
     runs.args, runs.kwargs = args, kwargs
     runs.has_backward = bool(call.backward) and any(t.requires_grad for t in inputs)
-    grads: List[Any] = []
-    if runs.has_backward:
-        try:
-            grads = recorded_values(call.backward.get("input"), source, call.full_name + ".backward.input")
-        except MissingInput as error:
-            runs.backward_skip = str(error)
-        if not runs.backward_skip and not any(grad is not None for grad in grads):
-            runs.backward_skip = "The dump holds no output gradient of this call."
+    runs.grads = _recorded_gradients(call, source, runs) if runs.has_backward else []
     need_grad = runs.has_backward and runs.backward_skip is None
-    runs.grads = grads
 
     bench, bench_out, runs.forward_skip = _benchmark(function, args, kwargs, seed, need_grad)
     if runs.forward_skip:
         return runs
-    if dumped_outputs:
-        try:
-            device_out = recorded_values(call.forward.get("output"), source, call.full_name + ".forward.output")
-        except MissingInput as error:
-            runs.forward_skip = str(error)
-            return runs
-        dside = None
-    else:
-        dside = _Side(args, kwargs, False, device, need_grad)
-        try:
-            device_out = flatten(_call(function, dside, seed, need_grad, call.autocast))
-        except Exception as error:  # noqa: BLE001
-            runs.forward_skip = "The run in the dumped dtypes on {} raises {}".format(device, _error_text(error))
-            return runs
+    dside, device_out, runs.forward_skip = _device_run(call, source, function, args, kwargs, seed, need_grad,
+                                                       device, dumped_outputs)
+    if runs.forward_skip:
+        return runs
     # Only the device run tells whether autocast lowered the call: the benchmark then starts again from the
     # inputs as autocast handed them to it.
     runs.computed_in = _lowered_to(call.autocast, inputs, device_out)
@@ -422,20 +318,78 @@ def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAU
     runs.forward_bench = _detached(bench_out)
     runs.forward_device = [value.detach().cpu() if hasattr(value, "detach") else value
                            for value in device_out]
-    if not need_grad:
-        return runs
+    if need_grad:
+        _run_backward(runs, call, source, bench, bench_out, dside, device_out, device)
+    return runs
+
+
+def _admitted(call: ApiCall, source: Source, runs: Runs) -> Optional[Tuple[Callable[..., Any], List[Any],
+                                                                          Dict[str, Any], List[Any]]]:
+    """``(function, args, kwargs, input tensors)`` of a call that may run within the memory budget; None with
+    ``runs.forward_skip`` saying why it may not."""
+    reason = call.problem or static_skip_reason(call.prefix, call.api)
+    if reason:
+        runs.forward_skip = reason
+        return None
     try:
-        runs.backward_bench = _backward(bench, bench_out, grads, True, "cpu")
+        before = call_budget.input_bytes(call)
+        call_budget.check(call, before, source.budget, "inputs as loaded, their float64 and dumped-dtype copies")
+        function = lookup(call.prefix, call.api)  # admitted: static_skip_reason asked above
+        args, kwargs = forward_inputs(call, source)
+        args = _index_as_tuple(call.api, args)
+        inputs = tensor_leaves(args) + tensor_leaves(kwargs)
+        _within_budget(call, function, args, kwargs, inputs, before, source.budget)
+    except (Unrunnable, MissingInput) as error:
+        runs.forward_skip = str(error)
+        return None
+    return function, args, kwargs, inputs
+
+
+def _recorded_gradients(call: ApiCall, source: Source, runs: Runs) -> List[Any]:
+    """The output gradients the dump holds for a call with a backward; ``runs.backward_skip`` says why there are
+    none to run it with."""
+    grads: List[Any] = []
+    try:
+        grads = recorded_values(call.backward.get("input"), source, call.full_name + ".backward.input")
+    except MissingInput as error:
+        runs.backward_skip = str(error)
+    if not runs.backward_skip and not any(grad is not None for grad in grads):
+        runs.backward_skip = "The dump holds no output gradient of this call."
+    return grads
+
+
+def _device_run(call: ApiCall, source: Source, function: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any],
+                seed: int, need_grad: bool, device: str, dumped_outputs: bool
+                ) -> Tuple[Optional[_Side], List[Any], Optional[str]]:
+    """The device side: ``(its side, its flat outputs, None)`` from a run in the dumped dtypes, or ``(None, the
+    dump's own outputs, None)`` with ``dumped_outputs``; ``(None, [], why)`` when it cannot be had."""
+    if dumped_outputs:
+        try:
+            return None, recorded_values(call.forward.get("output"), source, call.full_name + ".forward.output"), None
+        except MissingInput as error:
+            return None, [], str(error)
+    dside = _Side(args, kwargs, False, device, need_grad)
+    try:
+        return dside, flatten(_call(function, dside, seed, need_grad, call.autocast)), None
+    except Exception as error:  # noqa: BLE001
+        return None, [], "The run in the dumped dtypes on {} raises {}".format(device, _error_text(error))
+
+
+def _run_backward(runs: Runs, call: ApiCall, source: Source, bench: _Side, bench_out: List[Any],
+                  dside: Optional[_Side], device_out: List[Any], device: str) -> None:
+    """Both backward sides into ``runs`` (the device's from the dump when it has no side of its own:
+    ``dumped_outputs``), or ``runs.backward_skip`` saying why not."""
+    try:
+        runs.backward_bench = _backward(bench, bench_out, runs.grads, True, "cpu")
         if dside is None:
             recorded = recorded_values(call.backward.get("output"), source, call.full_name + ".backward.output")
             runs.backward_device = {index: (recorded[index] if index < len(recorded) else None)
                                     for index in runs.backward_bench}
         else:
-            device_grads = _backward(dside, device_out, grads, False, device)
+            device_grads = _backward(dside, device_out, runs.grads, False, device)
             runs.backward_device = {index: (None if grad is None else grad.cpu())
                                     for index, grad in device_grads.items()}
     except (Unrunnable, MissingInput) as error:
         runs.backward_skip = str(error)
     except Exception as error:  # noqa: BLE001
         runs.backward_skip = "The backward re-run raises {}".format(_error_text(error))
-    return runs

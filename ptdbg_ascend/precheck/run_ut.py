@@ -25,8 +25,9 @@ from ptdbg_ascend.errors import RunInterrupted
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck.api_inputs import ApiCall
 from ptdbg_ascend.precheck.call_check import check_call
-from ptdbg_ascend.precheck.plan import plan_run, select_calls
+from ptdbg_ascend.precheck.plan import UtPlan, plan_run, select_calls
 from ptdbg_ascend.precheck.results import RunUtOutcome, open_results
+
 
 def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, filter_same: bool = False,
            result_csv_path: Optional[str] = None, white_list: Sequence[str] = (), black_list: Sequence[str] = (),
@@ -76,9 +77,8 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
 
     Raises (before anything is written): ParameterError (a list name not in the wrap list, a bad
     result_csv_path: not a regular file, of another dump, missing its run file or with another pair's,
-    holding rows its run file does not record, in use by another run;
-    error_data_path missing or not writable, random_data=False on a dump without tensors, an unknown
-    device), FileFormatError (dump.json missing/corrupt/legacy pkl, tensor directory missing).
+    holding rows its run file does not record, in use by another run; error_data_path missing or not
+    writable, random_data=False on a dump without tensors, an unknown device), FileFormatError (dump.json missing/corrupt/legacy pkl, tensor directory missing).
     RunInterrupted (a KeyboardInterrupt) on Ctrl-C once the CSVs are open: its ``result_csv`` resumes.
     DumpWriteError when the CSVs cannot be written (a full disk): they end at the last whole API and the
     message names the file and the ``-csv_path`` that resumes.
@@ -88,6 +88,12 @@ def run_ut(api_info: str, out_path: str = ".", save_error_data: bool = False, fi
                     error_data_path=error_data_path, random_data=random_data, seed=seed,
                     dumped_outputs=dumped_outputs, device=device, compare_csv=compare_csv,
                     memory_budget=memory_budget, data_dir=data_dir)
+    return _check_planned_calls(plan, progress)
+
+
+def _check_planned_calls(plan: UtPlan, progress: bool) -> RunUtOutcome:
+    """Open the result files of ``plan`` (or resume them), check each call not done yet and commit its rows;
+    the outcome counts what was written."""
     results = open_results(plan)
     files, done = results.files, results.done
     outcome = RunUtOutcome(files.result_path, files.details_path, random_data=plan.use_random, apis_resumed=len(done))
