@@ -16,7 +16,7 @@ from ptdbg_ascend.comparison import modules, next_steps
 from ptdbg_ascend.comparison.advice import Advice
 from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.comparison.precision import Reduced, carried_inputs, explained_by_inputs, reduced_precision_root
-from ptdbg_ascend.comparison.records import CallRecord, TensorRecord, call_user_line, user_line
+from ptdbg_ascend.formats.records import CallRecord, TensorRecord, call_user_line, user_line
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
 from ptdbg_ascend.formats.finding import CAUSE, INPUT, PROPAGATION, WARNING, Finding

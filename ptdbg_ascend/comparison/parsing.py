@@ -23,7 +23,7 @@ def parse_lines(pkl_file: str, module_name_prefix: str) -> List[str]:
     file: their control characters are escaped (``\\x1b``), so each is one printed line that cannot move
     the cursor or retitle the terminal."""
     from ptdbg_ascend.readers import read_dump
-    from ptdbg_ascend.comparison.records import format_stack
+    from ptdbg_ascend.formats.records import format_stack
 
     if not isinstance(pkl_file, (str, os.PathLike)):
         raise ParameterError("pkl_file", pkl_file, "must be the path (str) of a .pkl dump file")

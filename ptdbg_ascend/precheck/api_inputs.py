@@ -23,7 +23,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import Frame, user_line
+from ptdbg_ascend.formats.records import Frame, user_line
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.formats.dump_json import autocast_of, inferred_autocast
 from ptdbg_ascend.formats.layout import PKL_SUFFIX, stack_file, tensor_dir_beside

@@ -1,12 +1,12 @@
 """Readers turn a dump (legacy ``.pkl`` + npy dir, or msprobe ``dump.json`` + ``dump_tensor_data``) into
-:class:`~ptdbg_ascend.comparison.records.CallRecord` lists, so nothing downstream knows the format."""
+:class:`~ptdbg_ascend.formats.records.CallRecord` lists, so nothing downstream knows the format."""
 
 from __future__ import annotations
 
 import os
 from typing import List, Optional
 
-from ptdbg_ascend.comparison.records import CallRecord
+from ptdbg_ascend.formats.records import CallRecord
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats.layout import is_dump_json
 
