@@ -30,7 +30,7 @@ def parse_lines(pkl_file: str, module_name_prefix: str) -> List[str]:
     if not isinstance(module_name_prefix, str) or not module_name_prefix:
         raise ParameterError("module_name_prefix", module_name_prefix,
                              "The parameter:module_name_prefix is not a string", "e.g. 'Torch_batch_norm_0_forward'")
-    from ptdbg_ascend.comparison.dump_state import check_dump
+    from ptdbg_ascend.readers.dump_state import check_dump
 
     lines: List[str] = []
     calls = read_dump(os.fspath(pkl_file), overflow_statistics=True)

@@ -11,7 +11,7 @@ import time
 
 from ptdbg_ascend.comparison import advice as advice_file
 from ptdbg_ascend.comparison import advisor, columns, engine, modules, provenance, reports
-from ptdbg_ascend.comparison.dump_state import check_dump
+from ptdbg_ascend.readers.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, make_output_dir
 from ptdbg_ascend.comparison.matching import pair_rows
 from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts

@@ -69,7 +69,7 @@ class RecordSink(object):
     def close_cut(self, why: str) -> None:
         """:meth:`close` at an exit that cuts the dump short (``why``): the files are flushed as by
         :meth:`close`, and a sink that locks its rank directory leaves the lock with ``why`` in it, so
-        compare and parse name the dump as cut (``comparison/dump_state.py``). Default: :meth:`close`."""
+        compare and parse name the dump as cut (``readers/dump_state.py``). Default: :meth:`close`."""
         self.close()
 
 

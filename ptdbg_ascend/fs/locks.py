@@ -60,7 +60,7 @@ class DumpLock(object):
     :meth:`acquire` opens (or creates) the file and takes an exclusive ``flock`` on it without waiting; the
     flock is what makes one writer: the kernel gives it to one process at a time and releases it when
     that process ends, however it ends. The text inside names the holder, for the messages and for
-    ``comparison/dump_state.py``, which reads a lock left in a rank directory as a dump not closed cleanly.
+    ``readers/dump_state.py``, which reads a lock left in a rank directory as a dump not closed cleanly.
 
     * another process holds the flock: :class:`DumpPathError` naming the path and the holder;
     * nobody holds it and the text names a live process on this host (a writer without flock: an older
@@ -163,7 +163,7 @@ class DumpLock(object):
     def leave_cut(self, why: str) -> None:
         """:meth:`release`, but the lock file stays, with ``why`` on its second line: this process ends while
         its dump window is on (an uncaught exception), so the dump is cut, and whoever reads it is told
-        (``comparison/dump_state.py``). The next writer takes it over as a dead process's lock."""
+        (``readers/dump_state.py``). The next writer takes it over as a dead process's lock."""
         if self.held:
             held = _HELD.get(os.path.abspath(self.path))
             if held is not None:
