@@ -22,7 +22,7 @@ def _check_overflow_nums(overflow_nums: Any) -> int:
 
 
 def _find_observer(session: Any) -> Optional[Any]:
-    from ptdbg_ascend.sinks.overflow import OverflowObserver
+    from ptdbg_ascend.overflow.observer import OverflowObserver
 
     return session.find_observer(OverflowObserver)
 
@@ -47,7 +47,7 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
     from ptdbg_ascend.dump.prebound import rebind as rebind_prebound
     from ptdbg_ascend.dump.session import check_extra_apis, get_session
     from ptdbg_ascend.overflow.detection import FloatStatus, npu_supports_inf_nan
-    from ptdbg_ascend.sinks.overflow import OverflowObserver
+    from ptdbg_ascend.overflow.observer import OverflowObserver
 
     if not isinstance(model, torch.nn.Module):
         raise ParameterError("model", type(model).__name__, "must be a torch.nn.Module")
@@ -105,7 +105,7 @@ def _place(session: Any, acl_config: Any) -> Any:
     """Where overflow files go, decided at each overflow so a later ``set_dump_path`` is honoured: the
     dump path; without one, ``$ASCEND_WORK_PATH/dump_data``; in ACL mode without either, the
     ``dump_path`` of dump.json; otherwise a DumpPathError."""
-    from ptdbg_ascend.sinks.overflow import OverflowPlace
+    from ptdbg_ascend.overflow.observer import OverflowPlace
 
     def place() -> OverflowPlace:
         settings = session.legacy
