@@ -103,11 +103,12 @@ def register_hook(
     """
     _record_call("register_hook", locals())  # for compat.export_config; never raises
     if hook is overflow_check:
+        from ptdbg_ascend import legacy_dump as api
         from ptdbg_ascend.overflow import api as overflow_api
 
         overflow_api.register_overflow_check(
             model, overflow_nums=overflow_nums, dump_mode=dump_mode, dump_config=dump_config, rank=rank,
-            extra_apis=extra_apis,
+            extra_apis=extra_apis, default_dump_path=lambda tag: api.set_dump_path(None, tag),
         )
     elif hook is acc_cmp_dump:
         from ptdbg_ascend import legacy_dump as api
