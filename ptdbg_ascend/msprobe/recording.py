@@ -3,7 +3,8 @@ the msprobe selection (``selection.MsprobeSelection``) and the msprobe sink
 (``sinks/msprobe/sink.MsprobeSink``: dump.json entries, stack.json lines, construct.json links).
 
 One :class:`MsprobeRecorder` lives as long as its PrecisionDebugger; ``begin_step`` points it at the
-``step{N}/rank{R}`` writer of the current step, ``switch`` turns recording on and off.
+``step{N}/rank{R}`` writer of the current step, ``switch`` turns recording on and off. :func:`sink_options`
+tells the sink what of the configuration it writes.
 """
 
 from __future__ import annotations
