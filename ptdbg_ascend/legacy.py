@@ -209,6 +209,6 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
 
 def parse(pkl_file: str, module_name_prefix: str) -> None:
     """Print the stack and statistics of the calls in ``pkl_file`` named by ``module_name_prefix``."""
-    from ptdbg_ascend.comparison import parsing
+    from ptdbg_ascend.comparison import parse_call
 
-    parsing.parse(pkl_file, module_name_prefix)
+    parse_call.parse(pkl_file, module_name_prefix)

@@ -13,7 +13,7 @@ from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import modules, next_steps
-from ptdbg_ascend.comparison.advice import Advice
+from ptdbg_ascend.comparison.answer_text import Advice
 from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.comparison.precision import Reduced, carried_inputs, explained_by_inputs, reduced_precision_root
 from ptdbg_ascend.formats.records import CallRecord, TensorRecord, call_user_line, user_line

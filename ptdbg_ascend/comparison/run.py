@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import time
 
-from ptdbg_ascend.comparison import advice as advice_file
-from ptdbg_ascend.comparison import advisor, columns, engine, modules, provenance, reports
+from ptdbg_ascend.comparison import answer_text as advice_file
+from ptdbg_ascend.comparison import pairs_to_rows as engine
+from ptdbg_ascend.comparison import advisor, columns, modules, provenance, reports
 from ptdbg_ascend.readers.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, make_output_dir
 from ptdbg_ascend.comparison.matching import pair_rows
