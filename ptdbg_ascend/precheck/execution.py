@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.dump.interception import original_of
 from ptdbg_ascend.precheck import admission, call_budget
-from ptdbg_ascend.precheck.api_inputs import ApiCall
+from ptdbg_ascend.precheck.api_inputs import DumpedCall as ApiCall  # a dump.json entry (api_inputs.DumpedCall)
 from ptdbg_ascend.precheck.call_values import (DeviceArg, MissingInput, Source, flatten, forward_inputs,
                                                recorded_values, tensor_leaves)
 

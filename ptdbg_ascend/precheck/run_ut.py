@@ -23,7 +23,7 @@ from typing import Any, List, Optional, Sequence
 
 from ptdbg_ascend.errors import RunInterrupted
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.precheck.api_inputs import ApiCall
+from ptdbg_ascend.precheck.api_inputs import DumpedCall as ApiCall  # a dump.json entry (api_inputs.DumpedCall)
 from ptdbg_ascend.precheck.call_check import check_call
 from ptdbg_ascend.precheck.plan import plan_run, select_calls
 from ptdbg_ascend.precheck.results import RunUtOutcome, open_results
