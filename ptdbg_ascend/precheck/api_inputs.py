@@ -44,8 +44,9 @@ LEGACY_HINT = ("A legacy pkl+npy dump does not record the non-tensor arguments (
 class DumpedCall:
     """One API call as dump.json holds it (the live call is ``dump/observers.ApiCall``): ``full_name``
     ``Functional.linear.0`` (msprobe's run_ut key), ``prefix`` ``Functional``, ``api`` ``linear``,
-    ``forward``/``backward`` the dump.json entries (backward None when the dump has none), ``stack`` the forward call's frames (innermost first); ``problem``: why the entry is
-    not run at all (None: it may be; its entries are then empty); ``autocast``: ``(device_type, dtype)`` of
+    ``forward``/``backward`` the dump.json entries (backward None when the dump has none), ``stack`` the
+    forward call's frames (innermost first); ``problem``: why the entry is not run at all (None: it may be;
+    its entries are then empty); ``autocast``: ``(device_type, dtype)`` of
     the ``torch.autocast`` the call ran in (``("", dtype)`` when inferred for a dump that does not record it,
     :func:`~ptdbg_ascend.formats.dump_json.inferred_autocast`), None outside autocast."""
 
