@@ -209,12 +209,9 @@ class DumpLock(object):
     def _flock(self, descriptor: int) -> bool:
         """Take the flock without waiting: False when another open file holds it."""
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return try_flock(descriptor)
         except OSError as error:
-            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return False
             raise DumpWriteError("Cannot lock the dump lock {}: {}".format(self.path, error)) from error
-        return True
 
     def _is_at_path(self, descriptor: int) -> bool:
         """Whether the file we hold open is still the one named by the path (its holder may have removed
@@ -269,6 +266,19 @@ class _HeldLock(object):
 
 
 _HELD = {}  # type: Dict[str, _HeldLock]  # by the lock's absolute path
+
+
+def try_flock(descriptor: int) -> bool:
+    """Take an exclusive ``flock`` on ``descriptor`` without waiting: False when another open file holds it.
+    Any other failure is the OSError, for each lock to say in its own words. The one locking mechanism of the
+    tool: the dump lock here and the pre-check's result CSV lock (``precheck/ut_lock.py``)."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
 
 
 def _check_regular(descriptor: int, path: str) -> None:
