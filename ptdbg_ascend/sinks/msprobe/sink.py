@@ -5,9 +5,8 @@ owns it (selection + this sink) is ``msprobe/recording.MsprobeRecorder``, which 
 :class:`~ptdbg_ascend.sinks.msprobe.options.MsprobeSinkOptions`.
 
 Task ``overflow_check`` uses the overflow policy of the legacy check (``overflow/policy.py``, given in the
-options): a call
-is written only when its data overflow; device flags are read in batches (at the latest at ``stop()``,
-the end of the step and exit), and the ``overflow_nums``-th overflow raises
+options): a call is written only when its data overflow; device flags are read in batches (at the latest at
+``stop()``, the end of the step and exit), and the ``overflow_nums``-th overflow raises
 :class:`~ptdbg_ascend.errors.OverflowLimitReached`.
 """
 
