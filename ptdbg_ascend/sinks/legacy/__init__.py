@@ -1,2 +1,3 @@
-"""The legacy format's sink: the recorder's sink and the recorder of a dump window (``sink``), its pkl + npy writer (``pkl_writer``) and
+"""The legacy format's sink: the recorder's sink and the recorder of a dump window (``sink``), its pkl + npy
+writer (``pkl_writer``) and
 the npy side of a record (``npy_files``)."""
