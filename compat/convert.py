@@ -43,7 +43,7 @@ from ptdbg_ascend.compat.convert_layout import ConvertResult, DumpFiles, locate,
 from ptdbg_ascend.compat.convert_to_legacy import msprobe_to_legacy
 from ptdbg_ascend.compat.convert_values import (SCALAR_TYPES, Padding, scalar_value, skip, statistics, tensor_shape,
                                                unsafe_name, without_tensor)
-from ptdbg_ascend.comparison.records import STATISTIC_NAMES
+from ptdbg_ascend.formats.records import STATISTIC_NAMES
 from ptdbg_ascend.errors import DumpPathError, FileFormatError
 from ptdbg_ascend.formats import layout
 from ptdbg_ascend.formats.dump_json import STATISTICS_KEYS, TENSOR_TYPE, document_head, entry_key, new_entry, stack_line

@@ -1,7 +1,7 @@
 """Where ``ptdbg convert`` may read and write, and how.
 
 * Names taken from the input (pkl record names, dump.json call names and ``data_name``s) become file
-  names only when :func:`~ptdbg_ascend.comparison.records.file_name_problem` accepts them (the grammar
+  names only when :func:`~ptdbg_ascend.formats.records.file_name_problem` accepts them (the grammar
   compare uses: letters, digits, ``_ . + -``, no ``..``, no leading dot, no separator).
 * Every output path is built by :func:`output_path`: plain components joined under the output root,
   and the resolved result (``realpath``) must lie inside the resolved root. Directories are created

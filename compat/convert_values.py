@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.comparison.records import as_shape, file_name_problem
+from ptdbg_ascend.formats.records import as_shape, file_name_problem
 from ptdbg_ascend.formats.json_numbers import OutOfRange
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.terminal import excerpt, shorten
@@ -74,7 +74,7 @@ def scalar_value(kind: str, value: Any) -> Tuple[Any, Optional[str]]:
 
 def tensor_shape(value: Any) -> Tuple[Optional[List[int]], Optional[str]]:
     """``(shape, None)`` of a tensor record (a missing one is ``[]``), or ``(None, why not)``: a shape must be
-    a list of integers from 0 to 2**63 - 1 (``comparison.records.as_shape``)."""
+    a list of integers from 0 to 2**63 - 1 (``formats.records.as_shape``)."""
     if value is None:
         return [], None
     if not isinstance(value, list):

@@ -18,6 +18,9 @@ from ptdbg_ascend.legacy import (
     set_overflow_check_switch,
 )
 from ptdbg_ascend.version import __version__
+from ptdbg_ascend import checkout as _checkout
+
+_checkout.install()  # ptdbg_ascend.compat from a checkout that was not pip-installed (checkout.py)
 
 __all__ = [
     "seed_all",

@@ -188,7 +188,7 @@ class PrecisionDebugger(object):
 
     def _ensure_recorder(self) -> Any:
         if self._recorder is None:
-            from ptdbg_ascend.msprobe.recorder import MsprobeRecorder
+            from ptdbg_ascend.msprobe.recording import MsprobeRecorder
 
             level = self.config.level
             self._recorder = MsprobeRecorder(self.config, record_apis=level in ("L1", "mix"),

@@ -103,11 +103,12 @@ def register_hook(
     """
     _record_call("register_hook", locals())  # for compat.export_config; never raises
     if hook is overflow_check:
+        from ptdbg_ascend import legacy_dump as api
         from ptdbg_ascend.overflow import api as overflow_api
 
         overflow_api.register_overflow_check(
             model, overflow_nums=overflow_nums, dump_mode=dump_mode, dump_config=dump_config, rank=rank,
-            extra_apis=extra_apis,
+            extra_apis=extra_apis, default_dump_path=lambda tag: api.set_dump_path(None, tag),
         )
     elif hook is acc_cmp_dump:
         from ptdbg_ascend import legacy_dump as api
@@ -208,6 +209,6 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
 
 def parse(pkl_file: str, module_name_prefix: str) -> None:
     """Print the stack and statistics of the calls in ``pkl_file`` named by ``module_name_prefix``."""
-    from ptdbg_ascend.comparison import parsing
+    from ptdbg_ascend.comparison import parse_call
 
-    parsing.parse(pkl_file, module_name_prefix)
+    parse_call.parse(pkl_file, module_name_prefix)

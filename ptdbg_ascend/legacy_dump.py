@@ -104,7 +104,7 @@ def set_dump_switch(switch: str, mode: str = "all", scope: Optional[Sequence[str
                     api_list: Optional[Sequence[str]] = None, filter_switch: str = "ON",
                     dump_mode: Union[str, Sequence[str], None] = None, summary_only: bool = False) -> None:
     """See :func:`ptdbg_ascend.set_dump_switch`."""
-    from ptdbg_ascend.sinks.legacy.recorder import DumpLocation, LegacyRecorder
+    from ptdbg_ascend.sinks.legacy.sink import DumpLocation, LegacyRecorder
     from ptdbg_ascend.dump.session import get_session
 
     if switch not in ("ON", "OFF"):

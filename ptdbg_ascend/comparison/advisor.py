@@ -16,11 +16,11 @@ import math
 from typing import List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import next_steps
-from ptdbg_ascend.comparison.advice import Advice
+from ptdbg_ascend.comparison.answer_text import Advice
 from ptdbg_ascend.comparison.advisor_text import render
 from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.comparison.precision import Reduced, carried_error, carried_inputs, reduced_precision_root
-from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
+from ptdbg_ascend.formats.records import CallRecord, TensorRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON, call_precision
 from ptdbg_ascend.formats.finding import Finding

@@ -9,10 +9,10 @@ from collections import Counter
 from typing import Dict, List, Optional, Sequence
 
 from ptdbg_ascend.comparison import modules, next_steps
-from ptdbg_ascend.comparison.advice import Advice
+from ptdbg_ascend.comparison.answer_text import Advice
 from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.comparison.precision import Reduced, carried_text
-from ptdbg_ascend.comparison.records import CallRecord, call_user_line, user_line
+from ptdbg_ascend.formats.records import CallRecord, call_user_line, user_line
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.formats.finding import CAUSE, INPUT, PROPAGATION, WARNING, Finding
 from ptdbg_ascend.formats.naming import api_of, split_call_name

@@ -41,7 +41,7 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     Returns a :class:`CompareOutcome`: ``bool(outcome)`` is True when no compared tensor failed the
     robust verdict and enough tensors could be compared. A dump whose rank directory still holds the
     writer's lock (still being written, or killed) is compared as far as it got, with a warning; see
-    ``outcome.torn`` (:mod:`ptdbg_ascend.comparison.dump_state`).
+    ``outcome.torn`` (:mod:`ptdbg_ascend.readers.dump_state`).
     """
     options = check_options(output_path, stack_mode=stack_mode, auto_analyze=auto_analyze, suffix=suffix,
                             fuzzy_match=fuzzy_match, xlsx=xlsx, api_mapping=api_mapping)

@@ -110,7 +110,7 @@ def _distributed_status(outcomes) -> int:
 
 
 def _parse(args: argparse.Namespace) -> int:
-    from ptdbg_ascend.comparison.parsing import parse
+    from ptdbg_ascend.comparison.parse_call import parse
 
     parse(args.pkl_file, args.module_name_prefix)
     return 0

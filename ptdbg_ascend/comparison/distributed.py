@@ -103,7 +103,7 @@ def rank_files(rank_dir: str) -> Tuple[str, Optional[str], Optional[str]]:
         return (dump_file(rank_dir), data if os.path.isdir(data) else None,
                 stack if os.path.isfile(stack) else None)
     if not pkls:
-        from ptdbg_ascend.comparison.dump_state import missing_dump_note
+        from ptdbg_ascend.readers.dump_state import missing_dump_note
 
         note = missing_dump_note(dump_file(rank_dir))
         raise CompareError("No file is found in dump dir {}. {}".format(

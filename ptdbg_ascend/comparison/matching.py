@@ -41,7 +41,7 @@ import difflib
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ptdbg_ascend.comparison.nesting import interleave
-from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
+from ptdbg_ascend.formats.records import CallRecord, TensorRecord
 from ptdbg_ascend.formats.naming import split_call_name
 
 MODULE = "module"  # the kind word in a module call's alignment keys

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.nesting import Nesting
-from ptdbg_ascend.comparison.records import CallRecord
+from ptdbg_ascend.formats.records import CallRecord
 from ptdbg_ascend.errors import CompareError
 from ptdbg_ascend.formats.naming import FORWARD, parse_module_call
 

@@ -7,7 +7,7 @@ when the module's input already differed. :func:`interleave` puts each module ca
 calls inside it and its output rows after them, nesting included, so the rows read in execution order:
 ``Module_mlp..._0_forward_input.0``, the APIs and submodules of the MLP, ``Module_mlp..._0_forward_output``.
 
-The nesting comes from each call's ``parent`` (construct.json, :class:`~ptdbg_ascend.comparison.records.
+The nesting comes from each call's ``parent`` (construct.json, :class:`~ptdbg_ascend.formats.records.
 CallRecord`), which a stranger's file may fill with anything: a parent that is no module call of the same
 dump leaves the call at top level, a cycle is cut, and every walk is iterative and visits each call once, so
 a crafted file can neither lose rows nor recurse. Torch-free.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Protocol, Sequence, TypeVar
 
-from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
+from ptdbg_ascend.formats.records import CallRecord, TensorRecord
 
 
 class PairedRow(Protocol):

@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 
 from ptdbg_ascend.comparison import api_classes
 from ptdbg_ascend.comparison.precision import MATMUL_CLASS, Reduced
-from ptdbg_ascend.comparison.records import CallRecord
+from ptdbg_ascend.formats.records import CallRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.formats.naming import api_of, split_call_name
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.api_classes import LAYOUT, api_class
-from ptdbg_ascend.comparison.dump_state import ENDED, RUNNING, TornDump
+from ptdbg_ascend.readers.dump_state import ENDED, RUNNING, TornDump
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.verdicts import NOT_COMPARED, WARNING
 from ptdbg_ascend.formats.finding import WARNING as WARNING_LEVEL

@@ -26,7 +26,7 @@ import math
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from ptdbg_ascend.comparison import api_classes
-from ptdbg_ascend.comparison.records import CallRecord
+from ptdbg_ascend.formats.records import CallRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import call_precision
 from ptdbg_ascend.comparison.transfer import spread as transfer_spread

@@ -37,7 +37,7 @@ from ptdbg_ascend.comparison import api_classes as classes
 from ptdbg_ascend.comparison import transfer
 from ptdbg_ascend.comparison.metrics import RELATIVE_CAP, Metrics, Status
 from ptdbg_ascend.comparison.transfer import CallTensors, Measured, record_index
-from ptdbg_ascend.comparison.records import TensorRecord
+from ptdbg_ascend.formats.records import TensorRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD, split_call_name
 

@@ -37,7 +37,7 @@ import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.precision import carried_inputs, explained_by_inputs, is_branch_backward
-from ptdbg_ascend.comparison.records import TensorRecord
+from ptdbg_ascend.formats.records import TensorRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import EPSILON
 from ptdbg_ascend.comparison.verdicts import ERROR, PASS, Judgement

@@ -15,7 +15,7 @@ from typing import IO, Dict, List, Optional, Sequence, Tuple
 from ptdbg_ascend import csv_cells
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.comparison.metrics import EXTRA_FIELDS, LEGACY_FIELDS, NAN
-from ptdbg_ascend.comparison.records import TensorRecord, user_stack_text
+from ptdbg_ascend.formats.records import TensorRecord, user_stack_text
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.formats.layout import COMPARE_RESULT_STEM

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 
 from ptdbg_ascend.comparison.matching import RowPair
 from ptdbg_ascend.comparison.metrics import Metrics
-from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
+from ptdbg_ascend.formats.records import CallRecord, TensorRecord
 from ptdbg_ascend.comparison.tolerances import Tolerance
 from ptdbg_ascend.comparison.verdicts import ERROR, NOT_COMPARED, PASSING, RESULT_UNMATCHED, Judgement
 

@@ -10,9 +10,10 @@ import os
 import time
 from typing import List, Sequence, Tuple
 
-from ptdbg_ascend.comparison import advice as advice_file
-from ptdbg_ascend.comparison import advisor, columns, engine, modules, provenance, reports
-from ptdbg_ascend.comparison.dump_state import check_dump
+from ptdbg_ascend.comparison import answer_text
+from ptdbg_ascend.comparison import pairs_to_rows
+from ptdbg_ascend.comparison import advisor, columns, modules, provenance, reports
+from ptdbg_ascend.readers.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, make_output_dir
 from ptdbg_ascend.comparison.matching import RowPair, pair_rows
 from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts
@@ -60,7 +61,7 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
         reports.write_xlsx(xlsx_path, column_names, table, rows, failing)
     advisor_path = None
     if options.auto_analyze:
-        advisor_path = advice_file.write_advice(advice, output_path, ADVISOR_STEM + tail)
+        advisor_path = answer_text.write_advice(advice, output_path, ADVISOR_STEM + tail)
     first = None if failing is None else rows[failing].name
     outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts, torn)
     logger.info("Compare outcome: {}".format(outcome))
@@ -93,13 +94,14 @@ def _compared_rows(pairs: Sequence[RowPair], inputs: CompareInputs, options: Com
     """The rows and the CSV's columns: of a tensor comparison when both dumps have their tensor files, else of
     a statistics-only one (said in the log)."""
     if inputs.full_mode:
-        return engine.full_rows(pairs, inputs.print_log, options.fuzzy_match), columns.full_columns(options.stack_mode)
+        rows = pairs_to_rows.full_rows(pairs, inputs.print_log, options.fuzzy_match)
+        return rows, columns.full_columns(options.stack_mode)
     logger.warning("No tensor directory for {}: comparing statistics only (max, min, mean, norm); give "
                    "npu_dump_data_dir and bench_dump_data_dir to compare the tensors.".format(
                        " and ".join(side for side, data in (("the NPU dump", inputs.npu_data_dir),
                                                             ("the bench dump", inputs.bench_data_dir))
                                     if data is None)))
-    return engine.summary_rows(pairs, options.fuzzy_match), columns.summary_columns(options.stack_mode)
+    return pairs_to_rows.summary_rows(pairs, options.fuzzy_match), columns.summary_columns(options.stack_mode)
 
 
 def _stack_hint(inputs: CompareInputs) -> str:

@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 
 from ptdbg_ascend.comparison.metrics import Metrics, Status, compare_arrays, not_compared
-from ptdbg_ascend.comparison.records import TensorRecord
+from ptdbg_ascend.formats.records import TensorRecord
 from ptdbg_ascend.comparison.tolerances import Tolerance
 from ptdbg_ascend.formats.layout import NPY_SUFFIX
 from ptdbg_ascend.fs.confined import load_tensor

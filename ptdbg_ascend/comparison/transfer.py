@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.comparison import api_classes as classes
 from ptdbg_ascend.comparison.metrics import RELATIVE_CAP
-from ptdbg_ascend.comparison.records import TensorRecord
+from ptdbg_ascend.formats.records import TensorRecord
 from ptdbg_ascend.comparison.rows import CompareRow
 
 # How many times each input's norm-wise relative error reaches a quotient's output. A root halves every

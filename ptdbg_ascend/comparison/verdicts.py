@@ -16,7 +16,7 @@ import math
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.metrics import LARGEST, NAN, Metrics, Status
-from ptdbg_ascend.comparison.records import TensorRecord
+from ptdbg_ascend.formats.records import TensorRecord
 from ptdbg_ascend.comparison.tolerances import WARNING_SHARE, Tolerance
 
 YES, NO, UNMATCHED = "Yes", "No", "Unmatched"

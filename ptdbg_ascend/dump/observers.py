@@ -76,6 +76,12 @@ class ApiCall(object):
         return "ApiCall({})".format(self.forward_name)
 
 
+def dotted(call: ApiCall, direction: str) -> str:
+    """``Tensor.__add__.0.forward``: the call's name in the msprobe format, for ``direction`` ("forward" or
+    "backward")."""
+    return "{}.{}.{}.{}".format(call.prefix, call.api, call.index, direction)
+
+
 class CallObserver(object):
     """Base class of observers; every method is a no-op so subclasses override what they need."""
 

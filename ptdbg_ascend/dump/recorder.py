@@ -4,7 +4,7 @@
   list/range/api_list matching (:class:`~ptdbg_ascend.dump.selection.LegacySelection`, one
   ``set_dump_switch`` window) or msprobe scope/list matching
   (:class:`~ptdbg_ascend.msprobe.selection.MsprobeSelection`, one PrecisionDebugger, reset per step);
-* **which format** — a :class:`RecordSink`: legacy pkl + npy (``sinks/legacy/recorder.LegacySink``) or
+* **which format** — a :class:`RecordSink`: legacy pkl + npy (``sinks/legacy/sink.LegacySink``) or
   msprobe dump.json + tensors (``sinks/msprobe/sink.MsprobeSink``).
 
 The recorder itself owns what both formats share: the order of events (every forward event reaches the
@@ -69,7 +69,7 @@ class RecordSink(object):
     def close_cut(self, why: str) -> None:
         """:meth:`close` at an exit that cuts the dump short (``why``): the files are flushed as by
         :meth:`close`, and a sink that locks its rank directory leaves the lock with ``why`` in it, so
-        compare and parse name the dump as cut (``comparison/dump_state.py``). Default: :meth:`close`."""
+        compare and parse name the dump as cut (``readers/dump_state.py``). Default: :meth:`close`."""
         self.close()
 
 

@@ -40,7 +40,7 @@ STATISTICS_KEYS = ("Max", "Min", "Mean", "Norm")  # a tensor leaf's statistics, 
 # This tool's key of a tensor leaf of a tensor dump that has no data_name: why its file was not saved (out of
 # memory while copying it). Compare's row for it says so.
 NOT_SAVED = "not_saved"
-# A frame as the readers keep it (comparison.records.Frame): (file, line, function, code or None).
+# A frame as the readers keep it (formats.records.Frame): (file, line, function, code or None).
 _Frame = Tuple[str, str, str, Optional[str]]
 
 AUTOCAST = "autocast"

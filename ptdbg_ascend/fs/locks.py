@@ -60,7 +60,7 @@ class DumpLock(object):
     :meth:`acquire` opens (or creates) the file and takes an exclusive ``flock`` on it without waiting; the
     flock is what makes one writer: the kernel gives it to one process at a time and releases it when
     that process ends, however it ends. The text inside names the holder, for the messages and for
-    ``comparison/dump_state.py``, which reads a lock left in a rank directory as a dump not closed cleanly.
+    ``readers/dump_state.py``, which reads a lock left in a rank directory as a dump not closed cleanly.
 
     * another process holds the flock: :class:`DumpPathError` naming the path and the holder;
     * nobody holds it and the text names a live process on this host (a writer without flock: an older
@@ -163,7 +163,7 @@ class DumpLock(object):
     def leave_cut(self, why: str) -> None:
         """:meth:`release`, but the lock file stays, with ``why`` on its second line: this process ends while
         its dump window is on (an uncaught exception), so the dump is cut, and whoever reads it is told
-        (``comparison/dump_state.py``). The next writer takes it over as a dead process's lock."""
+        (``readers/dump_state.py``). The next writer takes it over as a dead process's lock."""
         if self.held:
             held = _HELD.get(os.path.abspath(self.path))
             if held is not None:
@@ -209,12 +209,9 @@ class DumpLock(object):
     def _flock(self, descriptor: int) -> bool:
         """Take the flock without waiting: False when another open file holds it."""
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return try_flock(descriptor)
         except OSError as error:
-            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return False
             raise DumpWriteError("Cannot lock the dump lock {}: {}".format(self.path, error)) from error
-        return True
 
     def _is_at_path(self, descriptor: int) -> bool:
         """Whether the file we hold open is still the one named by the path (its holder may have removed
@@ -269,6 +266,19 @@ class _HeldLock(object):
 
 
 _HELD = {}  # type: Dict[str, _HeldLock]  # by the lock's absolute path
+
+
+def try_flock(descriptor: int) -> bool:
+    """Take an exclusive ``flock`` on ``descriptor`` without waiting: False when another open file holds it.
+    Any other failure is the OSError, for each lock to say in its own words. The one locking mechanism of the
+    tool: the dump lock here and the pre-check's result CSV lock (``precheck/ut_lock.py``)."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
 
 
 def _check_regular(descriptor: int, path: str) -> None:

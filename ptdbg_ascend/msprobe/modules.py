@@ -24,7 +24,7 @@ from ptdbg_ascend.dump import backward as backward_capture
 from ptdbg_ascend.dump.capture import tensors_in
 from ptdbg_ascend.dump.interception import Inside
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
-from ptdbg_ascend.msprobe.recorder import MsprobeRecorder
+from ptdbg_ascend.msprobe.recording import MsprobeRecorder
 from ptdbg_ascend.msprobe.selection import direction_wanted
 
 # A module's autograd graph is larger than one API's: walk up to this many nodes to find its inputs.

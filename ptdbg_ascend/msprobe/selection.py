@@ -24,13 +24,9 @@ import threading
 from typing import Any, Tuple
 
 from ptdbg_ascend.config import DebuggerConfig
+from ptdbg_ascend.dump.observers import dotted
 from ptdbg_ascend.dump.selection import SelectionPolicy, Unmatched
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
-
-
-def dotted(call: Any, direction: str) -> str:
-    """``Tensor.__add__.0.forward`` for an ApiCall."""
-    return "{}.{}.{}.{}".format(call.prefix, call.api, call.index, direction)
 
 
 def block_wanted(data_mode: Tuple[str, ...], direction: str, side: str) -> bool:

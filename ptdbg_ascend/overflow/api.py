@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ptdbg_ascend.errors import CallOrderError, ParameterError
 from ptdbg_ascend.log import logger
@@ -22,14 +22,15 @@ def _check_overflow_nums(overflow_nums: Any) -> int:
 
 
 def _find_observer(session: Any) -> Optional[Any]:
-    from ptdbg_ascend.sinks.overflow import OverflowObserver
+    from ptdbg_ascend.overflow.observer import OverflowObserver
 
     return session.find_observer(OverflowObserver)
 
 
 def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dump_mode: str = "api",
                             dump_config: Optional[str] = None, rank: Optional[int] = None,
-                            extra_apis: Optional[bool] = None) -> None:
+                            extra_apis: Optional[bool] = None, *,
+                            default_dump_path: Callable[[str], None]) -> None:
     """See :func:`ptdbg_ascend.register_hook` with ``overflow_check``.
 
     Args:
@@ -40,6 +41,9 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
         dump_config: the ACL ``dump.json``; required with ``dump_mode="acl"``, refused otherwise.
         rank: the rank directory. Default None: the torch.distributed rank, else RANK/LOCAL_RANK, else the device index.
         extra_apis: True also wraps the APIs beyond the original 4.0's list; see register_hook.
+        default_dump_path: ``default_dump_path(tag)`` sets the dump path from the environment for ``tag`` or
+            raises a DumpPathError (the front-end's ``set_dump_path(None, tag)``); called at an overflow when no
+            dump path is set. The front-end passes it in, so that this feature imports no front-end.
     """
     import torch
 
@@ -47,7 +51,7 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
     from ptdbg_ascend.dump.prebound import rebind as rebind_prebound
     from ptdbg_ascend.dump.session import check_extra_apis, get_session
     from ptdbg_ascend.overflow.detection import FloatStatus, npu_supports_inf_nan
-    from ptdbg_ascend.sinks.overflow import OverflowObserver
+    from ptdbg_ascend.overflow.observer import OverflowObserver
 
     if not isinstance(model, torch.nn.Module):
         raise ParameterError("model", type(model).__name__, "must be a torch.nn.Module")
@@ -94,27 +98,25 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
         previous.close()
     session.ensure_wrapped(extra_apis)
     rebind_prebound(session, model)  # the model's references to originals, taken before this call
-    observer = OverflowObserver(session, limit, _place(session, acl_config), rank=rank, float_status=float_status,
-                                acl_rerun=acl_rerun)
+    observer = OverflowObserver(session, limit, _place(session, acl_config, default_dump_path), rank=rank,
+                                float_status=float_status, acl_rerun=acl_rerun)
     session.add_observer(observer)
     logger.info("Overflow check is on ({}, stop at overflow {}).".format(
         "float status" if float_status is not None else "inf/nan values", "never" if limit == -1 else limit))
 
 
-def _place(session: Any, acl_config: Any) -> Any:
+def _place(session: Any, acl_config: Any, default_dump_path: Callable[[str], None]) -> Any:
     """Where overflow files go, decided at each overflow so a later ``set_dump_path`` is honoured: the
-    dump path; without one, ``$ASCEND_WORK_PATH/dump_data``; in ACL mode without either, the
-    ``dump_path`` of dump.json; otherwise a DumpPathError."""
-    from ptdbg_ascend.sinks.overflow import OverflowPlace
+    dump path; without one, ``$ASCEND_WORK_PATH/dump_data`` (``default_dump_path(tag)`` sets it); in ACL
+    mode without either, the ``dump_path`` of dump.json; otherwise a DumpPathError."""
+    from ptdbg_ascend.overflow.observer import OverflowPlace
 
     def place() -> OverflowPlace:
         settings = session.legacy
         if settings.directory is None:
             if acl_config is not None and not os.environ.get("ASCEND_WORK_PATH"):
                 return OverflowPlace(os.path.abspath(acl_config.dump_path), settings.tag, __version__)
-            from ptdbg_ascend import legacy_dump as dump_api
-
-            dump_api.set_dump_path(None, settings.tag)  # the environment fallback, or a clear DumpPathError
+            default_dump_path(settings.tag)  # the environment fallback, or a clear DumpPathError
         return OverflowPlace(settings.directory, settings.tag, __version__)
 
     return place

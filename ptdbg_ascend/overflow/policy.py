@@ -1,6 +1,6 @@
 """The one overflow policy of both front-ends: which checked calls are dumped, and when training stops.
 
-Used by the legacy overflow observer (``register_hook(model, overflow_check)``, ``sinks/overflow.py``)
+Used by the legacy overflow observer (``register_hook(model, overflow_check)``, ``overflow/observer.py``)
 and by ``PrecisionDebugger(task="overflow_check")`` (``sinks/msprobe/sink.py``); each front-end only says
 how an overflowing call is written (its file format) and what its stop message is.
 

@@ -3,14 +3,14 @@ the pre-check re-runs them.
 
 :func:`open_dump` reads and checks the dump.json once (a legacy ``.pkl`` dump is refused: it lacks the
 non-tensor keyword arguments a re-run needs), pairs every ``X.n.forward`` entry with its ``X.n.backward``
-entry into an :class:`ApiCall`, and reads the user's code lines from ``stack.json``. The dump may come
+entry into a :class:`DumpedCall`, and reads the user's code lines from ``stack.json``. The dump may come
 from anyone, so:
 
 - ``api_info`` must be a regular file (a FIFO would block the run before it starts);
 - tensors are read only from the ``dump_tensor_data/`` beside the dump.json or a directory the user names
   (``data_dir``); the ``dump_data_dir`` recorded inside the dump is never followed;
 - an entry nested deeper than any real call is kept only as a name with the reason it is not run
-  (:attr:`ApiCall.problem`): nothing recurses into it later, nor sends it to a worker.
+  (:attr:`DumpedCall.problem`): nothing recurses into it later, nor sends it to a worker.
 
 The values of a call are rebuilt when it runs (``call_values``).
 """
@@ -23,7 +23,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import Frame, user_line
+from ptdbg_ascend.formats.records import Frame, user_line
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.formats.dump_json import autocast_of, inferred_autocast
 from ptdbg_ascend.formats.layout import PKL_SUFFIX, stack_file, tensor_dir_beside
@@ -41,11 +41,12 @@ LEGACY_HINT = ("A legacy pkl+npy dump does not record the non-tensor arguments (
 
 
 @dataclass
-class ApiCall:
-    """One dumped API call: ``full_name`` ``Functional.linear.0`` (msprobe's run_ut key), ``prefix``
-    ``Functional``, ``api`` ``linear``, ``forward``/``backward`` the dump.json entries (backward None when
-    the dump has none), ``stack`` the forward call's frames (innermost first); ``problem``: why the entry is
-    not run at all (None: it may be; its entries are then empty); ``autocast``: ``(device_type, dtype)`` of
+class DumpedCall:
+    """One API call as dump.json holds it (the live call is ``dump/observers.ApiCall``): ``full_name``
+    ``Functional.linear.0`` (msprobe's run_ut key), ``prefix`` ``Functional``, ``api`` ``linear``,
+    ``forward``/``backward`` the dump.json entries (backward None when the dump has none), ``stack`` the
+    forward call's frames (innermost first); ``problem``: why the entry is not run at all (None: it may be;
+    its entries are then empty); ``autocast``: ``(device_type, dtype)`` of
     the ``torch.autocast`` the call ran in (``("", dtype)`` when inferred for a dump that does not record it,
     :func:`~ptdbg_ascend.formats.dump_json.inferred_autocast`), None outside autocast."""
 
@@ -76,7 +77,7 @@ class Dump:
     path: str
     task: str
     data_dir: Optional[str]
-    calls: List[ApiCall] = field(default_factory=list)
+    calls: List[DumpedCall] = field(default_factory=list)
     has_tensors: bool = False
     size: int = 0  # bytes of the dump.json as parsed
     sha256: str = ""  # of those bytes: which dump a run's CSVs belong to (ut_identity)
@@ -139,20 +140,20 @@ _TOO_DEEP = "__ptdbg_too_deep__"  # stands for an entry nested deeper than ENTRY
 
 
 def _call(full_name: str, prefix: str, api: str, forward: Mapping[str, Any], backward: Optional[Mapping[str, Any]],
-          stack: Tuple[Frame, ...]) -> ApiCall:
+          stack: Tuple[Frame, ...]) -> DumpedCall:
     if _TOO_DEEP in forward or (backward is not None and _TOO_DEEP in backward):
         problem = ("{}: its dump entry is nested more than {} levels deep; no real call is, it is not run"
                    .format(full_name, ENTRY_DEPTH))
-        return ApiCall(full_name, prefix, api, {}, None, stack, problem)
+        return DumpedCall(full_name, prefix, api, {}, None, stack, problem)
     try:
         autocast = autocast_of(forward)
     except ValueError as error:
         problem = "{}: {}; the autocast state it ran in is unknown, it is not run".format(full_name, error)
-        return ApiCall(full_name, prefix, api, {}, None, stack, problem)
+        return DumpedCall(full_name, prefix, api, {}, None, stack, problem)
     if autocast is None:
         dtype = inferred_autocast(api, forward)
         autocast = ("", dtype) if dtype is not None else None
-    return ApiCall(full_name, prefix, api, forward, backward, stack, autocast=autocast)
+    return DumpedCall(full_name, prefix, api, forward, backward, stack, autocast=autocast)
 
 
 def _check_regular(path: str) -> None:

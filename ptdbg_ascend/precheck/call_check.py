@@ -10,12 +10,12 @@ from typing import Any, List, Optional, Tuple
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import ut_files
-from ptdbg_ascend.precheck.api_inputs import ApiCall
+from ptdbg_ascend.precheck.api_inputs import DumpedCall
 from ptdbg_ascend.precheck.call_values import Source
 from ptdbg_ascend.precheck.plan import UtPlan
 
 
-def check_call(call: ApiCall, source: Source, plan: UtPlan,
+def check_call(call: DumpedCall, source: Source, plan: UtPlan,
                error_dir: Optional[str] = None) -> Tuple[List[Any], List[List[Any]]]:
     """Run and judge one call: ``(result row, details rows)`` as the CSVs hold them; writes the call's
     error data under ``error_dir`` (None: not) when it is error or warning.
@@ -43,7 +43,7 @@ def check_call(call: ApiCall, source: Source, plan: UtPlan,
     return [call.full_name, fwd_status, bwd_status, message], [j.detail_row() for j in forward + backward]
 
 
-def failure_reason(call: ApiCall, error: BaseException) -> str:
+def failure_reason(call: DumpedCall, error: BaseException) -> str:
     """The SKIP reason of a call whose check raised ``error`` (with where it was raised, for a bug report)."""
     import traceback
 
@@ -63,7 +63,7 @@ def failure_reason(call: ApiCall, error: BaseException) -> str:
     return "{} {}: {}: {}{}".format(call.full_name, what, type(error).__name__, text, where)
 
 
-def judge_call(call: ApiCall, runs: Any) -> Tuple[List[Any], List[Any], str, str, str]:
+def judge_call(call: DumpedCall, runs: Any) -> Tuple[List[Any], List[Any], str, str, str]:
     """(forward judgements, backward judgements, forward status, backward status, message)."""
     from ptdbg_ascend.precheck.judge import api_status, judge_output, skipped
 
@@ -91,7 +91,7 @@ def _at(values: List[Any], index: int) -> Any:
     return values[index] if index < len(values) else None
 
 
-def _save_error_data(directory: str, call: ApiCall, runs: Any) -> None:
+def _save_error_data(directory: str, call: DumpedCall, runs: Any) -> None:
     from ptdbg_ascend.precheck.call_values import tensor_leaves
 
     base = call.full_name

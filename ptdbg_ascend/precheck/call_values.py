@@ -23,7 +23,7 @@ import os
 import zlib
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import file_name_problem
+from ptdbg_ascend.formats.records import file_name_problem
 from ptdbg_ascend.memory import default_budget, format_size
 from ptdbg_ascend.precheck import arguments
 from ptdbg_ascend.precheck.arguments import MAX_DEPTH, ArgumentRefused, DeviceArg, MissingInput

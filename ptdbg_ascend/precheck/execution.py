@@ -18,7 +18,7 @@ the only device this tool re-runs on today), forward and, with the dumped output
   SKIP reason.
 
 Autocast: a call dumped inside ``torch.autocast`` (its entry's ``autocast`` value, or inferred for an older
-dump: ``ApiCall.autocast``) has its device run inside autocast of the same dtype on the run device, as it
+dump: ``DumpedCall.autocast``) has its device run inside autocast of the same dtype on the run device, as it
 ran in training (a bf16 matmul of a bf16 activation and a float32 weight); the float64 benchmark runs
 without it (the exact answer the device run is judged against). msprobe 1.0.4 re-runs such calls outside
 autocast, where they raise "mat1 and mat2 must have the same dtype" or compute in float32.
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.precheck import call_budget
-from ptdbg_ascend.precheck.api_inputs import ApiCall
+from ptdbg_ascend.precheck.api_inputs import DumpedCall
 # resolve and static_skip_reason are this module's API too (the pre-check's callers and tests name them here)
 from ptdbg_ascend.precheck.api_lookup import Unrunnable, lookup, resolve, static_skip_reason  # noqa: F401
 from ptdbg_ascend.precheck.call_values import (DeviceArg, MissingInput, Source, flatten, forward_inputs,
@@ -259,7 +259,7 @@ def _detached(values: List[Any]) -> List[Any]:
     return [value.detach() if isinstance(value, torch.Tensor) else value for value in values]
 
 
-def _within_budget(call: ApiCall, function: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any],
+def _within_budget(call: DumpedCall, function: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any],
                    inputs: List[Any], before: int, budget: int) -> None:
     """OverBudget when the call's ``before`` bytes (inputs and their copies) and its outputs (from a dry
     run on meta) exceed ``budget``."""
@@ -284,7 +284,7 @@ def _benchmark(function: Callable[..., Any], args: List[Any], kwargs: Dict[str, 
         return None, [], "The float64 benchmark run on the CPU raises {}".format(_error_text(error))
 
 
-def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAULT_DEVICE,
+def execute(call: DumpedCall, source: Source, seed: int = 1234, device: str = DEFAULT_DEVICE,
             dumped_outputs: bool = False) -> Runs:
     """Run ``call`` (see the module doc). ``dumped_outputs`` (default False): the device side is the
     dump's own outputs (forward ``output``, backward ``output``) instead of a re-run, for a dump made on
@@ -323,7 +323,7 @@ def execute(call: ApiCall, source: Source, seed: int = 1234, device: str = DEFAU
     return runs
 
 
-def _admitted(call: ApiCall, source: Source, runs: Runs) -> Optional[Tuple[Callable[..., Any], List[Any],
+def _admitted(call: DumpedCall, source: Source, runs: Runs) -> Optional[Tuple[Callable[..., Any], List[Any],
                                                                           Dict[str, Any], List[Any]]]:
     """``(function, args, kwargs, input tensors)`` of a call that may run within the memory budget; None with
     ``runs.forward_skip`` saying why it may not."""
@@ -345,7 +345,7 @@ def _admitted(call: ApiCall, source: Source, runs: Runs) -> Optional[Tuple[Calla
     return function, args, kwargs, inputs
 
 
-def _recorded_gradients(call: ApiCall, source: Source, runs: Runs) -> List[Any]:
+def _recorded_gradients(call: DumpedCall, source: Source, runs: Runs) -> List[Any]:
     """The output gradients the dump holds for a call with a backward; ``runs.backward_skip`` says why there are
     none to run it with."""
     grads: List[Any] = []
@@ -358,7 +358,7 @@ def _recorded_gradients(call: ApiCall, source: Source, runs: Runs) -> List[Any]:
     return grads
 
 
-def _device_run(call: ApiCall, source: Source, function: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any],
+def _device_run(call: DumpedCall, source: Source, function: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any],
                 seed: int, need_grad: bool, device: str, dumped_outputs: bool
                 ) -> Tuple[Optional[_Side], List[Any], Optional[str]]:
     """The device side: ``(its side, its flat outputs, None)`` from a run in the dumped dtypes, or ``(None, the
@@ -375,7 +375,7 @@ def _device_run(call: ApiCall, source: Source, function: Callable[..., Any], arg
         return None, [], "The run in the dumped dtypes on {} raises {}".format(device, _error_text(error))
 
 
-def _run_backward(runs: Runs, call: ApiCall, source: Source, bench: _Side, bench_out: List[Any],
+def _run_backward(runs: Runs, call: DumpedCall, source: Source, bench: _Side, bench_out: List[Any],
                   dside: Optional[_Side], device_out: List[Any], device: str) -> None:
     """Both backward sides into ``runs`` (the device's from the dump when it has no side of its own:
     ``dumped_outputs``), or ``runs.backward_skip`` saying why not."""

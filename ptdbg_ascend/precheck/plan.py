@@ -18,7 +18,7 @@ from ptdbg_ascend.log import logger
 from ptdbg_ascend.memory import default_budget, parse_size
 from ptdbg_ascend.precheck import columns as col
 from ptdbg_ascend.precheck import csv_files, ut_files, ut_identity
-from ptdbg_ascend.precheck.api_inputs import ApiCall, Dump, open_dump
+from ptdbg_ascend.precheck.api_inputs import DumpedCall, Dump, open_dump
 from ptdbg_ascend.precheck.call_values import Source
 from ptdbg_ascend.precheck.compare_link import CompareReport, read_compare
 
@@ -57,7 +57,7 @@ def check_api_list(parameter: str, values: Sequence[str]) -> Tuple[str, ...]:
     return tuple(values)
 
 
-def _listed(call: ApiCall, names: Sequence[str]) -> bool:
+def _listed(call: DumpedCall, names: Sequence[str]) -> bool:
     return call.api in names or call.api_key in names
 
 
@@ -71,7 +71,7 @@ def _without_extremes(value: Any) -> Any:
     return value
 
 
-def same_call_key(call: ApiCall) -> str:
+def same_call_key(call: DumpedCall) -> str:
     """What two calls must share to be "the same" for filter_same: the API and every recorded input in
     everything but Max/Min (and the tensor file name, which holds the counter)."""
     if call.problem:
@@ -81,7 +81,7 @@ def same_call_key(call: ApiCall) -> str:
 
 
 def select_calls(dump: Dump, white_list: Sequence[str], black_list: Sequence[str], filter_same: bool,
-                 done: Set[str]) -> List[ApiCall]:
+                 done: Set[str]) -> List[DumpedCall]:
     """The calls to run now, in dump order (black list first, then white list, then filter_same, then
     the APIs a resumed run has done)."""
     chosen, seen = [], set()

@@ -23,7 +23,7 @@ from typing import Any, List, Optional, Sequence
 
 from ptdbg_ascend.errors import RunInterrupted
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.precheck.api_inputs import ApiCall
+from ptdbg_ascend.precheck.api_inputs import DumpedCall
 from ptdbg_ascend.precheck.call_check import check_call
 from ptdbg_ascend.precheck.plan import UtPlan, plan_run, select_calls
 from ptdbg_ascend.precheck.results import RunUtOutcome, open_results
@@ -118,7 +118,7 @@ def _check_planned_calls(plan: UtPlan, progress: bool) -> RunUtOutcome:
     return outcome
 
 
-def _progress(calls: List[ApiCall], enabled: bool) -> Any:
+def _progress(calls: List[DumpedCall], enabled: bool) -> Any:
     if not enabled:
         return calls
     from tqdm import tqdm

@@ -24,7 +24,7 @@ from typing import Optional
 from ptdbg_ascend.errors import DumpPathError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import FILE_MODE
-from ptdbg_ascend.fs.locks import host_name
+from ptdbg_ascend.fs.locks import host_name, try_flock
 
 try:
     import fcntl
@@ -84,10 +84,10 @@ def acquire(result_csv_path: str, parameter: str = "result_csv_path") -> RunLock
             raise DumpPathError("The lock file {} of {} is not a regular file; remove it.".format(
                 path, result_csv_path))
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            taken = try_flock(descriptor)
         except OSError as error:
-            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise DumpPathError("Cannot lock {} ({}): {}.".format(path, result_csv_path, error)) from None
+            raise DumpPathError("Cannot lock {} ({}): {}.".format(path, result_csv_path, error)) from None
+        if not taken:
             raise ParameterError(parameter, result_csv_path, "must not be in use by another run",
                                  "Another run_ut/multi_run_ut writes it right now ({}; lock file {}). Wait until it "
                                  "ends; a run that was killed releases it by itself.".format(_holder(descriptor), path)

@@ -10,7 +10,7 @@ which also keeps a crashed worker's replacement cheap.
 
 Hand-out: one call at a time per worker (the parent sends ``(position, call)`` when the worker is idle),
 so the parent always knows which call is in flight in which worker. A worker only ever holds the
-metadata of its current call (the ``ApiCall`` is sent, not the dump) and the tensors that call loads:
+metadata of its current call (the ``DumpedCall`` is sent, not the dump) and the tensors that call loads:
 memory stays bounded whatever the dump's size.
 
 A worker that dies (segfault, SIGKILL, the OOM killer) loses only its call in flight: that call is

@@ -1,12 +1,12 @@
 """Readers turn a dump (legacy ``.pkl`` + npy dir, or msprobe ``dump.json`` + ``dump_tensor_data``) into
-:class:`~ptdbg_ascend.comparison.records.CallRecord` lists, so nothing downstream knows the format."""
+:class:`~ptdbg_ascend.formats.records.CallRecord` lists, so nothing downstream knows the format."""
 
 from __future__ import annotations
 
 import os
 from typing import List, Optional
 
-from ptdbg_ascend.comparison.records import CallRecord
+from ptdbg_ascend.formats.records import CallRecord
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats.layout import is_dump_json
 
@@ -32,12 +32,12 @@ def read_dump(path: str, data_dir: Optional[str] = None, stack_path: Optional[st
 
 def check_dump_json_exists(path: str, what: str = "Dump file") -> None:
     """A missing dump.json whose directory shows a killed run (its lock, tensor files written before the
-    step's first flush) is a FileFormatError saying so (``comparison/dump_state.missing_dump_note``);
+    step's first flush) is a FileFormatError saying so (``readers/dump_state.missing_dump_note``);
     ``what`` starts the message. A dump.json that exists, or a missing one in a directory without those
     marks, passes (the reader says what is wrong with it)."""
     if os.path.lexists(path):
         return
-    from ptdbg_ascend.comparison.dump_state import missing_dump_note
+    from ptdbg_ascend.readers.dump_state import missing_dump_note
 
     note = missing_dump_note(path)
     if note:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_shape, data_file, read_statistics
+from ptdbg_ascend.formats.records import CallRecord, Frame, TensorRecord, as_shape, data_file, read_statistics
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats.naming import number_problem, split_record_name
 from ptdbg_ascend.formats.pkl import is_overflow_step, parse_line, record_fields, stack_frames

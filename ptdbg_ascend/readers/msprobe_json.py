@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from ptdbg_ascend.comparison.records import CallRecord, Frame, TensorRecord, as_shape, data_file, read_statistics
+from ptdbg_ascend.formats.records import CallRecord, Frame, TensorRecord, as_shape, data_file, read_statistics
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats.dump_json import (NOT_SAVED, STATISTICS_KEYS, call_values, entries, is_tensor,
                                             parse_construct, parse_stacks)

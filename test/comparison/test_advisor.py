@@ -266,7 +266,7 @@ def test_library_frames_by_location_not_by_folder_name():
     import os
 
     import ptdbg_ascend
-    from ptdbg_ascend.comparison.records import is_library_file
+    from ptdbg_ascend.formats.records import is_library_file
 
     tool_file = os.path.join(os.path.dirname(ptdbg_ascend.__file__), "dump", "capture.py")
     assert is_library_file(tool_file)  # this tool as installed here
@@ -281,7 +281,7 @@ def test_library_frames_by_location_not_by_folder_name():
 
 def test_the_user_line_names_the_script_without_dot_dot():
     """``python ../sample/train.py`` run from ``npu/`` records ``…/npu/../sample/train.py``."""
-    from ptdbg_ascend.comparison.records import user_line
+    from ptdbg_ascend.formats.records import user_line
 
     frames = (("/work/npu/../sample/legacy_train.py", 41, "forward", "x = self.fc2(x)"),)
     assert user_line(frames) == "/work/sample/legacy_train.py:41  x = self.fc2(x)"

@@ -10,7 +10,7 @@ import pytest
 from ptdbg_ascend.comparison import advisor, engine, provenance
 from ptdbg_ascend.comparison.matching import pair_rows
 from ptdbg_ascend.comparison.outcome import Counts
-from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
+from ptdbg_ascend.formats.records import CallRecord, TensorRecord
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats import finding as finding_file
 from ptdbg_ascend.formats.reason import Decision, Reason

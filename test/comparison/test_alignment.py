@@ -14,7 +14,7 @@ import pytest
 from ptdbg_ascend.comparison.api import compare
 from ptdbg_ascend.comparison.inputs import check_api_mapping
 from ptdbg_ascend.comparison.matching import align_calls, pair_rows
-from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
+from ptdbg_ascend.formats.records import CallRecord, TensorRecord
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 
 pytestmark = pytest.mark.torchfree

@@ -210,7 +210,8 @@ def test_many_rows_use_worker_processes_and_keep_order(legacy_dump, output_dir):
         npu.add_call("Torch_add_{}_forward".format(index), tensors + [("output", -output if index == 13 else output)])
     pid_log = os.path.join(output_dir, "pids.txt")
     # Each row's metrics append the pid that computed them: worker processes must have done the work.
-    code = ("import os, sys\nfrom ptdbg_ascend.comparison import engine\nfrom ptdbg_ascend.comparison.api import compare\n"
+    code = ("import os, sys\nfrom ptdbg_ascend.comparison import pairs_to_rows as engine\n"
+            "from ptdbg_ascend.comparison.api import compare\n"
             "assert engine.PROCESS_MIN_ROWS <= 80\n"
             "original = engine._metrics_of_records\n"
             "def logged(records):\n"

@@ -13,7 +13,7 @@ import pytest
 
 from ptdbg_ascend import compare
 from ptdbg_ascend.comparison.matching import pair_rows
-from ptdbg_ascend.comparison.records import CallRecord, TensorRecord
+from ptdbg_ascend.formats.records import CallRecord, TensorRecord
 from ptdbg_ascend.errors import CompareError
 from ptdbg_ascend.formats.naming import module_to_legacy, parse_module_call
 from ptdbg_ascend.readers import read_dump

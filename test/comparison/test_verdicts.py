@@ -14,7 +14,7 @@ from ptdbg_ascend.comparison import metrics as met
 from ptdbg_ascend.comparison.api import compare
 from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts
 from ptdbg_ascend.formats.finding import Finding
-from ptdbg_ascend.comparison.records import TensorRecord
+from ptdbg_ascend.formats.records import TensorRecord
 from ptdbg_ascend.comparison.tolerances import call_precision, tolerance
 from ptdbg_ascend.comparison.verdicts import (ERROR, NOT_COMPARED, PASS, PASSING, RESULT_UNMATCHED, WARNING,
                                               accuracy_reached, judge_statistics, judge_tensors)

@@ -11,7 +11,7 @@ import pytest
 
 from ptdbg_ascend.acl.config import load_acl_config
 from ptdbg_ascend.comparison.api import compare
-from ptdbg_ascend.comparison.parsing import parse_lines
+from ptdbg_ascend.comparison.parse_call import parse_lines
 from ptdbg_ascend.config import load_config
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import ERROR, load_json

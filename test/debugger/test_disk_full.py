@@ -25,7 +25,7 @@ import tmpfs
 
 from ptdbg_ascend import PrecisionDebugger
 from ptdbg_ascend.comparison.api import compare
-from ptdbg_ascend.comparison.parsing import parse
+from ptdbg_ascend.comparison.parse_call import parse
 from ptdbg_ascend.dump import statistics
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.sinks.background import BackgroundWriter

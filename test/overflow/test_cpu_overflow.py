@@ -181,6 +181,6 @@ def test_registering_again_replaces_the_check_and_restarts_the_count(tmp_path, s
         assert handle.readline().startswith('["Torch_exp_5_forward_stack_info"')  # API counters go on
     pkls = [name for name in os.listdir(str(tmp_path / "ptdbg_dump_v1.0" / "rank0")) if name.endswith(".pkl")]
     assert len(pkls) == 5  # a new _1 in the same second does not overwrite the old _1
-    from ptdbg_ascend.sinks.overflow import OverflowObserver
+    from ptdbg_ascend.overflow.observer import OverflowObserver
 
     assert len([item for item in session.observers if isinstance(item, OverflowObserver)]) == 1

@@ -11,7 +11,7 @@ import torch
 
 from ptdbg_ascend import overflow_check, register_hook, set_dump_path, set_overflow_check_switch
 from ptdbg_ascend.overflow import detection, policy
-from ptdbg_ascend.sinks import overflow as observer_module
+from ptdbg_ascend.overflow import observer as observer_module
 
 
 def test_overflow_flag_values():

@@ -1,11 +1,12 @@
 """The msprobe 1.0.4 format's sink: :class:`MsprobeSink` turns API calls and module calls
 (``msprobe/modules.py``) into dump.json entries, stack.json lines and construct.json links, written through
 the current step's :class:`~ptdbg_ascend.sinks.msprobe.json_writer.MsprobeJsonWriter`. The recorder that
-owns it (selection + this sink) is ``msprobe/recorder.MsprobeRecorder``.
+owns it (selection + this sink) is ``msprobe/recording.MsprobeRecorder``, which gives it its
+:class:`~ptdbg_ascend.sinks.msprobe.options.MsprobeSinkOptions`.
 
-Task ``overflow_check`` uses the overflow policy of the legacy check (``overflow/policy.py``): a call
-is written only when its data overflow; device flags are read in batches (at the latest at ``stop()``,
-the end of the step and exit), and the ``overflow_nums``-th overflow raises
+Task ``overflow_check`` uses the overflow policy of the legacy check (``overflow/policy.py``, given in the
+options): a call is written only when its data overflow; device flags are read in batches (at the latest at
+``stop()``, the end of the step and exit), and the ``overflow_nums``-th overflow raises
 :class:`~ptdbg_ascend.errors.OverflowLimitReached`.
 """
 
@@ -13,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from ptdbg_ascend.config import DebuggerConfig
-from ptdbg_ascend.dump.observers import ApiCall
+from ptdbg_ascend.dump.observers import ApiCall, dotted
 from ptdbg_ascend.dump.recorder import RecordSink
 from ptdbg_ascend.dump.stack import user_stack_literals
 from ptdbg_ascend.dump.statistics import DEFERRAL
@@ -23,15 +23,13 @@ from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.formats.dump_json import AUTOCAST, NOT_SAVED
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.msprobe.autocast import autocast_state
 from ptdbg_ascend.memory import is_out_of_memory, out_of_memory_reason
 from ptdbg_ascend.msprobe.leaves import TensorNotSaved, tensor_statistics_msprobe, value_leaf
-from ptdbg_ascend.msprobe.selection import block_wanted, dotted
-from ptdbg_ascend.overflow import detection
-from ptdbg_ascend.overflow.policy import OverflowPolicy
+from ptdbg_ascend.sinks.msprobe.autocast import autocast_state
 from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, EntryTexts, LateLeaf, NotPlain, late_text_value
 from ptdbg_ascend.sinks.msprobe.json_text import object_of_texts
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
+from ptdbg_ascend.sinks.msprobe.options import MsprobeSinkOptions
 
 
 class MsprobeSink(RecordSink):
@@ -41,24 +39,24 @@ class MsprobeSink(RecordSink):
     same version counter), is reduced once, as in the legacy format.
 
     Args:
-        config: the validated configuration.
+        options: what to write (the blocks of data_mode, md5, the overflow check).
         record_construct: whether construct.json is filled (levels L0 and mix).
         stopped: called when the overflow check stops training (the recorder turns itself off).
     """
 
     uses_statistics = True  # the recorder ages the cache once per call (dump/recorder.py)
 
-    def __init__(self, config: DebuggerConfig, record_construct: bool, stopped: Callable[[], None]) -> None:
-        self.config = config
+    def __init__(self, options: MsprobeSinkOptions, record_construct: bool, stopped: Callable[[], None]) -> None:
+        self.options = options
         self.record_construct = record_construct
         self.sees_events = record_construct  # construct.json links every call seen, selected or not
         self.writer = None  # type: Optional[MsprobeJsonWriter]
-        self.md5 = config.task == "statistics" and config.summary_mode == "md5"
+        self.md5 = options.md5
         self.defer_cpu = DEFERRAL.on_cpu  # decided once, not per leaf
-        self.overflow_task = config.task == "overflow_check"
+        self.overflow_task = options.overflow is not None
         # The one overflow policy (msprobe 1.0.4 stopped with Exception("[msprobe] exit")).
-        self.overflow = (OverflowPolicy(config.overflow_nums, self._dump_overflow, self._stopping)
-                         if self.overflow_task else None)
+        self.overflow = (options.overflow.policy(self._dump_overflow, self._stopping)
+                         if options.overflow is not None else None)
         self._stopped = stopped
         # construct.json needs the module enclosing each call: the module hooks push and pop here.
         self.module_stack = []  # type: List[str]
@@ -175,7 +173,7 @@ class MsprobeSink(RecordSink):
             late = list(before.late) if before is not None else []  # type: List[LateLeaf]
             try:
                 blocks = list(before) if before is not None else self._input_texts(texts, args, kwargs, late)
-                if block_wanted(self.config.data_mode, FORWARD, "output"):
+                if self.options.wanted(FORWARD, "output"):
                     blocks.append(("output", texts.values_block(_as_list(output), late)))
                 self._add_text(name, texts.entry(name, blocks), stack, late)
                 return
@@ -196,7 +194,7 @@ class MsprobeSink(RecordSink):
 
         def build() -> Dict[str, Any]:
             entry = before if before is not None else self._inputs_block(name, args, kwargs)
-            if block_wanted(self.config.data_mode, FORWARD, "output"):
+            if self.options.wanted(FORWARD, "output"):
                 entry["output"] = self._leaves(outputs, name + ".output")
             return _with_autocast(entry, autocast)
 
@@ -211,7 +209,7 @@ class MsprobeSink(RecordSink):
             try:
                 blocks = [(block, texts.values_block(list(values), late))
                           for block, values in (("input", backward_input), ("output", backward_output))
-                          if block_wanted(self.config.data_mode, BACKWARD, block)]
+                          if self.options.wanted(BACKWARD, block)]
                 self._add_text(name, texts.entry(name, blocks), stack, late)
                 return
             except NotPlain:
@@ -222,16 +220,16 @@ class MsprobeSink(RecordSink):
     # -- entries (shared with the module hooks) ------------------------------------------------------
     def forward_entry(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any], output: Any) -> Dict[str, Any]:
         entry = self._inputs_block(name, args, kwargs)
-        if block_wanted(self.config.data_mode, FORWARD, "output"):
+        if self.options.wanted(FORWARD, "output"):
             entry["output"] = self._leaves(_as_list(output), name + ".output")
         return entry
 
     def gradient_entry(self, name: str, incoming: Sequence[Optional[Any]],
                        produced: Sequence[Optional[Any]]) -> Dict[str, Any]:
         entry = {}  # type: Dict[str, Any]
-        if block_wanted(self.config.data_mode, BACKWARD, "input"):
+        if self.options.wanted(BACKWARD, "input"):
             entry["input"] = self._leaves(list(incoming), name + ".input")
-        if block_wanted(self.config.data_mode, BACKWARD, "output"):
+        if self.options.wanted(BACKWARD, "output"):
             entry["output"] = self._leaves(list(produced), name + ".output")
         return entry
 
@@ -246,7 +244,7 @@ class MsprobeSink(RecordSink):
         if self.overflow is not None:
             if self.overflow.stopped:
                 return
-            flag = detection.overflow_flag(values)
+            flag = self.options.overflow.flag(values)
             if flag is not False:  # the stack is taken now, at the call, even if the flag is read later
                 self.overflow.check(flag, (writer, name, build, user_stack_literals(2) if stack else None))
             return
@@ -267,7 +265,7 @@ class MsprobeSink(RecordSink):
     def _input_texts(self, texts: EntryTexts, args: Sequence[Any], kwargs: Dict[str, Any],
                      late: List[LateLeaf]) -> List[Tuple[str, str]]:
         """The input blocks; ``late`` collects the leaves whose statistics come later."""
-        if not block_wanted(self.config.data_mode, FORWARD, "input"):
+        if not self.options.wanted(FORWARD, "input"):
             return []
         return [("input_args", texts.values_block(args, late)), ("input_kwargs", texts.keywords_block(kwargs, late))]
 
@@ -292,10 +290,10 @@ class MsprobeSink(RecordSink):
         if self.writer is not None:
             self.writer.flush()
         return ("Overflow check stops training at overflow {} (overflow_nums={}); the overflowing calls are in {}."
-                .format(count, self.config.overflow_nums, directory))
+                .format(count, self.options.overflow.limit, directory))
 
     def _inputs_block(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        if not block_wanted(self.config.data_mode, FORWARD, "input"):
+        if not self.options.wanted(FORWARD, "input"):
             return {}
         base = name + ".input"
         return {

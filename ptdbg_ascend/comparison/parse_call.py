@@ -23,14 +23,14 @@ def parse_lines(pkl_file: str, module_name_prefix: str) -> List[str]:
     file: their control characters are escaped (``\\x1b``), so each is one printed line that cannot move
     the cursor or retitle the terminal."""
     from ptdbg_ascend.readers import read_dump
-    from ptdbg_ascend.comparison.records import format_stack
+    from ptdbg_ascend.formats.records import format_stack
 
     if not isinstance(pkl_file, (str, os.PathLike)):
         raise ParameterError("pkl_file", pkl_file, "must be the path (str) of a .pkl dump file")
     if not isinstance(module_name_prefix, str) or not module_name_prefix:
         raise ParameterError("module_name_prefix", module_name_prefix,
                              "The parameter:module_name_prefix is not a string", "e.g. 'Torch_batch_norm_0_forward'")
-    from ptdbg_ascend.comparison.dump_state import check_dump
+    from ptdbg_ascend.readers.dump_state import check_dump
 
     lines: List[str] = []
     calls = read_dump(os.fspath(pkl_file), overflow_statistics=True)

@@ -3,19 +3,25 @@ the msprobe selection (``selection.MsprobeSelection``) and the msprobe sink
 (``sinks/msprobe/sink.MsprobeSink``: dump.json entries, stack.json lines, construct.json links).
 
 One :class:`MsprobeRecorder` lives as long as its PrecisionDebugger; ``begin_step`` points it at the
-``step{N}/rank{R}`` writer of the current step, ``switch`` turns recording on and off.
+``step{N}/rank{R}`` writer of the current step, ``switch`` turns recording on and off. :func:`sink_options`
+tells the sink what of the configuration it writes.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Optional
 
 from ptdbg_ascend.config import DebuggerConfig
 from ptdbg_ascend.dump.recorder import Recorder
 from ptdbg_ascend.dump.selection import Unmatched
+from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.msprobe.selection import MsprobeSelection
+from ptdbg_ascend.msprobe.selection import MsprobeSelection, block_wanted
+from ptdbg_ascend.overflow import detection
+from ptdbg_ascend.overflow.policy import OverflowPolicy
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
+from ptdbg_ascend.sinks.msprobe.options import MsprobeSinkOptions, OverflowCheck
 from ptdbg_ascend.sinks.msprobe.sink import MsprobeSink
 
 
@@ -33,7 +39,7 @@ class MsprobeRecorder(Recorder):
         self.config = config
         self.record_apis = record_apis
         self._on = False
-        self.msprobe_sink = MsprobeSink(config, record_construct, self._stopped)
+        self.msprobe_sink = MsprobeSink(sink_options(config), record_construct, self._stopped)
         super().__init__(MsprobeSelection(config), self.msprobe_sink, stack_forward=True, stack_backward=False)
         self.recording = False
         self.step = 0  # the step of the current window, for its messages (PrecisionDebugger sets it)
@@ -97,6 +103,20 @@ class MsprobeRecorder(Recorder):
 
     def _stopped(self) -> None:
         self.on = False  # what the script does while it handles the overflow stop is not recorded
+
+
+def sink_options(config: DebuggerConfig) -> MsprobeSinkOptions:
+    """What the msprobe sink reads of ``config``: the blocks its ``data_mode`` dumps, whether tensors are
+    summarised by md5, and for task ``overflow_check`` the overflow feature's policy and check."""
+    blocks = frozenset((direction, side) for direction in (FORWARD, BACKWARD) for side in ("input", "output")
+                       if block_wanted(config.data_mode, direction, side))
+    overflow = None
+    if config.task == "overflow_check":
+        # the check is looked up at each call, so that it stays the overflow feature's one definition
+        overflow = OverflowCheck(config.overflow_nums, partial(OverflowPolicy, config.overflow_nums),
+                                 lambda values: detection.overflow_flag(values))
+    return MsprobeSinkOptions(blocks, md5=config.task == "statistics" and config.summary_mode == "md5",
+                              overflow=overflow)
 
 
 def unmatched_text(unmatched: Unmatched, task: str, step: int, module_range: bool) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple, Optional, Sequence, Set
 
-from ptdbg_ascend.comparison.records import CallRecord
+from ptdbg_ascend.formats.records import CallRecord
 from ptdbg_ascend.errors import DumpPathError
 from ptdbg_ascend.formats.layout import PT_SUFFIX, TENSOR_DIR, default_data_dir, is_dump_json
 from ptdbg_ascend.formats.naming import leading_call_name

@@ -17,7 +17,8 @@ from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import SUMMARY_GAIN, Tolerance, call_precision, magnitude, tolerance
 from ptdbg_ascend.log import logger
 
-MSG_FUZZY = "Fuzzy matching data, the comparison accuracy may be affected."
+# A row whose two call names differ (paired across a counter shift); the task-level warning is run.MSG_FUZZY.
+MSG_FUZZY_ROW = "Fuzzy matching data, the comparison accuracy may be affected."
 MSG_NO_NPU = "No NPU data matched."
 PROGRESS_MIN_ROWS = 500  # a progress bar only where a comparison takes long enough to want one
 PROCESS_MIN_ROWS = 64  # below this, starting worker processes costs more than it saves
@@ -87,7 +88,7 @@ def _structure_messages(pair: RowPair, fuzzy_match: bool, log: bool = True) -> L
             logger.warning("Dtype of NPU and bench Tensor do not match: {}".format(pair.npu.name))
     if fuzzy_match and pair.npu_call is not None and pair.bench_call is not None \
             and pair.npu_call.name != pair.bench_call.name:
-        messages.append(MSG_FUZZY)
+        messages.append(MSG_FUZZY_ROW)
     return messages
 
 

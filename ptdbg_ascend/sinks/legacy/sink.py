@@ -51,7 +51,7 @@ class LegacySink(RecordSink):
         self._inputs = config.writes_tensors and "input" in config.sides
         self._outputs = config.writes_tensors and "output" in config.sides
         self._filter = config.filter_switch
-        # The rank directory: created or checked, and locked (fs/writes.RankDirectoryClaim).
+        # The rank directory: created or checked, and locked (fs/locks.RankDirectoryClaim).
         self._rank_dir = RankDirectoryClaim()
 
     def claim(self, rank: int) -> None:

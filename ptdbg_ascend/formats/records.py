@@ -1,4 +1,5 @@
-"""Format-neutral records produced by the readers and consumed by matching, metrics and parse."""
+"""The record model, format-neutral and torch-free: what the readers produce from either dump format and what
+compare, parse, convert and the pre-check consume (calls, tensor records, stack frames, statistics)."""
 
 from __future__ import annotations
 

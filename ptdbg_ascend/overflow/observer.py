@@ -1,4 +1,4 @@
-"""The overflow sink of the legacy check (``register_hook(model, overflow_check)``): an observer that checks
+"""The observer of the legacy overflow check (``register_hook(model, overflow_check)``): it checks
 each recorded call, dumps the ones that overflow, stops at the limit. What an overflow is lives in
 ``overflow/detection.py``, which calls are dumped and when training stops in ``overflow/policy.py``.
 
@@ -20,7 +20,7 @@ a pending call holds the tensors as they are when the batch is read (a warning n
 was changed in place since the call). The stop is :class:`~ptdbg_ascend.errors.OverflowLimitReached`,
 a ValueError as in the original tool.
 
-The first overflow dump takes the rank directory's lock (``fs/writes.DumpLock``, as a dump
+The first overflow dump takes the rank directory's lock (``fs/locks.DumpLock``, as a dump
 window does) and keeps it until the check is closed: a second process overflow-dumping into the same
 rank directory gets a DumpPathError naming the holder. It is released when the limit stops training.
 """
