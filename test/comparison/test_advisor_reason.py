@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ptdbg_ascend.comparison import advisor, engine, provenance
+from ptdbg_ascend.comparison import advisor, pairs_to_rows, provenance
 from ptdbg_ascend.comparison.matching import pair_rows
 from ptdbg_ascend.comparison.outcome import Counts
 from ptdbg_ascend.formats.records import CallRecord, TensorRecord
@@ -26,7 +26,7 @@ def call(name, *records):
 
 
 def classified(npu, bench):
-    rows = provenance.carry_verdicts(engine.summary_rows(pair_rows(npu, bench)))
+    rows = provenance.carry_verdicts(pairs_to_rows.summary_rows(pair_rows(npu, bench)))
     counts = Counts.of(rows, statistics_only=True)
     return advisor.classify(rows, counts, advisor.first_failure(rows)), rows, counts
 
