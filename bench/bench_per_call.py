@@ -164,14 +164,16 @@ def main() -> int:
     from ptdbg_ascend.log import logger
 
     if args.device_path:
+        # The old module first: this checkout's editable install also answers for ptdbg_ascend.statistics
+        # when --tree names a checkout from before that package.
         try:
-            from ptdbg_ascend.statistics import planner
-
-            planner.DEFAULTS.defer_cpu = True  # read by every writer built from now on
-        except ImportError:  # --tree: a checkout from before the statistics package
             from ptdbg_ascend.dump import statistics as statistics_module
 
             statistics_module.DEFERRAL.on_cpu = True
+        except ImportError:
+            from ptdbg_ascend.statistics import planner
+
+            planner.DEFAULTS.defer_cpu = True  # read by every writer built from now on
 
     logger.setLevel(logging.WARNING)  # one INFO line per window would flood the output
     seed_all()
@@ -305,14 +307,24 @@ def kept_per_call(session: "object", make_debugger: "object", loop: "object", ca
 
 def _batch_class() -> "type":
     """``DeviceStatisticsBatch`` of the measured tree (its module moved twice)."""
+    # Old modules first (see main: this checkout's editable install answers for the new one in any --tree).
+    for module, name in (("ptdbg_ascend.dump.device_statistics", "DeviceStatisticsBatch"),
+                         ("ptdbg_ascend.dump.statistics", "DeviceStatisticsBatch"),
+                         ("ptdbg_ascend.statistics.device_batch", "DeviceStatisticsBatch")):
+        found = _attribute(module, name)
+        if found is not None:
+            return found
+    raise ImportError("no DeviceStatisticsBatch in this checkout")
+
+
+def _attribute(module: str, name: str) -> "object":
+    """``module.name``, or None when the module cannot be imported or has no such name."""
+    import importlib
+
     try:
-        from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch
-    except ImportError:  # --tree: a checkout from before the statistics package
-        try:
-            from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch
-        except ImportError:  # a checkout from before the batches had a module of their own
-            from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch
-    return DeviceStatisticsBatch
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
 
 
 def deferred_per_call(rows: "tuple") -> str:
@@ -349,10 +361,8 @@ def device_launches(size: int) -> str:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     DeviceStatisticsBatch = _batch_class()
-    try:
-        from ptdbg_ascend.statistics.device_batch import finite_pair as deferred_reductions
-    except ImportError:  # --tree: a checkout from before the statistics package
-        from ptdbg_ascend.msprobe.leaves import deferred_reductions
+    deferred_reductions = (_attribute("ptdbg_ascend.msprobe.leaves", "deferred_reductions")
+                           or _attribute("ptdbg_ascend.statistics.device_batch", "finite_pair"))
 
     allocations = (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default)
 

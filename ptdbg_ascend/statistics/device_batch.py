@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ptdbg_ascend.dump.interception import Inside
 from ptdbg_ascend.statistics.eager import (Statistics, TorchTypes, min_max, reduction_input, special_statistics,
                                            tensor_statistics, torch_types)
-from ptdbg_ascend.statistics.pending import PendingStatistics, pending_on_device
+from ptdbg_ascend.statistics.pending import DEVICE, PendingStatistics
 from ptdbg_ascend.streams import LAUNCH_STREAMS
 
 
@@ -93,7 +93,8 @@ class DeviceStatisticsBatch(object):
         """Queue the 0-d tensors ``parts`` on ``device`` (max, min, sum, norm, extras) of a tensor of ``count``
         elements (0: a 0-d value, see :func:`_finalised`) and return their pending list (:meth:`add`). Call it
         inside ``Inside()`` (its stack is the tool's own call)."""
-        pending = pending_on_device(parts, count)
+        pending = PendingStatistics([None] * len(parts))  # (built here: this runs for every deferred tensor)
+        pending.values, pending.count, pending.source = parts, count, DEVICE
         stream = LAUNCH_STREAMS.note(device)  # the read waits for this stream (a side stream's work too)
         with self._lock:
             if not self._pending:

@@ -54,16 +54,6 @@ def pending_on_writer(size: int = 4) -> PendingStatistics:
     return pending
 
 
-def pending_on_device(parts: Any, count: int) -> PendingStatistics:
-    """A new pending value of a device batch: ``parts`` (the 0-d device tensors to read back, one number each)
-    and the tensor's element ``count``."""
-    pending = PendingStatistics([None] * len(parts))
-    pending.values = parts
-    pending.count = count
-    pending.source = DEVICE
-    return pending
-
-
 def is_pending(statistics: Any) -> bool:
     """Whether ``statistics`` is a :class:`PendingStatistics` whose numbers are still to come."""
     return type(statistics) is PendingStatistics and statistics.values is not None

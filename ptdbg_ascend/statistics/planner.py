@@ -5,7 +5,7 @@ thread from the copy it saves. One :class:`StatisticsPlanner` per writer, with i
 1. :meth:`~StatisticsPlanner.takes_writer` (only a writer that saves the tensor's copy on its thread asks):
    a pending value (:meth:`~StatisticsPlanner.for_writer`) that the writer thread fills
    (:meth:`~StatisticsPlanner.from_copy`);
-2. :meth:`~StatisticsPlanner.takes_device`: queued in the planner's device batch
+2. ``StatisticsPlanner.takes_device(tensor)``: queued in the planner's device batch
    (:meth:`~StatisticsPlanner.device`), filled when the batch is read back;
 3. else :meth:`~StatisticsPlanner.eager`.
 
@@ -16,7 +16,7 @@ CI).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch
 from ptdbg_ascend.statistics.eager import Statistics
@@ -57,7 +57,7 @@ class StatisticsPlanner(object):
         on_read: given to the device batch (``DeviceStatisticsBatch(on_read=)``). Default None.
     """
 
-    __slots__ = ("rules", "defer_cpu", "from_copies", "max_pending", "batch", "_on_read")
+    __slots__ = ("rules", "defer_cpu", "from_copies", "max_pending", "batch", "takes_device", "_on_read")
 
     def __init__(self, rules: Any, defer_cpu: Optional[bool] = None, from_copies: Optional[bool] = None,
                  max_pending: Optional[int] = None, on_read: Any = None) -> None:
@@ -68,6 +68,9 @@ class StatisticsPlanner(object):
         self._on_read = on_read
         # The device batch, made when the first tensor takes it (None until then: a CPU dump has none).
         self.batch = None  # type: Optional[DeviceStatisticsBatch]
+        # takes_device(tensor): whether the statistics of ``tensor`` go through the device batch. The rules' test
+        # made once: it runs for every recorded tensor.
+        self.takes_device = rules.device_test(self.defer_cpu)  # type: Callable[[Any], bool]
 
     def device_batch(self) -> DeviceStatisticsBatch:
         """The device batch (made now if no tensor took it yet)."""
@@ -92,10 +95,6 @@ class StatisticsPlanner(object):
     def from_copy(self, pending: PendingStatistics, copy: Any) -> None:
         """Fill ``pending`` (on the writer thread) from ``copy``, the host copy the writer saves."""
         pending.fill(self.rules.from_copy(copy))
-
-    def takes_device(self, tensor: Any) -> bool:
-        """Whether the statistics of ``tensor`` go through the device batch."""
-        return self.rules.takes_device(tensor, self.defer_cpu)
 
     def device(self, tensor: Any) -> Statistics:
         """The statistics of ``tensor`` from the device batch: pending until it is read back, or the numbers

@@ -7,7 +7,8 @@ the writer thread reads from its copy; the planner (``planner.py``) asks them an
 Each rules object answers:
 
 * ``eager(tensor)``: the four numbers now, on the calling thread;
-* ``takes_device(tensor, defer_cpu)``: whether a device batch can hold them (``defer_cpu``: CPU tensors too);
+* ``device_test(defer_cpu)``: the test of whether a device batch can hold a tensor's numbers (``defer_cpu``: CPU
+  tensors too), made once per planner: it runs for every recorded tensor;
 * ``device(batch, tensor)``: queue them in ``batch`` (a pending value, or the numbers where there is nothing
   to read back);
 * ``takes_writer(tensor, defer_cpu)``: whether the writer thread reads them from the copy it saves;
@@ -16,7 +17,8 @@ Each rules object answers:
 
 from __future__ import annotations
 
-from typing import Any, List
+import functools
+from typing import Any, Callable, List
 
 from ptdbg_ascend.dump.interception import Inside
 from ptdbg_ascend.log import logger
@@ -42,9 +44,9 @@ class LegacyRules(object):
         self._writer_dtypes = None  # type: Any  # torch's float32, float64, bfloat16, looked up on first use
 
     @staticmethod
-    def takes_device(tensor: Any, defer_cpu: bool) -> bool:
+    def device_test(defer_cpu: bool) -> Callable[[Any], bool]:
         """Any tensor off the CPU (``defer_cpu``: any tensor): the batch computes at once what it cannot hold."""
-        return defer_cpu or not tensor.is_cpu
+        return _any_tensor if defer_cpu else _off_cpu
 
     @staticmethod
     def device(batch: DeviceStatisticsBatch, tensor: Any) -> Statistics:
@@ -72,8 +74,12 @@ class MsprobeRules(object):
 
     name = "msprobe"
     eager = staticmethod(msprobe_rules.tensor_statistics_msprobe)
-    takes_device = staticmethod(msprobe_rules.defer_candidate)
     device = staticmethod(msprobe_rules.on_device)
+
+    @staticmethod
+    def device_test(defer_cpu: bool) -> Callable[[Any], bool]:
+        """``msprobe_rules.defer_candidate``: off the CPU (``defer_cpu``: any), not bool, complex or empty."""
+        return functools.partial(msprobe_rules.defer_candidate, on_cpu=defer_cpu)
 
     @staticmethod
     def takes_writer(tensor: Any, defer_cpu: bool) -> bool:
@@ -101,6 +107,14 @@ class MsprobeRules(object):
 
 
 _WARNED = []  # type: List[BaseException]
+
+
+def _off_cpu(tensor: Any) -> bool:
+    return not tensor.is_cpu
+
+
+def _any_tensor(_tensor: Any) -> bool:
+    return True
 
 LEGACY = LegacyRules()
 MSPROBE = MsprobeRules()
