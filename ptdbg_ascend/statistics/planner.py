@@ -60,7 +60,7 @@ class StatisticsPlanner(object):
     __slots__ = ("rules", "defer_cpu", "from_copies", "max_pending", "batch", "takes_device", "_on_read")
 
     def __init__(self, rules: Any, defer_cpu: Optional[bool] = None, from_copies: Optional[bool] = None,
-                 max_pending: Optional[int] = None, on_read: Any = None) -> None:
+                 max_pending: Optional[int] = None, on_read: Optional[Callable[[int], None]] = None) -> None:
         self.rules = rules
         self.defer_cpu = DEFAULTS.defer_cpu if defer_cpu is None else defer_cpu
         self.from_copies = DEFAULTS.from_copies if from_copies is None else from_copies
