@@ -14,8 +14,8 @@ no autograd) is timed plain (wrappers removed) and dumped by each front-end:
   nothing else: no names, stack, text or file. What a statistics dump costs at the least in Python; the
   last line gives each front-end as a multiple of it.
 
-``--device-path`` runs the accelerator's path on these CPU tensors (``dump/statistics.DEFERRAL.on_cpu``, as tests
-do): reductions queued and read back in batches, the host work a call costs on a GPU or NPU besides the launches.
+``--device-path`` runs the accelerator's path on these CPU tensors (``statistics.planner.DEFAULTS.defer_cpu``, as
+tests do): reductions queued and read back in batches, the host work a call costs on a GPU or NPU besides the launches.
 
 Tool time = (time with the tool, the flush of its files included) - (plain time), divided by the number
 of recorded calls counted from the dump itself (distinct call names in the pkl; entries of dump.json).
@@ -164,9 +164,16 @@ def main() -> int:
     from ptdbg_ascend.log import logger
 
     if args.device_path:
-        from ptdbg_ascend.dump import statistics as statistics_module
+        # The old module first: this checkout's editable install also answers for ptdbg_ascend.statistics
+        # when --tree names a checkout from before that package.
+        try:
+            from ptdbg_ascend.dump import statistics as statistics_module
 
-        statistics_module.DEFERRAL.on_cpu = True  # read by every writer built from now on
+            statistics_module.DEFERRAL.on_cpu = True
+        except ImportError:
+            from ptdbg_ascend.statistics import planner
+
+            planner.DEFAULTS.defer_cpu = True  # read by every writer built from now on
 
     logger.setLevel(logging.WARNING)  # one INFO line per window would flood the output
     seed_all()
@@ -298,15 +305,34 @@ def kept_per_call(session: "object", make_debugger: "object", loop: "object", ca
         (after - before) / recorded)
 
 
+def _batch_class() -> "type":
+    """``DeviceStatisticsBatch`` of the measured tree (its module moved twice)."""
+    # Old modules first (see main: this checkout's editable install answers for the new one in any --tree).
+    for module, name in (("ptdbg_ascend.dump.device_statistics", "DeviceStatisticsBatch"),
+                         ("ptdbg_ascend.dump.statistics", "DeviceStatisticsBatch"),
+                         ("ptdbg_ascend.statistics.device_batch", "DeviceStatisticsBatch")):
+        found = _attribute(module, name)
+        if found is not None:
+            return found
+    raise ImportError("no DeviceStatisticsBatch in this checkout")
+
+
+def _attribute(module: str, name: str) -> "object":
+    """``module.name``, or None when the module cannot be imported or has no such name."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+
+
 def deferred_per_call(rows: "tuple") -> str:
     """Tensors whose statistics each front-end queues on the device per recorded call (one run of each row,
     untimed, counting ``DeviceStatisticsBatch.enqueue``, which ``add`` and the 0-d values go through; ``add``
     in a --tree from before it): a tensor recorded as one call's output and the next call's input, unchanged,
     is reduced once when the front-end's cache serves it."""
-    try:
-        from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch
-    except ImportError:  # --tree: a checkout from before the batches had a module of their own
-        from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch
+    DeviceStatisticsBatch = _batch_class()
 
     method = "enqueue" if hasattr(DeviceStatisticsBatch, "enqueue") else "add"
     original = getattr(DeviceStatisticsBatch, method)
@@ -334,11 +360,9 @@ def device_launches(size: int) -> str:
     tensor, counted with a TorchDispatchMode, for both front-ends, and per batch read back."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    try:
-        from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch
-    except ImportError:  # --tree: a checkout from before the batches had a module of their own
-        from ptdbg_ascend.dump.statistics import DeviceStatisticsBatch
-    from ptdbg_ascend.msprobe.leaves import deferred_reductions
+    DeviceStatisticsBatch = _batch_class()
+    deferred_reductions = (_attribute("ptdbg_ascend.msprobe.leaves", "deferred_reductions")
+                           or _attribute("ptdbg_ascend.statistics.device_batch", "finite_pair"))
 
     allocations = (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default)
 

@@ -7,9 +7,9 @@ On an accelerator the training thread pays for every kernel it launches, whateve
 large model records 2,285 tensors a step. This measures, per tensor of a fixed mix shaped like that model's
 (activations, attention scores, weights, biases, a transposed view, bfloat16), three designs:
 
-* ``legacy``   the deferred statistics as the legacy pkl launches them (``dump/statistics._reductions`` with
-               ``host_shortcuts=False``): aminmax, sum, vector_norm, 3 launches;
-* ``debugger`` those plus msprobe's finite extremes (``msprobe/leaves.deferred_reductions``): 7 launches;
+* ``legacy``   the deferred statistics as the legacy pkl launches them (``statistics/device_batch.device_reductions``):
+               aminmax, sum, vector_norm, 3 launches;
+* ``debugger`` those plus msprobe's finite extremes (``statistics/device_batch.finite_pair``): 7 launches;
 * ``fused``    ``debugger``'s functions under one ``torch.compile`` (dynamic shapes, whole graph): inductor
                fuses the reductions into as few kernels as it can (one when they share a loop). The candidate
                design, not used by the tools: this row says whether its call costs the host less than the
@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import torch  # noqa: E402
 
-from ptdbg_ascend.dump import statistics as dump_statistics  # noqa: E402
-from ptdbg_ascend.msprobe.leaves import deferred_reductions  # noqa: E402
+from ptdbg_ascend.statistics.device_batch import device_reductions, finite_pair  # noqa: E402
+from ptdbg_ascend.statistics.eager import torch_types  # noqa: E402
 
 NAMES = ("max", "min", "sum", "norm", "finite max", "finite min")
 
@@ -55,13 +55,12 @@ def tensor_mix(device: str, d: int, seq: int, batch: int) -> List[Any]:
 
 
 def legacy_launches(tensor: Any) -> List[Any]:
-    high, low, total, norm, _ = dump_statistics._reductions(tensor, dump_statistics._torch_types(),
-                                                             host_shortcuts=False)
+    high, low, total, norm, _ = device_reductions(tensor, torch_types())
     return [high, low, total, norm]
 
 
 def debugger_launches(tensor: Any) -> List[Any]:
-    return legacy_launches(tensor) + deferred_reductions(tensor)
+    return legacy_launches(tensor) + finite_pair(tensor)
 
 
 def fused_six(tensor: Any) -> Any:

@@ -108,10 +108,10 @@ def main() -> int:
                         help="on the CPU, take the accelerator's paths (copies and statistics as on a device)")
     args = parser.parse_args()
     if args.emulate:
-        from ptdbg_ascend.dump.statistics import DEFERRAL
         from ptdbg_ascend.sinks.host_copies import DEVICE_COPIES
+        from ptdbg_ascend.statistics.planner import DEFAULTS
 
-        DEFERRAL.on_cpu = DEVICE_COPIES.on_cpu = True
+        DEFAULTS.defer_cpu = DEVICE_COPIES.on_cpu = True
     from ptdbg_ascend import (PrecisionDebugger, acc_cmp_dump, register_hook, seed_all, set_dump_path,
                               set_dump_switch)
     from ptdbg_ascend.errors import OverflowLimitReached

@@ -49,6 +49,10 @@ KNOWN_PACKAGE_EXCEPTIONS = {
 # numpy_view (a tensor as numpy, widened exactly) and terminal (text from files made safe and short to
 # print) import nothing of the package either.
 GROUND_FLOOR = ("errors", "memory", "log", "numpy_view", "terminal")
+# What statistics/ (the one service computing a tensor's statistics, used by dump/, the sinks and the overflow
+# check) may import besides itself: the ground floor, the device and stream helpers, and the two leaf modules of
+# the engine it needs (``Inside``: its torch calls are not the script's; the special tensor kinds).
+STATISTICS_MAY_IMPORT = ("formats", "device", "streams", "dump.interception", "dump.tensor_kinds") + GROUND_FLOOR
 
 
 def _module_files() -> Dict[str, str]:
@@ -186,6 +190,15 @@ def test_the_ground_floor_imports_only_the_ground_floor(floor):
                    for imported in imports if not any(_inside(imported, name) for name in allowed))
     assert not wrong, "{}/ may import only itself and {} of the package: {}".format(
         floor, ", ".join(GROUND_FLOOR), "; ".join(wrong))
+
+
+def test_statistics_imports_only_what_sits_below_it():
+    allowed = ["ptdbg_ascend." + name for name in ("statistics",) + STATISTICS_MAY_IMPORT]
+    wrong = sorted("{} imports {}".format(_short(module), _short(imported))
+                   for module, imports in GRAPH.items() if _inside(module, "ptdbg_ascend.statistics")
+                   for imported in imports if not any(_inside(imported, name) for name in allowed))
+    assert not wrong, "statistics/ may import only itself and {}: {}".format(
+        ", ".join(STATISTICS_MAY_IMPORT), "; ".join(wrong))
 
 
 def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.dump.selection import SelectionPolicy
-from ptdbg_ascend.dump.statistics_cache import StatisticsCache
+from ptdbg_ascend.statistics.cache import StatisticsCache
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 
 

@@ -17,12 +17,10 @@ sync is needed per call: the caller keeps the flags and reads a batch of them at
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Union
+from typing import Any, List, Optional
 
-from ptdbg_ascend.dump.statistics import min_max
+from ptdbg_ascend.statistics.flags import Flag, any_of, beyond
 from ptdbg_ascend.streams import LAUNCH_STREAMS
-
-Flag = Union[bool, Any]  # a Python bool, or a 0-d bool tensor on the device (read later)
 
 
 def _limit(tensor: Any) -> float:
@@ -59,20 +57,8 @@ def tensor_flag(tensor: Any) -> Optional[Flag]:
     elif not tensor.is_floating_point():
         return None
     tensor = tensor.detach()
-    limit = _limit(tensor)
-    try:
-        low, high = min_max(tensor)
-    except (RuntimeError, TypeError, NotImplementedError):
-        return None  # a tensor subclass or backend without these reductions: the check must not stop training
-    if tensor.device.type == "cpu":
-        # Reading a CPU scalar costs no sync and is cheaper than three more tensor ops.
-        try:
-            high_value, low_value = float(high), float(low)
-        except RuntimeError:  # a vmap-batched tensor refuses item(): check the whole batch it holds
-            return _transformed_flag(tensor)
-        return not (high_value < limit and low_value > -limit)
-    # NaN compares False everywhere, so "inside the limits" is False for it and the flag is set.
-    return torch.logical_not(torch.logical_and(high < limit, low > -limit))
+    # The reductions are statistics/flags.py's; a vmap-batched tensor refuses item(): the whole batch it holds.
+    return beyond(tensor, _limit(tensor), _transformed_flag)
 
 
 def scalar_overflows(value: Any) -> bool:
@@ -121,7 +107,7 @@ def overflow_flag(value: Any) -> Flag:
     if any(flag.device != target for flag in flags):  # a call spanning devices: gather on the first
         flags = [flag.to(target, non_blocking=True) for flag in flags]
     LAUNCH_STREAMS.note(target)  # read_flags waits for this stream (a side stream's work too)
-    return flags[0] if len(flags) == 1 else torch.stack(flags).any()
+    return any_of(flags)
 
 
 def read_flags(flags: List[Flag]) -> List[bool]:

@@ -26,7 +26,7 @@ import tmpfs
 from ptdbg_ascend import PrecisionDebugger
 from ptdbg_ascend.comparison.api import compare
 from ptdbg_ascend.comparison.parse_call import parse
-from ptdbg_ascend.dump import statistics
+from ptdbg_ascend.statistics import planner
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
@@ -133,7 +133,7 @@ def test_a_full_disk_keeps_every_finished_entry_of_a_tensor_dump(small_disk, tmp
                                                                   deferred):
     # deferred: statistics read back in batches, as for tensors on an accelerator (none here: CPU ones
     # take that path), so entries also wait for their statistics when the disk fills
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", deferred)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", deferred)
     net, inputs = _model_and_inputs()
     _, errors, _ = _run(session, net, inputs, tmp_path / "reference", "tensor")
     assert not errors
@@ -375,7 +375,7 @@ def test_the_length_bound_of_an_entry_holds_for_any_value_and_stays_close_for_re
     never below the text json_text writes, statistics filled later included, and close to it for real entries."""
     import random
 
-    from ptdbg_ascend.msprobe.leaves import fill_statistics
+    from ptdbg_ascend.sinks.msprobe.leaves import fill_statistics
     from ptdbg_ascend.sinks.msprobe.json_text import member_text
     from ptdbg_ascend.sinks.msprobe.text_length import member_length_bound
 

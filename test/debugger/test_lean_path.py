@@ -260,13 +260,13 @@ def test_a_tensor_whose_statistics_raise_is_written_as_the_dicts_write_it(sessio
 
 
 def test_entries_waiting_for_device_statistics_are_the_entries_the_dicts_give(session, tmp_path, monkeypatch):
-    """On an accelerator (emulated: ``DEFERRAL.on_cpu``) an entry whose tensors' statistics are read back
+    """On an accelerator (emulated: ``planner.DEFAULTS.defer_cpu``) an entry whose tensors' statistics are read back
     later is kept as its text with a placeholder per such leaf (``entry_text.EntryTemplate``), not as dicts.
     Once read, the files must be those the dicts give, byte for byte: the same model, with inf/NaN
     (msprobe's ``*_except_inf_nan`` keys), int tensors, backward entries and in-place updates."""
     from fake_torch_npu.fixtures import clean_session
 
-    from ptdbg_ascend.dump import statistics
+    from ptdbg_ascend.statistics import planner
     from ptdbg_ascend.sinks.msprobe import entry_text
 
     templates = []
@@ -276,12 +276,12 @@ def test_entries_waiting_for_device_statistics_are_the_entries_the_dicts_give(se
         templates.append(len(late))
         original(self, text, late)
 
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     monkeypatch.setattr(entry_text.EntryTemplate, "__init__", counting)
     texts, text_stacks = _mixed_dump(tmp_path, "text", monkeypatch, text_path=True)  # (undoes the patches)
     assert len(templates) > 20 and sum(templates) > 50
     clean_session(session)
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     dicts, dict_stacks = _mixed_dump(tmp_path, "dicts", monkeypatch, text_path=False)
     assert texts == dicts
     data = json.loads(texts[0])["data"]
@@ -293,7 +293,7 @@ def test_an_entry_template_extended_later_is_written_whole(tmp_path):
     """An entry added again under its name (an in-place collective's output after its input) while its
     first part still waits for device statistics: both parts are written, each leaf with its numbers, and
     the entry is shown only once every number is in."""
-    from ptdbg_ascend.dump.device_statistics import PendingDeviceStatistics
+    from ptdbg_ascend.statistics.pending import PendingStatistics as PendingDeviceStatistics
     from ptdbg_ascend.sinks.msprobe.entries import StepEntries
     from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, EntryTexts, LateLeaf
 
@@ -354,9 +354,9 @@ def test_a_waiting_leaf_never_outgrows_the_length_the_disk_reserve_counts():
 def _in_place_dump(tmp_path, tag, monkeypatch, text_path):
     """In-place calls on the emulated device path, some under autocast (whose entries take the dicts after
     their inputs were taken as text), and a call whose bool output the text path leaves to the dicts."""
-    from ptdbg_ascend.dump import statistics
+    from ptdbg_ascend.statistics import planner
 
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     if not text_path:
         monkeypatch.setattr(sink_module.MsprobeSink, "_entry_texts", lambda self: None)
     x = torch.tensor([[1.0, -2.0], [3.0, float("inf")]])

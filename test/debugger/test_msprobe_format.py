@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from ptdbg_ascend.msprobe.leaves import tensor_leaf, value_leaf
+from ptdbg_ascend.sinks.msprobe.leaves import tensor_leaf, value_leaf
 from ptdbg_ascend.sinks.msprobe import json_text
 from ptdbg_ascend.sinks.msprobe.json_text import dump_json_text
 from ptdbg_ascend.formats.layout import step_rank_dir

@@ -13,9 +13,9 @@ import threading
 import torch
 
 from ptdbg_ascend import PrecisionDebugger
-from ptdbg_ascend.dump.statistics_cache import StatisticsCache
 from ptdbg_ascend.fs import writes
-from ptdbg_ascend.sinks.msprobe import late_statistics
+from ptdbg_ascend.statistics import planner
+from ptdbg_ascend.statistics.cache import StatisticsCache
 from dump_json_names import tensor_leaves
 
 
@@ -71,20 +71,20 @@ def test_a_tensor_dump_is_the_same_with_statistics_from_copies_and_linked_files(
     from fake_torch_npu.fixtures import clean_session
 
     threads = []
-    compute = late_statistics.CopyStatistics.compute
+    compute = planner.StatisticsPlanner.from_copy
 
-    def counting(self, copy):
+    def counting(self, pending, copy):
         threads.append(threading.current_thread() is threading.main_thread())
-        return compute(self, copy)
+        return compute(self, pending, copy)
 
     dumps = {}
     for tag in ("lean", "eager"):
         if tag == "lean":
-            monkeypatch.setattr(late_statistics.CopyStatistics, "compute", counting)
+            monkeypatch.setattr(planner.StatisticsPlanner, "from_copy", counting)
         else:  # before: every statistic read at the call, every file copied and written
             monkeypatch.undo()
             clean_session(session)
-            monkeypatch.setattr(late_statistics.CopyStatistics, "wanted", staticmethod(lambda tensor: False))
+            monkeypatch.setattr(planner.DEFAULTS, "from_copies", False)
             monkeypatch.setattr(StatisticsCache, "saved", lambda self, tensor, name, make: (make(tensor), None))
         dumps[tag] = _tensor_dump(tmp_path, tag)  # one line: stack.json names it
         if tag == "lean":

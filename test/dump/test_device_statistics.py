@@ -1,6 +1,6 @@
 """Statistics of accelerator tensors read back in batches (issue 11 part 6), run on the CPU.
 
-There is no accelerator here: ``statistics.DEFERRAL.on_cpu`` sends CPU tensors down the same deferred
+There is no accelerator here: ``statistics.planner.DEFAULTS.defer_cpu`` sends CPU tensors down the same deferred
 path an accelerator's take (reductions queued on the tensor's device, four numbers per tensor kept
 there, read back with one copy per batch). The dumps must be the dumps of the synchronous path, with
 far fewer read-backs than records.
@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
-from ptdbg_ascend.dump import device_statistics, statistics
-from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch, PendingDeviceStatistics
+from ptdbg_ascend.statistics import device_batch as device_statistics, eager, planner
+from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch
+from ptdbg_ascend.statistics.pending import PendingStatistics as PendingDeviceStatistics
 from fake_torch_npu.fixtures import clean_session
 from dump_json_names import tensor_leaves
 
@@ -25,7 +26,7 @@ from dump_json_names import tensor_leaves
 @pytest.fixture
 def deferred(monkeypatch):
     """The deferred path on CPU tensors; returns the list of batch sizes read back (one per transfer)."""
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     sizes = []
     original = DeviceStatisticsBatch.resolve
 
@@ -114,10 +115,10 @@ def _records(lines):
 def test_a_real_dump_is_the_same_with_batched_statistics(tmp_path, dump_session, model, train, deferred, switch,
                                                           monkeypatch):
     initial = {key: value.clone() for key, value in model.state_dict().items()}
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", False)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", False)
     reference = _dump_lines(tmp_path, model, train, "sync", **switch)
     assert deferred == []  # the CPU path reads nothing back in batches
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     clean_session(dump_session)  # counters from 0 again: the same names
     model.load_state_dict(initial)
     batched = _dump_lines(tmp_path, model, train, "batched", **switch)
@@ -139,9 +140,9 @@ def test_a_tensor_recorded_again_after_its_batch_was_read_is_written(tmp_path, d
     Small batches make every read come early; the dump must equal the one without batches."""
     monkeypatch.setattr(DeviceStatisticsBatch, "BATCH_RECORDS", 3)
     initial = {key: value.clone() for key, value in model.state_dict().items()}
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", False)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", False)
     reference = _dump_lines(tmp_path, model, train, "sync", mode=mode, summary_only=True)
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     clean_session(dump_session)
     model.load_state_dict(initial)
     batched = _dump_lines(tmp_path, model, train, "batched", mode=mode, summary_only=True)
@@ -190,10 +191,10 @@ def _debugger_dump(tmp_path, tag, task):
 @pytest.mark.parametrize("task", ["statistics", "tensor"])
 def test_a_precision_debugger_dump_is_the_same_with_batched_statistics(tmp_path, dump_session, deferred,
                                                                         monkeypatch, task):
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", False)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", False)
     reference = _debugger_dump(tmp_path, "sync", task)
     assert deferred == []
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     clean_session(dump_session)
     batched = _debugger_dump(tmp_path, "batched", task)
     assert list(batched) == list(reference)
@@ -232,7 +233,9 @@ _INF, _NAN = float("inf"), float("nan")
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_a_deferred_leaf_has_the_finite_extremes_of_the_eager_path(deferred, values, dtype):
-    from ptdbg_ascend.msprobe.leaves import (_finite_extremes, deferred_reductions, fill_statistics,
+    from ptdbg_ascend.sinks.msprobe.leaves import fill_statistics
+    from ptdbg_ascend.statistics.device_batch import finite_pair as deferred_reductions
+    from ptdbg_ascend.statistics.msprobe_rules import (finite_extremes as _finite_extremes,
                                              msprobe_reduced)
 
     # float64 is reduced in float32 (msprobe's rule): its stand-ins are float32's largest values
@@ -272,7 +275,7 @@ def test_a_deferred_tensor_launches_few_operators(deferred):
     float32 inside them, with no float32 copy) and four more for msprobe's finite extremes; a batch stacks
     the numbers of every STACK_EVERY tensors (test below), not each tensor's; the mean's division and the
     joining happen once per batch."""
-    from ptdbg_ascend.msprobe.leaves import deferred_reductions
+    from ptdbg_ascend.statistics.device_batch import finite_pair as deferred_reductions
 
     for tensor, extra, most in ((torch.randn(64, 64), None, 3), (torch.randn(64, 64).bfloat16(), None, 3),
                                 (torch.randn(64, 64), deferred_reductions, 7)):
@@ -285,7 +288,7 @@ def test_a_deferred_tensor_launches_few_operators(deferred):
             batch.resolve()
         # For the whole batch: one stack of the parts not stacked yet (bf16 extremes promoted), one copy.
         assert len(reading.ops) <= 2, reading.ops
-        expected = statistics.tensor_statistics(tensor * 2)
+        expected = eager.tensor_statistics(tensor * 2)
         np.testing.assert_allclose(pending[:4], expected, rtol=2e-6, atol=1e-6)
 
 
@@ -295,7 +298,9 @@ def test_a_stacked_batch_stacks_the_numbers_of_each_stream_once_per_run(deferred
     tensors queued on another stream form their own run. Every tensor reads back its own numbers, whether
     it ended in a stack or in a run not full yet: float32, bf16 (float32 statistics, bf16 extremes) and a
     0-d int queued as its float64 value (2**40 + 1: exact only if nothing narrows it)."""
-    from ptdbg_ascend.msprobe.leaves import _finite_extremes, deferred_reductions, fill_statistics
+    from ptdbg_ascend.sinks.msprobe.leaves import fill_statistics
+    from ptdbg_ascend.statistics.device_batch import finite_pair as deferred_reductions
+    from ptdbg_ascend.statistics.msprobe_rules import finite_extremes as _finite_extremes
 
     monkeypatch.setattr(DeviceStatisticsBatch, "STACK_EVERY", 3)
     stream = ["a"]
@@ -329,7 +334,7 @@ def test_a_stacked_batch_stacks_the_numbers_of_each_stream_once_per_run(deferred
         if tensor.dim() == 0:
             assert list(pending) == [2.0 ** 40 + 1] * 4
             continue
-        np.testing.assert_allclose(pending[:4], statistics.tensor_statistics(tensor), rtol=2e-6)
+        np.testing.assert_allclose(pending[:4], eager.tensor_statistics(tensor), rtol=2e-6)
         leaf = {"Max": None, "Min": None, "Mean": None, "Norm": None, "requires_grad": False}
         fill_statistics(leaf, list(pending))
         expected = _finite_extremes(tensor) if not math.isfinite(pending[0]) else [None, None]
@@ -353,7 +358,7 @@ def test_a_device_without_fused_half_reductions_reads_the_same_numbers(deferred,
     pending = batch.add(tensor)
     assert type(pending) is PendingDeviceStatistics  # still deferred
     batch.resolve()
-    np.testing.assert_allclose(pending, statistics.tensor_statistics(tensor), rtol=2e-6)
+    np.testing.assert_allclose(pending, eager.tensor_statistics(tensor), rtol=2e-6)
 
 
 def test_a_precision_debugger_reduces_a_tensor_recorded_twice_once(tmp_path, dump_session, deferred, monkeypatch):
@@ -450,10 +455,10 @@ def test_a_zero_dim_tensor_is_read_back_with_its_batch_not_at_once(tmp_path, dum
     device that must then catch up with everything queued before it. It is queued with the others now, and
     dump.json is byte for byte the one the eager path writes (msprobe's 0-d rule: the value four times,
     exact, its Norm signed; inf/NaN with their *_except_inf_nan keys)."""
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", False)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", False)
     eager = _zero_dim_dump(tmp_path, "eager")
     assert deferred == []
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     clean_session(dump_session)
     queued = []
     original = DeviceStatisticsBatch.enqueue

@@ -22,7 +22,7 @@ import torch
 
 from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
 from ptdbg_ascend import streams as streams_module
-from ptdbg_ascend.dump import device_statistics, statistics
+from ptdbg_ascend.statistics import device_batch as device_statistics, planner
 from ptdbg_ascend.streams import LAUNCH_STREAMS, LaunchStreams
 from ptdbg_ascend.sinks import host_copies
 from fake_torch_npu.fixtures import clean_session
@@ -265,7 +265,7 @@ def test_deferred_statistics_are_read_after_the_stream_they_were_launched_on(ses
     later, here at stop() outside the script's side stream: the read runs on a stream of the tool's own that
     waits for the side stream on the device first (a side stream's work is not ordered with another stream's
     otherwise: FSDP's all-gather stream, a prefetch stream)."""
-    monkeypatch.setattr(statistics.DEFERRAL, "on_cpu", True)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     read_back = device_statistics._read_back
 
     def noted_read(torch_module, stacks):

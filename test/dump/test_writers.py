@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from ptdbg_ascend.dump.statistics import scalar_statistics, tensor_statistics
+from ptdbg_ascend.statistics.eager import scalar_statistics, tensor_statistics
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.legacy.pkl_writer import LegacyPklWriter

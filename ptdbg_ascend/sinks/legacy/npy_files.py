@@ -9,7 +9,7 @@ import io
 import os
 from typing import Any, List, Optional, Tuple
 
-from ptdbg_ascend.dump.statistics import EMPTY, tensor_statistics
+from ptdbg_ascend.statistics.eager import EMPTY, tensor_statistics
 from ptdbg_ascend.formats.pkl import record_text, shape_text
 from ptdbg_ascend.fs.writes import replace_file, write_all
 from ptdbg_ascend.numpy_view import numpy_wider

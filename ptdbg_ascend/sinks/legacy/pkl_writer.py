@@ -15,10 +15,6 @@ import os
 import shutil
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.dump import statistics as statistics_module
-from ptdbg_ascend.dump.device_statistics import DeviceStatisticsBatch, PendingDeviceStatistics
-from ptdbg_ascend.dump.statistics import (WRITER_STATISTICS_MIN_ELEMENTS, array_statistics, scalar_statistics,
-                                         tensor_statistics)
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
 from ptdbg_ascend.formats import pkl
@@ -28,28 +24,15 @@ from ptdbg_ascend.sinks.host_copies import on_host, release_copy
 from ptdbg_ascend.sinks.legacy.missing_npy import MissingNpyFiles
 from ptdbg_ascend.sinks.legacy.npy_files import save_npy, take_special
 from ptdbg_ascend.fs.writes import FILE_MODE, link_file, open_new, own_dir, own_dirs, remove_quietly, write_all
+from ptdbg_ascend.statistics.eager import scalar_statistics
+from ptdbg_ascend.statistics.pending import WRITER, PendingStatistics
+from ptdbg_ascend.statistics.planner import StatisticsPlanner
+from ptdbg_ascend.statistics.rules import LEGACY
 
 # lookup(tensor, record name[, compute]) -> (statistics, name of an earlier record of the same unchanged
 # tensor or None); ``compute(tensor)`` makes the statistics of a tensor not seen before (see
 # StatisticsCache.lookup). write_call passes ``compute`` for the tensors whose statistics it defers.
 StatisticsLookup = Callable[..., Tuple[List[Optional[float]], Optional[str]]]
-
-# Statistics of CPU tensors of these dtypes and at least WRITER_STATISTICS_MIN_ELEMENTS elements are computed
-# on the writer thread from the npy copy (float32 for bf16): there three passes over a large tensor overlap
-# with training instead of adding to it.
-_DEFERRED_DTYPES = frozenset(("torch.float32", "torch.float64", "torch.bfloat16"))
-
-
-class _PendingStatistics(list):
-    """The statistics of a tensor whose npy is still to be written: filled in place by the writer job
-    that saves it, before any line that shows them is formatted."""
-
-    __slots__ = ()
-
-
-def _new_pending(_tensor: Any) -> "_PendingStatistics":
-    return _PendingStatistics((None, None, None, None))
-
 
 class PreparedRecords(object):
     """Records taken by :meth:`LegacyPklWriter.prepare`, not written yet (lines, npy copies, pending
@@ -80,6 +63,9 @@ class LegacyPklWriter(object):
         own_levels: how many of the pkl's innermost directories the writer owns (created, or checked to
             be real directories, not symlinks); the ones above are created as needed. Default 1 (the
             pkl's directory); the legacy recorder passes 2 (tag and rank directories).
+        statistics: which way each tensor's statistics are computed (now, in a device batch, or by the
+            writer thread from its npy copy). Default None: the legacy rules with the front-ends' defaults
+            (``statistics.planner.DEFAULTS``, read now).
 
     Write errors: the first one (disk full...) truncates the pkl back to its last whole line, removes
     the files of the failed call and raises :class:`DumpWriteError`; every later write raises it again
@@ -96,6 +82,7 @@ class LegacyPklWriter(object):
         own_background: bool = False,
         fresh: bool = True,
         own_levels: int = 1,
+        statistics: Optional[StatisticsPlanner] = None,
     ) -> None:
         self.pkl_path = pkl_path
         self.npy_dir = npy_dir
@@ -137,12 +124,11 @@ class LegacyPklWriter(object):
         # The middle of every tensor line: '", {dump_step}, [], "'.
         self._step_text = line_head(dump_step)
         self._numbers = _NumbersText()
-        # Statistics of accelerator tensors read back in batches (dump/device_statistics.DeviceStatisticsBatch),
-        # and the lines held until their batch is read (statistics only; with a writer thread its jobs
-        # read the batch).
-        self._device_batch = None  # type: Optional[DeviceStatisticsBatch]
+        # Which way statistics are computed (its device batch: accelerator tensors read back in batches), and
+        # the lines held until their batch is read (statistics only; with a writer thread its jobs read the
+        # batch).
+        self._statistics = statistics or StatisticsPlanner(LEGACY)
         self._held = []  # type: List[Any]
-        self._defer_cpu = statistics_module.DEFERRAL.on_cpu  # decided once: write_records is the hot path
         self._missing = MissingNpyFiles(npy_dir)  # records left without npy (out of memory)
 
     # -- records -------------------------------------------------------------------------------
@@ -160,7 +146,7 @@ class LegacyPklWriter(object):
 
             def lookup(tensor: Any, _name: str, _compute: Any = None) -> Tuple[List[Optional[float]], Optional[str]]:
                 # Never deferred: a record linked to an earlier npy has no job that would fill them.
-                return (given if given is not None else tensor_statistics(tensor)), same_as
+                return (given if given is not None else self._statistics.eager(tensor)), same_as
 
             self.write_call([(name, value)], lookup=lookup)
 
@@ -202,7 +188,8 @@ class LegacyPklWriter(object):
             raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
         if self._failed is not None:
             raise DumpWriteError(self._failed)
-        batch = self._device_batch
+        planner = self._statistics
+        batch = planner.batch
         if not files and self._background is None:  # statistics only: straight to the file
             if batch is not None and (self._held or batch.has_pending()):
                 # Lines waiting for device statistics, and every line after them (order), are held
@@ -227,7 +214,7 @@ class LegacyPklWriter(object):
             if batch is not None:
                 batch.resolve()  # on the writer thread: the training thread never waits for the device
             for array, pending in reductions:
-                pending[:] = array_statistics(on_host(array))
+                planner.from_copy(pending, on_host(array))
             written = []  # type: List[str]
             try:
                 for path, array, source in files:
@@ -266,7 +253,8 @@ class LegacyPklWriter(object):
         deferring = lookup is not None and npy_dir is not None and self._background is not None
         # Inside vmap/grad/jvp/functionalize the tensors may be transform wrappers: once per call.
         transformed = transforms_active()
-        defer_cpu = self._defer_cpu
+        planner = self._statistics
+        takes_device = planner.takes_device
         for name, value in records:
             if hasattr(value, "_version"):  # a torch tensor
                 dtype = _DTYPE_TEXTS.get(value.dtype) or _dtype_text(value.dtype)
@@ -277,14 +265,13 @@ class LegacyPklWriter(object):
                 try:
                     shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
                     if lookup is None:
-                        statistics, same_as = tensor_statistics(value), None
-                    elif deferring and dtype in _DEFERRED_DTYPES and value.numel() >= WRITER_STATISTICS_MIN_ELEMENTS \
-                            and value.device.type == "cpu":  # an accelerator reduces on the device, nearly free
-                        statistics, same_as = lookup(value, name, _new_pending)
-                    elif defer_cpu or not value.is_cpu:
+                        statistics, same_as = planner.eager(value), None
+                    elif deferring and planner.takes_writer(value):  # a large CPU tensor: from its npy copy
+                        statistics, same_as = lookup(value, name, planner.for_writer)
+                    elif takes_device(value):
                         # An accelerator: reduced on the device now, read back with a batch (one sync
                         # per batch instead of one per tensor).
-                        statistics, same_as = lookup(value, name, self._device_statistics().add)
+                        statistics, same_as = lookup(value, name, planner.device)
                     else:
                         # Small tensors on the calling thread: a writer thread would fight training for the GIL.
                         statistics, same_as = lookup(value, name)
@@ -297,22 +284,19 @@ class LegacyPklWriter(object):
                             if array is not None:
                                 nbytes += array.nbytes
                                 files.append((path, array, None))
-                            elif type(statistics) is _PendingStatistics:  # its job would read them from the copy
-                                statistics[:] = tensor_statistics(value)
+                            elif _on_writer(statistics):  # its job would read them from the copy
+                                statistics.fill(planner.eager(value))
                 except Exception:  # noqa: BLE001 - RuntimeError, TypeError, AttributeError (jagged sizes)...
                     # Nested (no shape), sparse/quantized/meta/fake (no numpy()): the values tensor_kinds.py
                     # says such a record holds. Nothing of this record was appended yet.
                     taken, special = take_special(name, value, dtype, npy_dir, lines, files, head)
                     nbytes += taken
-                    if type(statistics) is _PendingStatistics:  # handed out by the cache: never left unfilled
-                        statistics[:] = special
+                    if _on_writer(statistics):  # handed out by the cache: never left unfilled
+                        statistics.fill(special)
                     continue
-                if type(statistics) is _PendingStatistics:
-                    if same_as is None and array is not None:  # the first record of this tensor: its job fills them
-                        reductions.append((array, statistics))
-                    lines.append((name, dtype, shape, statistics))
-                    continue
-                if type(statistics) is PendingDeviceStatistics:  # formatted once its batch is read
+                if type(statistics) is PendingStatistics:  # formatted once filled (its job, or its batch's read)
+                    if same_as is None and array is not None and statistics.source is WRITER:
+                        reductions.append((array, statistics))  # the first record of this tensor: its job fills them
                     lines.append((name, dtype, shape, statistics))
                     continue
             else:
@@ -355,17 +339,12 @@ class LegacyPklWriter(object):
             self._missing.say_summary()
 
     # -- internals -----------------------------------------------------------------------------
-    def _device_statistics(self) -> DeviceStatisticsBatch:
-        if self._device_batch is None:
-            self._device_batch = DeviceStatisticsBatch()  # up to BATCH_RECORDS tensors wait
-        return self._device_batch
-
     def _write_held(self) -> None:
         """Read the pending device statistics and write the lines held for them (statistics only)."""
         if not self._held:
             return
         held, self._held = self._held, []
-        self._device_batch.resolve()
+        self._statistics.device_batch().resolve()
         if self._failed is None:
             head = self._step_text
             self._write_line("".join(line if isinstance(line, str) else record_text(*line, head) for line in held))
@@ -420,6 +399,11 @@ class _NumbersText(object):
             self._texts.clear()
         self._texts[id(statistics)] = (statistics, text)
         return text
+
+
+def _on_writer(statistics: Any) -> bool:
+    """Whether ``statistics`` are a pending value that a writer job fills from its npy copy."""
+    return type(statistics) is PendingStatistics and statistics.source is WRITER
 
 
 # The texts of the dtypes and shapes seen, looked up first: a handful of dtypes recur in every record, and

@@ -1,7 +1,7 @@
 """The entries of one ``step{N}/rank{R}`` directory, and which of them are finished.
 
 An entry is finished when every ``.pt`` file queued before it was added is on disk and every statistic it
-defers (``dump/device_statistics.DeviceStatisticsBatch``) is read back; an unfinished one is left out of dump.json,
+defers (``statistics/device_batch.DeviceStatisticsBatch``) is read back; an unfinished one is left out of dump.json,
 or shown at its last finished version, so dump.json never names a file not yet written. Member texts are
 encoded once each however often a file is rewritten (pure-Python ``indent=1`` encoding is slow).
 
@@ -15,7 +15,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, STACK_FILE
-from ptdbg_ascend.msprobe.leaves import fill_statistics
+from ptdbg_ascend.sinks.msprobe.leaves import fill_statistics
 from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, late_text_value
 from ptdbg_ascend.sinks.msprobe.json_text import (JsonPieces, document_pieces, encode_missing, list_of_texts,
                                                     member_of_text, member_text, members_pieces, object_pieces)
@@ -259,7 +259,7 @@ def _all_read(items: Any) -> bool:
     (a device batch's pending list, a copy's statistics)."""
     if type(items) is EntryTemplate:
         return items.read()
-    return all(pending.values is None for _, pending in items)
+    return all(pending.done() for _, pending in items)
 
 
 def _as_dict(name: str, template: EntryTemplate, waiting: List[Tuple[Dict[str, Any], Any]]) -> Dict[str, Any]:

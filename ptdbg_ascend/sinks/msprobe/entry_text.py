@@ -1,6 +1,6 @@
 """An entry's dump.json text built straight from a call's values, for the common case of a statistics dump.
 
-The usual way is two steps: ``msprobe/leaves.value_leaf`` builds the entry's dicts, ``json_text`` encodes
+The usual way is two steps: ``leaves.value_leaf`` builds the entry's dicts, ``json_text`` encodes
 them. On a CPU statistics dump nearly every value is a plain tensor, a number or None, and building dicts
 only to walk them again cost the PrecisionDebugger a third of its time per call over the legacy dump
 (issue 20). :class:`EntryTexts` writes those values' text at once, through the same text functions
@@ -16,7 +16,7 @@ the caller builds the dicts as before:
 Not used when tensors are saved, with ``summary_mode="md5"``, with the overflow check or inside a
 ``torch.func`` transform (the sink checks); an entry made under autocast takes the dicts too.
 
-A tensor whose statistics are read back later (off the CPU, ``dump/device_statistics.DeviceStatisticsBatch``) is
+A tensor whose statistics are read back later (off the CPU, ``statistics/device_batch.DeviceStatisticsBatch``) is
 written as :data:`PLACEHOLDER` when the caller collects :class:`LateLeaf` objects (``late``): the entry is then
 an :class:`EntryTemplate`, its text with a placeholder per such leaf, finished once their numbers are read
 (``entries.py``). An in-place call's inputs are taken so too, before the call; when the rest of its entry
@@ -32,10 +32,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ptdbg_ascend.dump.device_statistics import PendingDeviceStatistics
-from ptdbg_ascend.msprobe.leaves import blank_leaf, defer_candidate, dtype_text, fill_statistics
 from ptdbg_ascend.sinks.msprobe.json_text import (indented_text, list_of_texts, member_of_text, object_of_texts,
                                                   tensor_leaf_text)
+from ptdbg_ascend.sinks.msprobe.leaves import blank_leaf, dtype_text, fill_statistics
+from ptdbg_ascend.statistics.msprobe_rules import defer_candidate
+from ptdbg_ascend.statistics.pending import PendingStatistics
 
 # Nesting levels of an entry's text (json.dumps(indent=1) of dump.json): the entry's member is at depth 1,
 # its object at level 2, its blocks' values at 3, and the blocks' items (the leaves) at 4.
@@ -57,8 +58,8 @@ class NotPlain(Exception):
 
 
 class LateLeaf(object):
-    """A tensor leaf at ``level`` whose statistics (``pending``: ``DeviceStatisticsBatch.add``'s list, with
-    the pair of ``msprobe.leaves.deferred_reductions`` after the four numbers of a float tensor) are read
+    """A tensor leaf at ``level`` whose statistics (``pending``: a ``statistics.pending.PendingStatistics`` of
+    the writer's device batch, with msprobe's finite pair after the four numbers of a float tensor) are read
     back later."""
 
     __slots__ = ("level", "dtype", "shape", "requires_grad", "pending")
@@ -70,10 +71,10 @@ class LateLeaf(object):
     def read(self) -> bool:
         """Whether its numbers are in."""
         pending = self.pending
-        return type(pending) is not PendingDeviceStatistics or pending.values is None
+        return type(pending) is not PendingStatistics or pending.done()
 
     def text(self) -> str:
-        """The leaf's text once :meth:`read`: ``msprobe.leaves.tensor_leaf``'s leaf filled by
+        """The leaf's text once :meth:`read`: ``leaves.tensor_leaf``'s leaf filled by
         ``fill_statistics``, as ``json_text`` writes it."""
         numbers = list(self.pending)
         text = tensor_leaf_text(self.level, self.dtype, list(self.shape), self.requires_grad, numbers[:4])
@@ -135,7 +136,7 @@ class EntryTemplate(object):
 
 def late_text_value(text: str, late: List[LateLeaf], waiting: List[Tuple[Dict[str, Any], Any]]) -> Any:
     """The value that JSON ``text`` with a :data:`PLACEHOLDER` per leaf of ``late`` (in order) stands for, as
-    dicts: each late leaf is ``msprobe.leaves.tensor_leaf``'s leaf dict, filled now when its numbers are
+    dicts: each late leaf is ``leaves.tensor_leaf``'s leaf dict, filled now when its numbers are
     in, else appended to ``waiting`` with its pending numbers (to be filled when they are read back)."""
     pieces = text.split(PLACEHOLDER)
     # An object keyed by NUL stands for late leaf i: no value the text path writes is such an object.
@@ -166,7 +167,7 @@ class EntryTexts(object):
 
     def __init__(self, statistics_of: Callable[[Any], List[Optional[float]]], defer_cpu: bool = False) -> None:
         """``defer_cpu`` (default False): CPU tensors take the late path too (as tests emulate an accelerator:
-        ``dump/statistics.DEFERRAL.on_cpu``)."""
+        ``statistics.planner.DEFAULTS.defer_cpu``)."""
         self._statistics_of = statistics_of
         self._defer_cpu = defer_cpu
         # ``pending_of(tensor)``: the statistics of a tensor read back later (the current writer's batch,

@@ -1,7 +1,7 @@
 """The msprobe 1.0.4 dump format on disk: one ``step{N}/rank{R}/`` directory (``formats/layout``) of
 dump.json, stack.json, construct.json and the ``.pt`` files, as ``reference/msprobe_1_0_4.md`` §5-6.
 
-The writer is a formatter: it receives entries (dicts built by ``ptdbg_ascend.msprobe.leaves``) and tensors.
+The writer is a formatter: it receives entries (dicts built by ``sinks/msprobe/leaves``) and tensors.
 The JSON text is ``json_text``'s (msprobe's key order, ``indent=1``, bare ``NaN``/``Infinity`` tokens); ``.pt``
 files are ``torch.save`` of a detached contiguous copy, keeping device and dtype (bf16 stays bf16), written by
 a background thread; the copy is taken at once, so a later in-place update of the tensor (optimizer step)
@@ -44,7 +44,7 @@ from ptdbg_ascend.sinks import background as background_module
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.msprobe.entries import StepEntries, entry_length
 from ptdbg_ascend.sinks.msprobe.json_text import JsonPieces
-from ptdbg_ascend.sinks.msprobe.late_statistics import CopyStatistics, LateStatistics
+from ptdbg_ascend.sinks.msprobe.late_statistics import LateStatistics, PendingStatistics, StatisticsPlanner
 from ptdbg_ascend.sinks.host_copies import host_tensor, release_copy
 from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
 from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, STACK, JsonReserve
@@ -71,6 +71,7 @@ class MsprobeJsonWriter(object):
             ``REWRITE_COST_FACTOR`` times the last rewrite's duration). Default None: by time only.
         max_delay: seconds between periodic rewrites while entries arrive. Default None:
             ``background.DEFAULT_MAX_DELAY`` (1.0 s) read now, the legacy writer's bound.
+        statistics: its leaves' statistics planner. Default None: ``LateStatistics``' (the front-ends').
 
     Attributes:
         rewrites: periodic rewrites done so far; ``rewrite_seconds``: the time they took.
@@ -78,7 +79,7 @@ class MsprobeJsonWriter(object):
 
     def __init__(self, directory: str, task: str, level: str, saves_tensors: bool,
                  background: Optional[BackgroundWriter] = None, flush_every: Optional[int] = None,
-                 max_delay: Optional[float] = None) -> None:
+                 max_delay: Optional[float] = None, statistics: Optional[StatisticsPlanner] = None) -> None:
         self.directory = directory
         self.task = task
         self.level = level
@@ -117,9 +118,8 @@ class MsprobeJsonWriter(object):
         self.rewrite_seconds = 0.0
         # Leaves whose statistics come later (late_statistics.py): read back from a device in batches at the
         # rewrites, or read by the writer thread from the copy it saves. An entry waiting for them is not
-        # finished. ``late.defer_leaf`` is msprobe.leaves.tensor_leaf's hook, ``late.pending_of`` EntryTexts'.
-        self.late = LateStatistics(self._lock)
-        self.statistics_batch = self.late.batch
+        # finished. ``late.defer_leaf`` is leaves.tensor_leaf's hook, ``late.pending_of`` EntryTexts'.
+        self.late = LateStatistics(self._lock, statistics)
 
     # -- adding ----------------------------------------------------------------------------------
     def add_entry(self, name: str, entry: Any) -> None:
@@ -172,7 +172,7 @@ class MsprobeJsonWriter(object):
         with self._lock:
             self._space.added(CONSTRUCT, self._entries.add_construct(name, parent))
 
-    def save_tensor(self, stem: str, tensor: Any, statistics: Optional[CopyStatistics] = None,
+    def save_tensor(self, stem: str, tensor: Any, statistics: Optional[PendingStatistics] = None,
                     same_as: Optional[str] = None) -> Optional[str]:
         """Queue ``{tensor_dir}/{stem}.pt`` and return its data_name; None when tensors are not saved.
         ``statistics`` (from :meth:`copy_statistics`; default None): the tensor's leaf, built next, takes
@@ -221,7 +221,7 @@ class MsprobeJsonWriter(object):
                     self._stop_after_error(tensor_error_text(path, error))
                     return
                 if statistics is not None and host is not None:
-                    statistics.compute(host)
+                    self.late.from_copy(statistics, host)
                 release_copy(copy)
                 self._written = number
 
@@ -233,7 +233,7 @@ class MsprobeJsonWriter(object):
                 self._raise_failed()
         return data_name
 
-    def copy_statistics(self, tensor: Any) -> Optional[CopyStatistics]:
+    def copy_statistics(self, tensor: Any) -> Optional[PendingStatistics]:
         """Statistics for the writer thread to read from the copy of ``tensor`` it will save, or None where
         they are read from ``tensor`` at the call (``LateStatistics.for_copy``; no writer thread)."""
         return self.late.for_copy(tensor) if self._background is not None else None
@@ -294,7 +294,7 @@ class MsprobeJsonWriter(object):
             encoding = 0.0
             error = None
             try:
-                self.statistics_batch.resolve()  # outside _lock: the training thread keeps adding entries
+                self.late.batch.resolve()  # outside _lock: the training thread keeps adding entries
                 with self._lock:
                     texts, encoding, shown = self._texts_locked(with_others)
                     self._unflushed = 0
@@ -362,7 +362,7 @@ class MsprobeJsonWriter(object):
                 self._failed = reason
             self._space.release()
             try:
-                self.statistics_batch.resolve()
+                self.late.batch.resolve()
             except Exception:  # noqa: BLE001 - a device gone too: its entries stay unfinished, dropped below
                 pass
             with self._lock:

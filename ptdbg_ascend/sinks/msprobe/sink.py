@@ -17,19 +17,20 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from ptdbg_ascend.dump.observers import ApiCall, dotted
 from ptdbg_ascend.dump.recorder import RecordSink
 from ptdbg_ascend.dump.stack import user_stack_literals
-from ptdbg_ascend.dump.statistics import DEFERRAL
-from ptdbg_ascend.dump.statistics_cache import StatisticsCache
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.formats.dump_json import AUTOCAST, NOT_SAVED
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.memory import is_out_of_memory, out_of_memory_reason
-from ptdbg_ascend.msprobe.leaves import TensorNotSaved, tensor_statistics_msprobe, value_leaf
 from ptdbg_ascend.sinks.msprobe.autocast import autocast_state
 from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, EntryTexts, LateLeaf, NotPlain, late_text_value
 from ptdbg_ascend.sinks.msprobe.json_text import object_of_texts
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
+from ptdbg_ascend.sinks.msprobe.leaves import TensorNotSaved, value_leaf
 from ptdbg_ascend.sinks.msprobe.options import MsprobeSinkOptions
+from ptdbg_ascend.statistics import planner
+from ptdbg_ascend.statistics.cache import StatisticsCache
+from ptdbg_ascend.statistics.msprobe_rules import tensor_statistics_msprobe
 
 
 class MsprobeSink(RecordSink):
@@ -42,17 +43,20 @@ class MsprobeSink(RecordSink):
         options: what to write (the blocks of data_mode, md5, the overflow check).
         record_construct: whether construct.json is filled (levels L0 and mix).
         stopped: called when the overflow check stops training (the recorder turns itself off).
+        defer_cpu: CPU tensors' statistics take the device batch too, as its writers' planners say. Default
+            None: ``statistics.planner.DEFAULTS``' (read now).
     """
 
     uses_statistics = True  # the recorder ages the cache once per call (dump/recorder.py)
 
-    def __init__(self, options: MsprobeSinkOptions, record_construct: bool, stopped: Callable[[], None]) -> None:
+    def __init__(self, options: MsprobeSinkOptions, record_construct: bool, stopped: Callable[[], None],
+                 defer_cpu: Optional[bool] = None) -> None:
         self.options = options
         self.record_construct = record_construct
         self.sees_events = record_construct  # construct.json links every call seen, selected or not
         self.writer = None  # type: Optional[MsprobeJsonWriter]
         self.md5 = options.md5
-        self.defer_cpu = DEFERRAL.on_cpu  # decided once, not per leaf
+        self.defer_cpu = planner.DEFAULTS.defer_cpu if defer_cpu is None else defer_cpu  # once, not per leaf
         self.overflow_task = options.overflow is not None
         # The one overflow policy (msprobe 1.0.4 stopped with Exception("[msprobe] exit")).
         self.overflow = (options.overflow.policy(self._dump_overflow, self._stopping)

@@ -1,4 +1,5 @@
-"""Per-tensor statistics ``[max, min, mean, l2norm]``, the summary every pkl record carries.
+"""Statistics computed now, on the calling thread: the legacy format's ``[max, min, mean, l2norm]`` (the
+summary every pkl record carries), and the host reductions the msprobe rules (``msprobe_rules.py``) share.
 
 Computed on the tensor's own device with one host transfer of four numbers. The values equal what numpy
 computes from the saved ``.npy`` (cast to float64) to float32 rounding:
@@ -51,12 +52,6 @@ def _torch_has(*path: str) -> bool:
 
 _HAS_AMINMAX = _torch_has("aminmax")
 _SMALL = 32768  # up to this many elements, numpy reduces a CPU tensor faster than torch
-# A tensor whose file a writer thread saves has its statistics read by that thread from the copy it saves when
-# it has at least this many elements: there the passes over the data (torch and numpy release the GIL) overlap
-# with training. Below it they stay on the training thread, where they cost a few microseconds: on the writer
-# thread their Python work competes with training for the GIL and slowed the writer, which sets the pace
-# of a dump of many small tensors.
-WRITER_STATISTICS_MIN_ELEMENTS = 65536
 
 
 def min_max(tensor: Any) -> Tuple[Any, Any]:
@@ -81,7 +76,7 @@ def tensor_statistics(tensor: Any) -> Statistics:
     numpy on the same memory, others with three torch reductions whose four numbers are read at once
     (one device->host copy off the CPU).
     """
-    types = _torch_types()
+    types = torch_types()
     small = _small_cpu_first(tensor, types, types.numpy_reals)
     if small is not None:
         return small
@@ -99,11 +94,11 @@ def small_float32_statistics(tensor: Any) -> Optional[Statistics]:
     element, as :func:`tensor_statistics` computes them (through numpy); None for any other tensor (the
     caller then takes its general path). The per-leaf fast path of the msprobe format, which reduces
     float64 in float32 and so cannot use :func:`tensor_statistics`'s float64 branch."""
-    types = _torch_types()
+    types = torch_types()
     return _small_cpu_first(tensor, types, types.float32_only)
 
 
-def _small_cpu_first(tensor: Any, types: "_TorchTypes", dtypes: Any) -> Optional[Statistics]:
+def _small_cpu_first(tensor: Any, types: "TorchTypes", dtypes: Any) -> Optional[Statistics]:
     """The common case first, with as few checks as possible: most recorded tensors of a training step
     are small float CPU tensors (the optimizer's per-parameter ops), and for them the general path's
     checks cost as much as the reductions. The numpy statistics of ``tensor`` when its dtype is in
@@ -128,7 +123,7 @@ def special_statistics(tensor: Any) -> Statistics:
         with tensor_kinds.reading_values():
             plain, kind = tensor_kinds.plain_values(tensor)
             if plain is not None:
-                return _general_statistics(plain, _torch_types())
+                return _general_statistics(plain, torch_types())
     except Exception as error:  # noqa: BLE001 - statistics must never stop training
         tensor_kinds.warn_once("statistics:" + kind, "Statistics of a {} tensor ({}) cannot be computed ({}: {}); "
                                "its records hold null statistics.".format(kind, getattr(tensor, "dtype", "?"),
@@ -136,7 +131,7 @@ def special_statistics(tensor: Any) -> Statistics:
     return list(EMPTY)
 
 
-def _general_statistics(data: Any, types: "_TorchTypes") -> Statistics:
+def _general_statistics(data: Any, types: "TorchTypes") -> Statistics:
     reduced = _reductions(data, types)
     if not isinstance(reduced, tuple):
         return reduced
@@ -148,86 +143,57 @@ def _general_statistics(data: Any, types: "_TorchTypes") -> Statistics:
     return _stacked(types, reduced).tolist()
 
 
-def _stacked(types: "_TorchTypes", reduced: Tuple[Any, Any, Any, Any, int]) -> Any:
+def _stacked(types: "TorchTypes", reduced: Tuple[Any, Any, Any, Any, int]) -> Any:
     """The four statistics as one tensor on the device of ``reduced`` (from :func:`_reductions`)."""
     high, low, total, square_sum, count = reduced
     norm = low.abs() if square_sum is None else square_sum.sqrt()
     return types.torch.stack([high, low, total / count, norm])
 
 
-def _reductions(data: Any, types: "_TorchTypes", host_shortcuts: bool = True) -> Any:
-    """``(max, min, sum, sum of squares, count)`` as 0-d tensors on ``data``'s device (nothing read
-    back; the sum of squares is None for a 0-d tensor), or the finished statistics where no reduction
-    is needed (empty, and with ``host_shortcuts`` (default True) 0-d and small CPU tensors).
-
-    ``host_shortcuts`` False is the deferred path of an accelerator (:class:`DeviceStatisticsBatch`), where
-    every launch costs the host microseconds: the fourth value is the norm itself, one
-    ``vector_norm`` instead of a product and a sum, and float16/bfloat16 are reduced without a float32
-    copy (the sum and the norm accumulate in float32 themselves): 3 launches per tensor, 4 for float32
-    and 5 for half types before; the numbers agree to float32 rounding."""
-    torch = types.torch
+def reduction_input(data: Any, torch: Any, half_native: bool = False) -> Any:
+    """``(work, accumulate)``: the values whose max, min, sum and norm are a tensor's statistics (complex:
+    the magnitude, complex32 widened first; int/bool as float64; fp16/bf16 as float32, or as they are with
+    ``half_native`` (default False), ``accumulate`` then float32 for the kernels that take a dtype), or
+    ``EMPTY`` for an empty tensor. Shared by this module and the device batch, so both reduce the same data."""
     if data.numel() == 0:
         return list(EMPTY)
     if data.is_complex():
-        if data.dtype == types.torch.complex32:
-            data = data.to(types.torch.complex64)  # abs() of complex32 would round the magnitude to float16
+        if data.dtype == torch.complex32:
+            data = data.to(torch.complex64)  # abs() of complex32 would round the magnitude to float16
         data = data.abs()
-    accumulate = None
     if data.dtype in (torch.float32, torch.float64):
-        work = data
-    elif not host_shortcuts and data.dtype in (torch.float16, torch.bfloat16):
-        work, accumulate = data, torch.float32
-    elif data.is_floating_point():
-        work = data.float()
-    else:
-        work = data.double()  # int64 stays exact up to 2**53, bool becomes 0/1
+        return data, None
+    if half_native and data.dtype in (torch.float16, torch.bfloat16):
+        return data, torch.float32
+    if data.is_floating_point():
+        return data.float(), None
+    return data.double(), None  # int64 stays exact up to 2**53, bool becomes 0/1
+
+
+def _reductions(data: Any, types: "TorchTypes") -> Any:
+    """``(max, min, sum, sum of squares, count)`` as 0-d tensors on ``data``'s device (nothing read
+    back; the sum of squares is None for a 0-d tensor), or the finished statistics where no reduction
+    is needed (empty, 0-d and small CPU tensors)."""
+    prepared = reduction_input(data, types.torch)
+    if type(prepared) is list:
+        return prepared
+    work = prepared[0]
     if work.dim() == 0:
-        if host_shortcuts and types.is_cpu(work):
+        if types.is_cpu(work):
             value = float(work.item())
             return [value, value, value, abs(value)]
         return work, work, work, None, 1  # the norm of a value is its magnitude (not sqrt(v*v): overflow)
-    if host_shortcuts and work.numel() <= _SMALL and types.is_cpu(work):
+    if work.numel() <= _SMALL and types.is_cpu(work):
         small = _small_cpu_statistics(work)
         if small is not None:
             return small
     # Three passes over the data; the mean is the sum over n (torch's mean() has a higher fixed cost).
-    if not host_shortcuts:  # deferred: see the docstring
-        try:
-            low, high = min_max(work)
-            return high, low, torch.sum(work, dtype=accumulate), torch.linalg.vector_norm(work, dtype=accumulate), \
-                work.numel()
-        except (RuntimeError, NotImplementedError, TypeError, AttributeError):
-            # A device (or torch) without these kernels for this dtype: the launches of before, the same numbers.
-            work = work.float() if accumulate is not None else work
-            low, high = min_max(work)
-            return high, low, torch.sum(work), torch.sum(work * work).sqrt(), work.numel()
     low, high = min_max(work)
-    total = torch.sum(work)
+    total = types.torch.sum(work)
     # Not a dot product: BLAS accumulates it in float32 lanes, 4e-6 relative error for 32K equal values
     # (1e-4 at 4M). sum() uses a cascade and stays within float32 rounding of numpy's float64 result.
-    square_sum = torch.sum(work * work)
+    square_sum = types.torch.sum(work * work)
     return high, low, total, square_sum, work.numel()
-
-
-class StatisticsDeferral(object):
-    """Which tensors' statistics a writer reads back in batches (:class:`DeviceStatisticsBatch`) rather
-    than at once. Each writer (``LegacyPklWriter``, ``MsprobeSink``) reads it once, when it is built, so
-    changing it affects only writers built afterwards and costs nothing per recorded call.
-
-    Attributes:
-        on_cpu: CPU tensors too. Default False: tensors that are not on the CPU are deferred (reading a
-            number there is a host sync), CPU ones are not (a number there is a memory read). Tests turn
-            it on to run an accelerator's path on CPU tensors (there is no accelerator in CI).
-    """
-
-    __slots__ = ("on_cpu",)
-
-    def __init__(self) -> None:
-        self.on_cpu = False
-
-
-# The process-wide setting that writers read when they are built.
-DEFERRAL = StatisticsDeferral()
 
 
 # Below this magnitude neither the sum nor the sum of squares of _SMALL float32 values can overflow
@@ -275,7 +241,7 @@ def array_statistics(array: Any) -> Statistics:
     return [high, low, total / flat.size, math.sqrt(square_sum)]
 
 
-class _TorchTypes(object):
+class TorchTypes(object):
     """torch and the dtypes the fast path tests, looked up once (torch is imported on first use)."""
 
     def __init__(self) -> None:
@@ -291,10 +257,10 @@ class _TorchTypes(object):
             self.is_cpu = lambda tensor: tensor.device.type == "cpu"
 
 
-_TYPES = []  # type: List[_TorchTypes]
+_TYPES = []  # type: List[TorchTypes]
 
 
-def _torch_types() -> _TorchTypes:
+def torch_types() -> TorchTypes:
     if not _TYPES:
-        _TYPES.append(_TorchTypes())
+        _TYPES.append(TorchTypes())
     return _TYPES[0]

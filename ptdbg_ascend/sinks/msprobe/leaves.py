@@ -1,4 +1,6 @@
-"""Values -> dump.json leaves, exactly as msprobe 1.0.4 writes them (``reference/msprobe_1_0_4.md`` §6.2-6.3).
+"""Values -> dump.json leaves, exactly as msprobe 1.0.4 writes them (``reference/msprobe_1_0_4.md`` §6.2-6.3): the
+leaf codec of the msprobe sink. The numbers in a tensor leaf are ``statistics/``'s (``msprobe_rules.py``); this
+module puts them in their keys.
 
 A tensor leaf's key order is ``type, dtype, shape, Max, Min, Mean, Norm, requires_grad`` then, when
 present, ``Max_except_inf_nan, Min_except_inf_nan, md5, data_name``. Non-tensor values become
@@ -8,16 +10,16 @@ once per type).
 
 from __future__ import annotations
 
-import math
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from ptdbg_ascend import numpy_view
 from ptdbg_ascend.dump import tensor_kinds
-from ptdbg_ascend.dump.statistics import small_float32_statistics, tensor_statistics
 from ptdbg_ascend.dump.tensor_kinds import transforms_active
 from ptdbg_ascend.formats.dump_json import NOT_SAVED
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.statistics.msprobe_rules import (defer_candidate, eager_statistics, extremes_except_inf_nan,
+                                                   tensor_statistics_msprobe)
 
 # save(data_name_without_suffix, tensor) -> the data_name written in the leaf, or None (not saved)
 SaveTensor = Callable[[str, Any], Optional[str]]
@@ -25,50 +27,6 @@ SaveTensor = Callable[[str, Any], Optional[str]]
 _WARNED_TYPES = set()  # type: Set[str]  # "not supported" is logged once per type, not once per call
 _MEMORY_FORMAT = "<class 'torch.memory_format'>"  # recorded as null on purpose: said once, at INFO
 _DTYPE_TEXT = {}  # type: Dict[Any, str]  # str(dtype), made once per dtype (a leaf per recorded tensor)
-
-
-def tensor_statistics_msprobe(tensor: Any) -> List[Optional[float]]:
-    """``[Max, Min, Mean, Norm]`` with msprobe's rules: meta/empty -> nulls; bool -> any, all, null,
-    null; 0-d -> the value four times; complex -> max/min/mean of |x|, Norm null; int and float64 are
-    reduced in float32; other floats as they are (fp16/bf16 accumulated in float32)."""
-    # The common case first (small float32 CPU tensors: the same numbers the path below computes).
-    small = small_float32_statistics(tensor)
-    if small is not None:
-        return small
-    import torch
-
-    data = tensor.detach()
-    if data.device.type == "meta" or data.numel() == 0:
-        return [None, None, None, None]
-    if data.dtype == torch.bool:
-        return [bool(data.any().item()), bool(data.all().item()), None, None]
-    if data.is_complex():
-        if data.dtype == torch.complex32:
-            data = data.to(torch.complex64)  # abs() of complex32 would round the magnitude to float16
-        magnitude = data.abs()
-        if magnitude.dim() == 0:
-            value = float(magnitude.item())
-            return [value, value, value, value]
-        return [float(magnitude.max().item()), float(magnitude.min().item()), float(magnitude.mean().item()), None]
-    if data.dim() == 0:
-        value = float(data.item())
-        return [value, value, value, value]
-    return tensor_statistics(msprobe_reduced(data))
-
-
-def _finite_extremes(tensor: Any) -> List[float]:
-    """Max and min over the finite elements; over the non-NaN ones if none is finite; NaN if all are NaN."""
-    import torch
-
-    data = tensor.detach()
-    if not data.is_floating_point():
-        data = data.float()
-    finite = data[torch.isfinite(data)]
-    if finite.numel() == 0:
-        finite = data[~torch.isnan(data)]
-    if finite.numel() == 0:
-        return [float("nan"), float("nan")]
-    return [float(finite.max().item()), float(finite.min().item())]
 
 
 def dtype_text(dtype: Any) -> str:
@@ -136,95 +94,14 @@ def blank_leaf(dtype: str, shape: List[int], requires_grad: bool) -> Dict[str, A
             "Norm": None, "requires_grad": requires_grad}
 
 
-def eager_statistics(tensor: Any, statistics_of: Optional[Callable[[Any], List[Optional[float]]]] = None
-                     ) -> List[Optional[float]]:
-    """A leaf's numbers read now, for :func:`fill_statistics`: Max, Min, Mean, Norm (by ``statistics_of``,
-    default :func:`tensor_statistics_msprobe`) and, when Max or Min is not finite, msprobe's
-    ``Max_except_inf_nan`` and ``Min_except_inf_nan`` after them."""
-    statistics = (statistics_of or tensor_statistics_msprobe)(tensor)
-    if _not_finite(statistics[0]) or _not_finite(statistics[1]):
-        return list(statistics[:4]) + _finite_extremes(tensor)
-    return statistics
-
-
-def defer_candidate(tensor: Any, on_cpu: bool = False) -> bool:
-    """Whether msprobe's statistics of ``tensor`` can be read back in a batch: a tensor with values off
-    the CPU (``on_cpu``, default False: on it too) taking the float or 0-d path of
-    :func:`tensor_statistics_msprobe` (not bool, complex or empty)."""
-    if tensor.is_cpu and not on_cpu:
-        return False
-    return not (tensor.is_meta or tensor.numel() == 0 or tensor.is_complex() or str(tensor.dtype) == "torch.bool")
-
-
-def deferred_reductions(tensor: Any) -> List[Any]:
-    """Besides the four statistics, what a deferred leaf may need once its values are known, as 0-d
-    tensors on the device: a pair from which :func:`fill_statistics` reads msprobe's ``*_except_inf_nan``
-    (:func:`_finite_extremes`' rule). Called with the data in the dtype :func:`tensor_statistics_msprobe`
-    reduces (float32 for ints and float64; a 0-d value in its own dtype, which is its own max and min: the
-    two mapped values, no reduction).
-
-    The pair is the max with NaN and -inf as -inf and +inf as the dtype's lowest finite value, and the min
-    with NaN and +inf as +inf and -inf as the highest finite value. With a finite element, those stand-ins
-    never pass it: the pair is the finite max and min (max >= min). With none, the max is at most the
-    lowest finite value and the min at least the highest (max < min), and a finite stand-in in the pair
-    says an infinity of that sign is there: what the non-NaN extremes need (:func:`_except_inf_nan`).
-
-    Four kernels (two ``nan_to_num`` and two reductions), launched for every deferred float tensor because
-    whether they are needed is known only when the batch is read back: on an accelerator each launch costs
-    the training thread microseconds (six before the fifth round of issue 20, eleven launches and six
-    full-size temporaries before the first)."""
-    inf = float("inf")
-    largest = _finfo_max(tensor.dtype)
-    finite_max = tensor.nan_to_num(nan=-inf, posinf=-largest, neginf=-inf)
-    finite_min = tensor.nan_to_num(nan=inf, posinf=inf, neginf=largest)
-    if tensor.dim() == 0:  # a 0-d value is its own max and min: two launches fewer
-        return [finite_max, finite_min]
-    return [finite_max.amax(), finite_min.amin()]
-
-
-_FINFO_MAX = {}  # type: Dict[Any, float]
-
-
-def _finfo_max(dtype: Any) -> float:
-    """The largest finite value of a float dtype, looked up once per dtype."""
-    largest = _FINFO_MAX.get(dtype)
-    if largest is None:
-        import torch
-
-        largest = _FINFO_MAX[dtype] = float(torch.finfo(dtype).max)
-    return largest
-
-
-def _except_inf_nan(high: float, low: float) -> List[float]:
-    """msprobe's ``[Max_except_inf_nan, Min_except_inf_nan]`` from the pair :func:`deferred_reductions`
-    read back, or from :func:`_finite_extremes` (returned as they are: their max is never below their min)."""
-    if not high < low:  # a finite element (its extremes), or the eager path's values, or NaN
-        return [high, low]
-    # No finite element: over the non-NaN ones, all infinite (NaN when every element is NaN). A finite
-    # stand-in says an infinity of that sign is there.
-    inf, nan = float("inf"), float("nan")
-    positive, negative = math.isfinite(high), math.isfinite(low)
-    return [inf if positive else -inf if negative else nan, -inf if negative else inf if positive else nan]
-
-
-def msprobe_reduced(tensor: Any) -> Any:
-    """The data :func:`tensor_statistics_msprobe` reduces for a float-path tensor: ints and float64 as
-    float32 (1.0.4's rule), other floats as they are."""
-    data = tensor.detach()
-    if not data.is_floating_point() or str(data.dtype) == "torch.float64":
-        data = data.float()
-    return data
-
-
 def fill_statistics(leaf: Dict[str, Any], numbers: List[Any]) -> None:
-    """Put a leaf's statistics into it: ``numbers`` are Max, Min, Mean, Norm, then nothing, or a pair:
-    msprobe's ``Max_except_inf_nan`` and ``Min_except_inf_nan`` themselves (:func:`eager_statistics`) or
-    the pair of :func:`deferred_reductions` read back. A non-finite Max or Min adds the
-    ``*_except_inf_nan`` keys right after ``requires_grad`` (before ``md5`` and ``data_name``)."""
+    """Put a leaf's statistics into it: ``numbers`` are Max, Min, Mean, Norm, then nothing, or a pair
+    (``msprobe_rules.extremes_except_inf_nan``). A non-finite Max or Min adds the ``*_except_inf_nan`` keys
+    right after ``requires_grad`` (before ``md5`` and ``data_name``)."""
     leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"] = numbers[:4]
-    if len(numbers) < 6 or not (_not_finite(numbers[0]) or _not_finite(numbers[1])):
+    extremes = extremes_except_inf_nan(numbers)
+    if extremes is None:
         return
-    extremes = _except_inf_nan(numbers[4], numbers[5])
     tail = [(key, leaf.pop(key)) for key in ("md5", "data_name") if key in leaf]
     leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = extremes
     leaf.update(tail)
@@ -263,10 +140,6 @@ def special_tensor_leaf(tensor: Any, path: str, save: Optional[SaveTensor], md5:
     if kind != "plain":
         leaf["tensor_kind"] = kind
     return leaf
-
-
-def _not_finite(value: Any) -> bool:
-    return isinstance(value, float) and (math.isinf(value) or math.isnan(value))
 
 
 def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = False, key: Optional[str] = None,

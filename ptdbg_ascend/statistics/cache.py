@@ -6,7 +6,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ptdbg_ascend.dump.statistics import Statistics, tensor_statistics
+from ptdbg_ascend.statistics.eager import Statistics, tensor_statistics
 
 # id(tensor) -> (weak reference, version counter, value, first name, generation)
 _Table = Dict[int, Tuple[Any, int, Any, str, int]]

@@ -1,10 +1,12 @@
-"""Statistics of accelerator tensors kept on their device and read back in batches.
+"""Statistics of accelerator tensors kept on their device and read back in batches: the one place that
+launches statistics kernels on a device (the seam to replace for other kernels).
 
 On an accelerator, reading a tensor's four numbers back is a host sync, which stalls the training thread
 until the device has caught up. :class:`DeviceStatisticsBatch` launches the reductions of each tensor at
-its call (``statistics._reductions``) and reads a whole batch back with one device->host copy per device;
-each tensor's :class:`PendingDeviceStatistics` is filled in place then. Which tensors take this path is
-``statistics.DEFERRAL``'s setting.
+its call (:func:`device_reductions`, and the extras a format's rules ask for, such as msprobe's
+:func:`finite_pair`) and reads a whole batch back with one device->host copy per device; each tensor's
+:class:`~ptdbg_ascend.statistics.pending.PendingStatistics` is filled in place then. Which tensors take this
+path is the planner's choice (``planner.py``).
 """
 
 from __future__ import annotations
@@ -13,22 +15,17 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.dump.interception import Inside
-from ptdbg_ascend.dump.statistics import Statistics, _reductions, _torch_types, special_statistics, tensor_statistics
+from ptdbg_ascend.statistics.eager import (Statistics, TorchTypes, min_max, reduction_input, special_statistics,
+                                           tensor_statistics, torch_types)
+from ptdbg_ascend.statistics.pending import DEVICE, PendingStatistics
 from ptdbg_ascend.streams import LAUNCH_STREAMS
-
-
-class PendingDeviceStatistics(list):
-    """The statistics of an accelerator tensor, still on the device: ``[None] * 4`` until the
-    :class:`DeviceStatisticsBatch` that made it reads its batch back (then the four numbers, in place)."""
-
-    __slots__ = ("values", "count")
 
 
 class DeviceStatisticsBatch(object):
     """Statistics of accelerator tensors kept on their device and read back in batches.
 
     :meth:`add` enqueues the reductions of a tensor (no host sync) and returns a
-    :class:`PendingDeviceStatistics`; :meth:`resolve` reads every pending one with one device->host
+    :class:`PendingStatistics`; :meth:`resolve` reads every pending one with one device->host
     copy per device (one sync however many tensors) and fills them in place. Memory on the device: the 0-d
     results of a tensor's reductions (four, and those ``extra`` adds) until :data:`STACK_EVERY` tensors
     queued on one stream are stacked into one tensor, which then holds their numbers until the read. The
@@ -51,17 +48,19 @@ class DeviceStatisticsBatch(object):
     # The numbers of this many tensors recorded on one stream are joined into one tensor.
     STACK_EVERY = 32
 
-    def __init__(self) -> None:
+    def __init__(self, on_read: "Optional[Callable[[int], None]]" = None) -> None:
+        """``on_read(tensors)`` (default None) is called after each device->host copy with the number of tensors
+        it read (one copy per device per :meth:`resolve`): how tests and benchmarks count the host syncs."""
         import threading
 
-        self._pending = []  # type: List[PendingDeviceStatistics]
+        self._pending = []  # type: List[PendingStatistics]
         self._lock = threading.Lock()
         self._since = 0.0
-        self.transfers = 0  # host syncs done (one per device per resolve): tests and benchmarks read it
+        self._on_read = on_read
         # Per stream key (LAUNCH_STREAMS.note), the tensors whose parts are not stacked yet; and the stacks
         # made, each with its tensors in order.
-        self._runs = {}  # type: Dict[Any, List[PendingDeviceStatistics]]
-        self._stacks = []  # type: List[Tuple[Any, List[PendingDeviceStatistics]]]
+        self._runs = {}  # type: Dict[Any, List[PendingStatistics]]
+        self._stacks = []  # type: List[Tuple[Any, List[PendingStatistics]]]
 
     def add(self, tensor: Any, extra: "Optional[Callable[[Any], List[Any]]]" = None) -> Statistics:
         """The statistics of ``tensor``: pending when it lives on an accelerator and needs reductions,
@@ -74,11 +73,11 @@ class DeviceStatisticsBatch(object):
         thread a few microseconds whatever the tensor's size."""
         if tensor.is_meta:  # no values to read back
             return tensor_statistics(tensor)
-        types = _torch_types()
+        types = torch_types()
         # Inside(): the tool's own torch calls are not API calls of the script (no record, no counter).
         with Inside():
             try:
-                reduced = _reductions(tensor.detach(), types, host_shortcuts=False)
+                reduced = device_reductions(tensor.detach(), types)
             except (RuntimeError, TypeError, ValueError, NotImplementedError):
                 return special_statistics(tensor)
             if not isinstance(reduced, tuple):
@@ -90,13 +89,12 @@ class DeviceStatisticsBatch(object):
                 parts.extend(extra(tensor))
             return self.enqueue(parts, count if norm is not None else 0, tensor.device)
 
-    def enqueue(self, parts: List[Any], count: int, device: Any) -> "PendingDeviceStatistics":
+    def enqueue(self, parts: List[Any], count: int, device: Any) -> "PendingStatistics":
         """Queue the 0-d tensors ``parts`` on ``device`` (max, min, sum, norm, extras) of a tensor of ``count``
         elements (0: a 0-d value, see :func:`_finalised`) and return their pending list (:meth:`add`). Call it
         inside ``Inside()`` (its stack is the tool's own call)."""
-        pending = PendingDeviceStatistics([None] * len(parts))
-        pending.values = parts
-        pending.count = count
+        pending = PendingStatistics([None] * len(parts))  # (built here: this runs for every deferred tensor)
+        pending.values, pending.count, pending.source = parts, count, DEVICE
         stream = LAUNCH_STREAMS.note(device)  # the read waits for this stream (a side stream's work too)
         with self._lock:
             if not self._pending:
@@ -108,7 +106,7 @@ class DeviceStatisticsBatch(object):
                 # On the stream the parts were made on (the caller's current one: its key is the run's), so
                 # the stack reads them in order and their memory is reused only after it.
                 del self._runs[stream]
-                stacked = _torch_types().torch.stack([part for item in run for part in item.values])
+                stacked = torch_types().torch.stack([part for item in run for part in item.values])
                 for item in run:
                     item.values = stacked  # the 0-d parts go; still pending (not None) until read
                 self._stacks.append((stacked, run))
@@ -136,10 +134,10 @@ class DeviceStatisticsBatch(object):
             pending, self._pending = self._pending, []
             if not pending:
                 return
-            torch = _torch_types().torch
+            torch = torch_types().torch
             stacks, self._stacks = self._stacks, []
             runs, self._runs = self._runs, {}
-            by_device = {}  # type: Dict[Any, Tuple[List[Any], List[PendingDeviceStatistics], List[Any]]]
+            by_device = {}  # type: Dict[Any, Tuple[List[Any], List[PendingStatistics], List[Any]]]
             for stacked, items in stacks:
                 joined, ordered, _ = by_device.setdefault(stacked.device, ([], [], []))
                 joined.append(stacked)
@@ -152,19 +150,27 @@ class DeviceStatisticsBatch(object):
                     if loose:
                         joined.append(torch.stack([part for item in loose for part in item.values]))
                     host = _read_back(torch, joined)
-                self.transfers += 1
                 _fill(ordered + loose, host)
+                if self._on_read is not None:
+                    self._on_read(len(ordered) + len(loose))
+
+    def add_value(self, value: Any, extra: "Optional[Callable[[Any], List[Any]]]" = None) -> PendingStatistics:
+        """The statistics of a 0-d ``value`` (already in the dtype to read back) as the value four times, and
+        ``extra(value)``'s 0-d tensors after them: queued, no reduction (reading it now would stop the host until
+        the device has caught up with everything queued before it)."""
+        with Inside():
+            parts = [value, value, value, value] + (extra(value) if extra is not None else [])
+            return self.enqueue(parts, 1, value.device)
 
 
-def _fill(items: List[PendingDeviceStatistics], host: List[float]) -> None:
+def _fill(items: List[PendingStatistics], host: List[float]) -> None:
     """Fill each pending ``item`` in place from ``host``, the read-back parts of ``items`` in order, and let its
     device memory go."""
     start = 0
     for item in items:
         end = start + len(item)
-        item[:] = _finalised(host[start:end], item.count)
+        item.fill(_finalised(host[start:end], item.count))  # and the device memory goes
         start = end
-        item.values = None  # the device memory goes now
 
 
 def _read_back(torch: Any, stacks: List[Any]) -> List[float]:
@@ -181,3 +187,60 @@ def _finalised(numbers: List[float], count: int) -> List[float]:
     if count == 0:
         return [high, low, total, abs(norm)] + numbers[4:]
     return [high, low, total / count, norm] + numbers[4:]
+
+
+def device_reductions(data: Any, types: TorchTypes) -> Any:
+    """``(max, min, sum, norm, count)`` as 0-d tensors on ``data``'s device (nothing read back; the norm is
+    None for a 0-d tensor, whose norm is its magnitude), or the finished statistics of an empty tensor.
+
+    Every launch costs the host microseconds here: the fourth value is the norm itself, one ``vector_norm``
+    instead of a product and a sum, and float16/bfloat16 are reduced without a float32 copy (the sum and the
+    norm accumulate in float32 themselves): 3 launches per tensor; the numbers agree with the eager path's to
+    float32 rounding."""
+    prepared = reduction_input(data, types.torch, half_native=True)
+    if type(prepared) is list:
+        return prepared
+    work, accumulate = prepared
+    if work.dim() == 0:
+        return work, work, work, None, 1
+    torch = types.torch
+    try:
+        low, high = min_max(work)
+        return high, low, torch.sum(work, dtype=accumulate), torch.linalg.vector_norm(work, dtype=accumulate), \
+            work.numel()
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+        # A device (or torch) without these kernels for this dtype: a float32 copy's launches, the same numbers.
+        work = work.float() if accumulate is not None else work
+        low, high = min_max(work)
+        return high, low, torch.sum(work), torch.sum(work * work).sqrt(), work.numel()
+
+
+def finite_pair(tensor: Any) -> List[Any]:
+    """The 0-d tensors on the device from which ``msprobe_rules.except_inf_nan`` reads msprobe's
+    ``*_except_inf_nan`` once the batch is read back (whether they are needed is known only then). Called with
+    the data in the dtype the msprobe rules reduce (a 0-d value in its own dtype: its own max and min).
+
+    The pair is the max with NaN and -inf as -inf and +inf as the dtype's lowest finite value, and the min
+    with NaN and +inf as +inf and -inf as the highest finite value. With a finite element, those stand-ins
+    never pass it: the pair is the finite max and min (max >= min). With none, the max is at most the
+    lowest finite value and the min at least the highest (max < min), and a finite stand-in in the pair
+    says an infinity of that sign is there. Four kernels (two ``nan_to_num``, two reductions); two for a 0-d
+    value."""
+    inf = float("inf")
+    largest = _finfo_max(tensor.dtype)
+    finite_max = tensor.nan_to_num(nan=-inf, posinf=-largest, neginf=-inf)
+    finite_min = tensor.nan_to_num(nan=inf, posinf=inf, neginf=largest)
+    if tensor.dim() == 0:  # a 0-d value is its own max and min: two launches fewer
+        return [finite_max, finite_min]
+    return [finite_max.amax(), finite_min.amin()]
+
+
+_FINFO_MAX = {}  # type: Dict[Any, float]
+
+
+def _finfo_max(dtype: Any) -> float:
+    """The largest finite value of a float dtype, looked up once per dtype."""
+    largest = _FINFO_MAX.get(dtype)
+    if largest is None:
+        largest = _FINFO_MAX[dtype] = float(torch_types().torch.finfo(dtype).max)
+    return largest

@@ -1,0 +1,106 @@
+"""Which way a tensor's statistics are computed: now (eager), later in a device batch, or later on the writer
+thread from the copy it saves. One :class:`StatisticsPlanner` per writer, with its format's rules
+(``rules.py``); every sink asks it, in this order:
+
+1. :meth:`~StatisticsPlanner.takes_writer` (only a writer that saves the tensor's copy on its thread asks):
+   a pending value (:meth:`~StatisticsPlanner.for_writer`) that the writer thread fills
+   (:meth:`~StatisticsPlanner.from_copy`);
+2. ``StatisticsPlanner.takes_device(tensor)``: queued in the planner's device batch
+   (:meth:`~StatisticsPlanner.device`), filled when the batch is read back;
+3. else :meth:`~StatisticsPlanner.eager`.
+
+Off the CPU a number read now is a host sync; on the CPU it is a memory read, so CPU tensors are eager unless
+``defer_cpu`` (tests and benchmarks run the accelerator's path on CPU tensors so, there being no accelerator in
+CI).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch
+from ptdbg_ascend.statistics.eager import Statistics
+from ptdbg_ascend.statistics.pending import PendingStatistics, pending_on_writer
+
+
+class PlannerDefaults(object):
+    """What a planner takes when its writer is built by a front-end (``register_hook``, ``PrecisionDebugger``),
+    which passes no parameters of its own: read when the planner is built, so a change affects writers built
+    afterwards only and costs nothing per recorded call.
+
+    Attributes:
+        defer_cpu: CPU tensors take the device batch too (the accelerator's path on CPU tensors). Default False.
+        from_copies: the writer thread reads large saved CPU tensors' statistics from its copy. Default True
+            (False: every statistic is read at the call, as a reference run in tests).
+    """
+
+    __slots__ = ("defer_cpu", "from_copies")
+
+    def __init__(self) -> None:
+        self.defer_cpu = False
+        self.from_copies = True
+
+
+# The process-wide defaults of writers built without explicit parameters.
+DEFAULTS = PlannerDefaults()
+
+
+class StatisticsPlanner(object):
+    """Chooses eager / device batch / writer thread for each tensor of one writer, by ``rules``.
+
+    Args:
+        rules: ``rules.LEGACY`` or ``rules.MSPROBE``.
+        defer_cpu: CPU tensors take the device batch too. Default None: :data:`DEFAULTS`' ``defer_cpu``.
+        from_copies: the writer thread may read statistics from its copies. Default None: :data:`DEFAULTS`'.
+        max_pending: read the batch back at once when this many tensors wait (a bound on device memory).
+            Default None: no bound here (the writer reads it back when due).
+        on_read: given to the device batch (``DeviceStatisticsBatch(on_read=)``). Default None.
+    """
+
+    __slots__ = ("rules", "defer_cpu", "from_copies", "max_pending", "batch", "takes_device", "_on_read")
+
+    def __init__(self, rules: Any, defer_cpu: Optional[bool] = None, from_copies: Optional[bool] = None,
+                 max_pending: Optional[int] = None, on_read: Optional[Callable[[int], None]] = None) -> None:
+        self.rules = rules
+        self.defer_cpu = DEFAULTS.defer_cpu if defer_cpu is None else defer_cpu
+        self.from_copies = DEFAULTS.from_copies if from_copies is None else from_copies
+        self.max_pending = max_pending
+        self._on_read = on_read
+        # The device batch, made when the first tensor takes it (None until then: a CPU dump has none).
+        self.batch = None  # type: Optional[DeviceStatisticsBatch]
+        # takes_device(tensor): whether the statistics of ``tensor`` go through the device batch. The rules' test
+        # made once: it runs for every recorded tensor.
+        self.takes_device = rules.device_test(self.defer_cpu)  # type: Callable[[Any], bool]
+
+    def device_batch(self) -> DeviceStatisticsBatch:
+        """The device batch (made now if no tensor took it yet)."""
+        batch = self.batch
+        if batch is None:
+            batch = self.batch = DeviceStatisticsBatch(self._on_read)
+        return batch
+
+    def eager(self, tensor: Any) -> Statistics:
+        """The statistics of ``tensor`` now."""
+        return self.rules.eager(tensor)
+
+    def takes_writer(self, tensor: Any) -> bool:
+        """Whether the writer thread reads the statistics of ``tensor`` (about to be saved) from its copy."""
+        return self.from_copies and self.rules.takes_writer(tensor, self.defer_cpu)
+
+    def for_writer(self, _tensor: Any = None) -> PendingStatistics:
+        """A pending value for the writer thread to fill (:meth:`from_copy`); ``_tensor`` is ignored (a
+        ``compute(tensor)`` of the statistics cache)."""
+        return pending_on_writer()
+
+    def from_copy(self, pending: PendingStatistics, copy: Any) -> None:
+        """Fill ``pending`` (on the writer thread) from ``copy``, the host copy the writer saves."""
+        pending.fill(self.rules.from_copy(copy))
+
+    def device(self, tensor: Any) -> Statistics:
+        """The statistics of ``tensor`` from the device batch: pending until it is read back, or the numbers
+        where there is nothing to read back (empty, meta, special kinds)."""
+        batch = self.batch or self.device_batch()
+        pending = self.rules.device(batch, tensor)
+        if self.max_pending is not None and batch.pending_count() >= self.max_pending:
+            batch.resolve()
+        return pending
