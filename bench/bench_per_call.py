@@ -378,8 +378,8 @@ def device_launches(size: int) -> str:
 
     tensor = torch.randn(size, size)
     counts = []
-    # A batch each, as each front-end's writer has (--tree: from the fourth to the ninth round the
-    # PrecisionDebugger's stacked each tensor's numbers, a launch more).
+    # A batch each, as each front-end's writer has (--tree: an older checkout's PrecisionDebugger may
+    # stack each tensor's numbers, a launch more).
     for extra, stacked in ((None, False), (deferred_reductions, True)):
         try:
             batch = DeviceStatisticsBatch(stacked=stacked)

@@ -35,24 +35,21 @@ PACKAGE_LAYERS = (
     ("features", ("comparison", "precheck", "msprobe", "overflow", "acl")),
     ("readers and sinks", ("readers", "sinks")),
     ("the engine and the settings", ("dump", "config", "seed", "jsonfile", "call_log", "csv_cells")),
+    ("the statistics service", ("statistics",)),
     ("the ground floor", ("formats", "fs")),
     ("below everything", ("errors", "log", "terminal", "memory", "numpy_view", "device", "streams", "version",
-                          "checkout")),
+                          "checkout", "inside", "tensor_kinds")),
 )
-# (importing package, imported module) pairs the package rules let pass, each with why.
-KNOWN_PACKAGE_EXCEPTIONS = {
-    # msprobe/leaves.py (dump.json leaves and their statistics) is used by the msprobe sink from above it; the
-    # statistics package takes it below sinks/, and this entry goes with it.
-    ("sinks", "ptdbg_ascend.msprobe.leaves"): "msprobe/leaves.py is to move below sinks/",
-}
+# (importing package, imported module) pairs the package rules let pass, each with why (none today).
+KNOWN_PACKAGE_EXCEPTIONS = {}  # type: Dict[Tuple[str, str], str]
 # The only modules of the package that formats/ and fs/ (the ground floor) may import, besides their own:
 # numpy_view (a tensor as numpy, widened exactly) and terminal (text from files made safe and short to
 # print) import nothing of the package either.
 GROUND_FLOOR = ("errors", "memory", "log", "numpy_view", "terminal")
 # What statistics/ (the one service computing a tensor's statistics, used by dump/, the sinks and the overflow
-# check) may import besides itself: the ground floor, the device and stream helpers, and the two leaf modules of
-# the engine it needs (``Inside``: its torch calls are not the script's; the special tensor kinds).
-STATISTICS_MAY_IMPORT = ("formats", "device", "streams", "dump.interception", "dump.tensor_kinds") + GROUND_FLOOR
+# check) may import besides itself: the ground floor, the device and stream helpers, ``inside`` (its torch calls
+# are not the script's) and ``tensor_kinds`` (the special tensor kinds).
+STATISTICS_MAY_IMPORT = ("formats", "device", "streams", "inside", "tensor_kinds") + GROUND_FLOOR
 
 
 def _module_files() -> Dict[str, str]:

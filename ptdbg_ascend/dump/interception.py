@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from typing import Any, Callable, Dict, List, Tuple
+
+from ptdbg_ascend.inside import THREAD_STATE, Inside  # noqa: F401 (the wrappers' flag; importers name it here too)
 
 # The APIs wrapped by default: the original 4.0's list.
 WRAPPED_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis.txt")
@@ -25,25 +26,6 @@ WRAPPED_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wr
 OPTIMIZER_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis_optimizer.txt")
 # The APIs beyond them: wrapped only by opt-in (extra_apis=True).
 EXTRA_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis_extra.txt")
-
-# Per-thread "inside a wrapped API" flag (`inside`). Module level because the wrappers are module-level
-# functions; it holds no dump state, only whether the current thread is inside a wrapped API.
-THREAD_STATE = threading.local()
-
-
-class Inside(object):
-    """Context manager marking the current thread as inside a wrapped API (re-entrant)."""
-
-    __slots__ = ("previous",)
-
-    def __enter__(self) -> "Inside":
-        self.previous = getattr(THREAD_STATE, "inside", False)
-        THREAD_STATE.inside = True
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        THREAD_STATE.inside = self.previous
-
 
 def read_wrapped_names(path: str = WRAPPED_APIS_FILE) -> Dict[str, List[str]]:
     """``{prefix: [api, ...]}`` from the data file ``path`` (default: the default list, :data:`WRAPPED_APIS_FILE`):

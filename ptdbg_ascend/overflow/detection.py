@@ -34,9 +34,9 @@ def _limit(tensor: Any) -> float:
 
 
 def _transformed_flag(tensor: Any) -> Optional[Flag]:
-    """The flag of the values under a torch.func transform wrapper (``dump/tensor_kinds.py``), read with
+    """The flag of the values under a torch.func transform wrapper (``tensor_kinds.py``), read with
     functorch disabled."""
-    from ptdbg_ascend.dump import tensor_kinds
+    from ptdbg_ascend import tensor_kinds
 
     with tensor_kinds.reading_values():
         plain, _kind = tensor_kinds.plain_values(tensor)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ptdbg_ascend.dump.tensor_kinds import warn_once
+from ptdbg_ascend.tensor_kinds import warn_once
 from ptdbg_ascend.streams import current_stream, stream_module, tool_stream
 
 # Tensors up to this size are moved through pinned host memory. torch caches pinned blocks for reuse and

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ptdbg_ascend.dump.interception import Inside
+from ptdbg_ascend.inside import Inside
 from ptdbg_ascend.statistics.eager import (Statistics, TorchTypes, min_max, reduction_input, special_statistics,
                                            tensor_statistics, torch_types)
 from ptdbg_ascend.statistics.pending import DEVICE, PendingStatistics
@@ -35,7 +35,7 @@ class DeviceStatisticsBatch(object):
 
     Why a stack per run: the tensors of a batch wait up to a second to be read (thousands of them), and
     Python's garbage collector walks every tensor kept: 8 kept per tensor cost ~60 us per call on the
-    emulated device path of ``bench/bench_per_call.py`` (197 -> 121 us). Stacking each tensor's numbers at
+    emulated device path of ``bench/bench_per_call.py``. Stacking each tensor's numbers at
     once cost a launch per tensor, ~14 us of host time on an H200; one per STACK_EVERY tensors now.
     torch.stack promotes a bf16 extreme to the float32 of the statistics (or an int's float64), exactly.
     """

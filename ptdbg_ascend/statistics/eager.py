@@ -21,10 +21,10 @@ inf and NaN propagate as they do in numpy and are written as JSON ``Infinity``/`
 ``json`` reads them back).
 
 Tensors the reductions cannot read as they are (``vmap``/``grad``/``jvp`` wrappers, nested, sparse,
-quantized, meta, fake...) get the statistics of the values ``dump/tensor_kinds.py`` says their record
+quantized, meta, fake...) get the statistics of the values ``tensor_kinds.py`` says their record
 holds, or ``[None, None, None, None]``; :func:`tensor_statistics` never raises for them. One exception
 it cannot see cheaply: a ``functionalize`` wrapper reads as garbage through ``numpy()``, so callers
-check :func:`~ptdbg_ascend.dump.tensor_kinds.transforms_active` once per call and then use
+check :func:`~ptdbg_ascend.tensor_kinds.transforms_active` once per call and then use
 :func:`special_statistics`.
 """
 
@@ -116,7 +116,7 @@ def special_statistics(tensor: Any) -> Statistics:
     """The statistics of the values a record of a tensor of any kind holds (``tensor_kinds.py``): of the
     underlying batch for a vmap wrapper, the dense values of a sparse tensor...; EMPTY when it has none.
     Read with functorch disabled; never raises."""
-    from ptdbg_ascend.dump import tensor_kinds
+    from ptdbg_ascend import tensor_kinds
 
     kind = "plain"
     try:

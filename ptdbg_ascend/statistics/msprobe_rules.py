@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, List, Optional
 
-from ptdbg_ascend.dump.interception import Inside
+from ptdbg_ascend.inside import Inside
 from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch, finite_pair
 from ptdbg_ascend.statistics.eager import Statistics, small_float32_statistics, tensor_statistics
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, List
 
-from ptdbg_ascend.dump.interception import Inside
+from ptdbg_ascend.inside import Inside
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.statistics import msprobe_rules
 from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch

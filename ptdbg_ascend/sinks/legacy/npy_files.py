@@ -1,5 +1,5 @@
 """The npy side of the legacy format: host copies of tensors that later in-place changes cannot alter
-(special kinds of tensors as ``dump/tensor_kinds.py`` says), and npy files written whole (a repeated one is
+(special kinds of tensors as ``tensor_kinds.py`` says), and npy files written whole (a repeated one is
 hard-linked by ``fs.writes.link_file``)."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from ptdbg_ascend.sinks.host_copies import take_device_copy, takes_device_copy
 
 def take_special(name: str, value: Any, dtype: str, npy_dir: Optional[str], lines: List[Any],
                  files: List[Tuple[str, Any, Optional[str]]], head: str) -> Tuple[int, List[Optional[float]]]:
-    """The line and npy of a tensor of a special kind (``dump/tensor_kinds.py``): the dtype is the tensor's
+    """The line and npy of a tensor of a special kind (``tensor_kinds.py``): the dtype is the tensor's
     own, the shape, statistics and npy those of the values its record holds (a vmap batch with its batch
     dims first, the dense values of a sparse tensor...); without values, null statistics and no npy. The
     line (``head``: ``formats.pkl.line_head``) goes to ``lines``, the npy to ``files`` (path, array, None).
     Never raises: returns the bytes of the copy and the statistics."""
-    from ptdbg_ascend.dump import tensor_kinds
+    from ptdbg_ascend import tensor_kinds
 
     kind = "plain"
     array = None

@@ -2,8 +2,8 @@
 
 The usual way is two steps: ``leaves.value_leaf`` builds the entry's dicts, ``json_text`` encodes
 them. On a CPU statistics dump nearly every value is a plain tensor, a number or None, and building dicts
-only to walk them again cost the PrecisionDebugger a third of its time per call over the legacy dump
-(issue 20). :class:`EntryTexts` writes those values' text at once, through the same text functions
+only to walk them again cost the PrecisionDebugger a third of its time per call over the legacy dump.
+:class:`EntryTexts` writes those values' text at once, through the same text functions
 (``json_text.tensor_leaf_text``...), and so the same text. Anything else raises :class:`NotPlain`, and
 the caller builds the dicts as before:
 

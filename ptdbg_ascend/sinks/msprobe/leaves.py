@@ -14,8 +14,8 @@ import zlib
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from ptdbg_ascend import numpy_view
-from ptdbg_ascend.dump import tensor_kinds
-from ptdbg_ascend.dump.tensor_kinds import transforms_active
+from ptdbg_ascend import tensor_kinds
+from ptdbg_ascend.tensor_kinds import transforms_active
 from ptdbg_ascend.formats.dump_json import NOT_SAVED
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.statistics.msprobe_rules import (defer_candidate, eager_statistics, extremes_except_inf_nan,
@@ -114,7 +114,7 @@ def _ordinary(tensor: Any, torch: Any) -> bool:
 
 
 def special_tensor_leaf(tensor: Any, path: str, save: Optional[SaveTensor], md5: bool = False) -> Dict[str, Any]:
-    """The leaf of a tensor of a special kind (``dump/tensor_kinds.py``): ``dtype`` and ``requires_grad``
+    """The leaf of a tensor of a special kind (``tensor_kinds.py``): ``dtype`` and ``requires_grad``
     are the tensor's own; shape, statistics and the ``.pt`` file those of the values its record holds (a
     vmap batch with its batch dims first, the dense values of a sparse tensor...), and ``tensor_kind``
     names the kind. Without values (meta, fake...): null statistics and no file. Never raises."""

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from ptdbg_ascend.dump.observers import ApiCall, dotted
 from ptdbg_ascend.dump.recorder import RecordSink
 from ptdbg_ascend.dump.stack import user_stack_literals
-from ptdbg_ascend.dump.tensor_kinds import transforms_active
+from ptdbg_ascend.tensor_kinds import transforms_active
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.formats.dump_json import AUTOCAST, NOT_SAVED
 from ptdbg_ascend.log import logger
