@@ -13,14 +13,14 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.tensor_kinds import transforms_active
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError
-from ptdbg_ascend.formats import pkl
-from ptdbg_ascend.formats.pkl import SCALAR_SHAPE_TEXT, line_head, numbers_text, record_text, stack_line
+from ptdbg_ascend.formats.pkl import SCALAR_SHAPE_TEXT, line_head, record_text, stack_line
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.host_copies import on_host, release_copy
+from ptdbg_ascend.sinks.legacy.line_texts import DTYPE_TEXTS, SHAPE_TEXTS, NumbersText, dtype_text, shape_text
 from ptdbg_ascend.sinks.legacy.missing_npy import MissingNpyFiles
 from ptdbg_ascend.sinks.legacy.npy_files import save_npy, take_special
 from ptdbg_ascend.fs.writes import FILE_MODE, link_file, open_new, own_dir, own_dirs, remove_quietly, write_all
@@ -123,7 +123,7 @@ class LegacyPklWriter(object):
         self._closed = False
         # The middle of every tensor line: '", {dump_step}, [], "'.
         self._step_text = line_head(dump_step)
-        self._numbers = _NumbersText()
+        self._numbers = NumbersText()
         # Which way statistics are computed (its device batch: accelerator tensors read back in batches), and
         # the lines held until their batch is read (statistics only; with a writer thread its jobs read the
         # batch).
@@ -257,13 +257,13 @@ class LegacyPklWriter(object):
         takes_device = planner.takes_device
         for name, value in records:
             if hasattr(value, "_version"):  # a torch tensor
-                dtype = _DTYPE_TEXTS.get(value.dtype) or _dtype_text(value.dtype)
+                dtype = DTYPE_TEXTS.get(value.dtype) or dtype_text(value.dtype)
                 if transformed:
                     nbytes += take_special(name, value, dtype, npy_dir, lines, files, head)[0]
                     continue
                 statistics = array = None
                 try:
-                    shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
+                    shape = SHAPE_TEXTS.get(value.shape) or shape_text(value.shape)
                     if lookup is None:
                         statistics, same_as = planner.eager(value), None
                     elif deferring and planner.takes_writer(value):  # a large CPU tensor: from its npy copy
@@ -378,48 +378,7 @@ class LegacyPklWriter(object):
                             .format(self.pkl_path, error))
 
 
-class _NumbersText(object):
-    """:func:`formats.pkl.numbers_text`, remembered for the statistics lists of the last calls: the statistics
-    cache hands out the same list object each time a tensor recurs (an output that is the next call's
-    input, an in-place op's input and output), so recurring records skip the float formatting.
-    Keyed by identity; the list is kept, so its id cannot be reused while it is remembered."""
-
-    __slots__ = ("_texts",)
-    LIMIT = 64
-
-    def __init__(self) -> None:
-        self._texts: Dict[int, Tuple[Any, str]] = {}
-
-    def text(self, statistics: List[Optional[float]]) -> str:
-        entry = self._texts.get(id(statistics))
-        if entry is not None and entry[0] is statistics:
-            return entry[1]
-        text = numbers_text(statistics)
-        if len(self._texts) >= self.LIMIT:
-            self._texts.clear()
-        self._texts[id(statistics)] = (statistics, text)
-        return text
-
-
 def _on_writer(statistics: Any) -> bool:
     """Whether ``statistics`` are a pending value that a writer job fills from its npy copy."""
     return type(statistics) is PendingStatistics and statistics.source is WRITER
 
-
-# The texts of the dtypes and shapes seen, looked up first: a handful of dtypes recur in every record, and
-# a model repeats its shapes. Module dicts of this module: faster to reach from the loop than the same dicts
-# imported.
-_DTYPE_TEXTS: Dict[Any, str] = {}
-_SHAPE_TEXTS: Dict[Tuple[int, ...], str] = {}
-
-
-def _dtype_text(dtype: Any) -> str:
-    text = _DTYPE_TEXTS[dtype] = pkl.dtype_text(dtype)
-    return text
-
-
-def _shape_text(shape: Tuple[int, ...]) -> str:
-    text = pkl.shape_text(shape)
-    if len(_SHAPE_TEXTS) < 65536:  # a bound for models whose shapes never repeat
-        _SHAPE_TEXTS[shape] = text
-    return text
