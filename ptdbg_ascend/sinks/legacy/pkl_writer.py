@@ -191,21 +191,35 @@ class LegacyPklWriter(object):
         planner = self._statistics
         batch = planner.batch
         if not files and self._background is None:  # statistics only: straight to the file
-            if batch is not None and (self._held or batch.has_pending()):
-                # Lines waiting for device statistics, and every line after them (order), are held
-                # until the batch is read: at BATCH_RECORDS tensors, after BATCH_SECONDS, at flush.
-                self._held.extend(lines)
-                if batch.due():
-                    self._write_held()
-                return
-            try:
-                text = "".join(lines)
-            except TypeError:
-                # A record whose statistics the cache took from a tensor recorded before the last batch was
-                # read: a (name, dtype, shape, statistics) line whose statistics are already filled in.
-                text = "".join(line if isinstance(line, str) else record_text(*line, self._step_text) for line in lines)
-            self._write_line(text)
+            self._write_or_hold(lines)
+        elif self._background is None:
+            self._file_job(lines, files, reductions)()
+        else:
+            self._background.submit(self._file_job(lines, files, reductions), nbytes)
+
+    def _write_or_hold(self, lines: List[Any]) -> None:
+        """Whether the lines of a call without files are written now or held for the device batch."""
+        batch = self._statistics.batch
+        if batch is not None and (self._held or batch.has_pending()):
+            # Lines waiting for device statistics, and every line after them (order), are held
+            # until the batch is read: at BATCH_RECORDS tensors, after BATCH_SECONDS, at flush.
+            self._held.extend(lines)
+            if batch.due():
+                self._write_held()
             return
+        try:
+            text = "".join(lines)
+        except TypeError:
+            # A record whose statistics the cache took from a tensor recorded before the last batch was
+            # read: a (name, dtype, shape, statistics) line whose statistics are already filled in.
+            text = "".join(line if isinstance(line, str) else record_text(*line, self._step_text) for line in lines)
+        self._write_line(text)
+
+    def _file_job(self, lines: List[Any], files: List[Tuple[str, Any, Optional[str]]],
+                  reductions: List[Tuple[Any, List[Optional[float]]]]) -> Callable[[], None]:
+        """The job that writes a call's npy files, then its lines: on the writer thread, or now without one."""
+        planner = self._statistics
+        batch = planner.batch
         head = self._step_text
 
         def job() -> None:
@@ -233,7 +247,7 @@ class LegacyPklWriter(object):
                 self._fail(error)
                 raise
 
-        self._submit(job, nbytes)
+        return job
 
     def _take(self, records: Sequence[Tuple[str, Any]], lookup: Optional[StatisticsLookup], lines: List[Any],
               files: List[Tuple[str, Any, Optional[str]]], reductions: List[Tuple[Any, List[Optional[float]]]]) -> int:
@@ -363,12 +377,6 @@ class LegacyPklWriter(object):
         if self._failed is None:
             head = self._step_text
             self._write_line("".join(line if isinstance(line, str) else record_text(*line, head) for line in held))
-
-    def _submit(self, job, nbytes: int) -> None:
-        if self._background is None:
-            job()
-        else:
-            self._background.submit(job, nbytes)
 
     def _write_line(self, line: str) -> None:
         if self._failed is not None:
