@@ -10,20 +10,19 @@ value is exactly representable); the pkl ``dtype`` stays the tensor's own. Tenso
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.tensor_kinds import transforms_active
-from ptdbg_ascend.errors import DumpPathError, DumpWriteError
+from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.formats.pkl import SCALAR_SHAPE_TEXT, line_head, record_text, stack_line
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.host_copies import on_host, release_copy
 from ptdbg_ascend.sinks.legacy.line_texts import DTYPE_TEXTS, SHAPE_TEXTS, NumbersText, dtype_text, shape_text
 from ptdbg_ascend.sinks.legacy.missing_npy import MissingNpyFiles
 from ptdbg_ascend.sinks.legacy.npy_files import save_npy, take_special
-from ptdbg_ascend.fs.writes import FILE_MODE, link_file, open_new, own_dir, own_dirs, remove_quietly, write_all
+from ptdbg_ascend.sinks.legacy.pkl_file import open_pkl
+from ptdbg_ascend.fs.writes import link_file, remove_quietly, write_all
 from ptdbg_ascend.statistics.eager import scalar_statistics
 from ptdbg_ascend.statistics.pending import WRITER, PendingStatistics
 from ptdbg_ascend.statistics.planner import StatisticsPlanner
@@ -89,34 +88,7 @@ class LegacyPklWriter(object):
         self.dump_step = dump_step
         self._background = background
         self._own_background = own_background
-        parent = os.path.dirname(os.path.abspath(pkl_path))
-        # The directories this writer owns (the pkl's ``own_levels`` innermost ones and the npy dir) are
-        # created, or checked with lstat: a symlink there is a DumpPathError, never followed.
-        own_dirs(parent, own_levels)
-        try:
-            if fresh:
-                if os.path.islink(pkl_path) or os.path.isdir(pkl_path):
-                    raise DumpPathError("The dump file {} is a symlink or a directory; remove it first.".format(pkl_path))
-                if os.path.exists(pkl_path):
-                    os.remove(pkl_path)
-                if npy_dir is not None and os.path.isdir(npy_dir) and not os.path.islink(npy_dir):
-                    shutil.rmtree(npy_dir)
-            if npy_dir is not None:
-                own_dir(npy_dir)
-            # A raw descriptor in append mode: each call's lines go out in one os.write, so they reach
-            # the kernel (and survive a killed process) without a Python buffer to flush. Never through
-            # a link; a fresh file is a new one (O_EXCL).
-            flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
-            if fresh:
-                self._descriptor = open_new(pkl_path, flags)
-            else:
-                self._descriptor = os.open(pkl_path, flags | os.O_CREAT, FILE_MODE)
-            self._size = os.fstat(self._descriptor).st_size
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                raise DumpPathError("The dump file {} is a symlink; ptdbg_ascend does not write through links. "
-                                    "Remove it first.".format(pkl_path)) from error
-            raise DumpWriteError("Cannot create the dump file {}: {}".format(pkl_path, error)) from error
+        self._descriptor, self._size = open_pkl(pkl_path, npy_dir, fresh, own_levels)
         # The first write error (disk full...): every later write is refused, so the pkl keeps only
         # whole lines whatever the caller does next. A new writer (a new ON) starts again.
         self._failed = None  # type: Optional[str]
@@ -188,8 +160,6 @@ class LegacyPklWriter(object):
             raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
         if self._failed is not None:
             raise DumpWriteError(self._failed)
-        planner = self._statistics
-        batch = planner.batch
         if not files and self._background is None:  # statistics only: straight to the file
             self._write_or_hold(lines)
         elif self._background is None:
