@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 from ptdbg_ascend.errors import CallOrderError, ParameterError
 from ptdbg_ascend.log import logger
@@ -45,50 +45,14 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
             raises a DumpPathError (the front-end's ``set_dump_path(None, tag)``); called at an overflow when no
             dump path is set. The front-end passes it in, so that this feature imports no front-end.
     """
-    import torch
-
-    from ptdbg_ascend.device import torch_npu_module
     from ptdbg_ascend.dump.prebound import rebind as rebind_prebound
-    from ptdbg_ascend.dump.session import check_extra_apis, get_session
-    from ptdbg_ascend.overflow.detection import FloatStatus, npu_supports_inf_nan
+    from ptdbg_ascend.dump.session import get_session
     from ptdbg_ascend.overflow.observer import OverflowObserver
 
-    if not isinstance(model, torch.nn.Module):
-        raise ParameterError("model", type(model).__name__, "must be a torch.nn.Module")
-    limit = _check_overflow_nums(overflow_nums)
-    if dump_mode not in ("api", "acl"):
-        hint = "Overflow check does not support model dump mode." if dump_mode == "model" else None
-        raise ParameterError("dump_mode", dump_mode, "must be 'api' (default) or 'acl'", hint)
-    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
-        raise ParameterError("rank", rank, "must be None or an int >= 0")
-    check_extra_apis(extra_apis)
-    acl_config = acl_rerun = None
-    if dump_mode == "acl":
-        from ptdbg_ascend.acl.api import acl_config_argument, require_torch_npu
-
-        acl_npu = require_torch_npu("Overflow check with dump_mode='acl'")
-        acl_config = acl_config_argument(dump_config)
-        from ptdbg_ascend.acl.runner import rerun_forward
-
-        # overflow + ACL: each overflowing forward call is re-run under ACL dump
-        acl_rerun = functools.partial(rerun_forward, acl_npu, config_file=acl_config.config_path)
-    elif dump_config is not None:
-        raise ParameterError("dump_config", dump_config, "is only used with dump_mode='acl'")
-
+    limit = _check_arguments(model, overflow_nums, dump_mode, rank, extra_apis)
+    acl_config, acl_rerun = _acl_mode(dump_mode, dump_config)
     session = get_session()
-    float_status = None
-    torch_npu = torch_npu_module()
-    if torch_npu is not None:
-        enable = getattr(torch_npu._C, "_enable_overflow_npu", None)
-        if enable is not None:
-            enable()
-            logger.info("Enable overflow function success.")
-        else:
-            logger.warning("Api '_enable_overflow_npu' is not exist, the overflow detection function on milan platform "
-                           "maybe not work! please check the version of software torch_npu.")
-        if not npu_supports_inf_nan(torch_npu):
-            float_status = FloatStatus(torch_npu)
-            float_status.clear()  # forget what happened before the check started
+    float_status = _float_status()
     if session.legacy.directory is None and not os.environ.get("ASCEND_WORK_PATH") and acl_config is None:
         logger.warning("No dump path is set: call set_dump_path(...) before training, or the first overflow will stop "
                        "the run with a DumpPathError.")
@@ -103,6 +67,65 @@ def register_overflow_check(model: Any, overflow_nums: Optional[int] = None, dum
     session.add_observer(observer)
     logger.info("Overflow check is on ({}, stop at overflow {}).".format(
         "float status" if float_status is not None else "inf/nan values", "never" if limit == -1 else limit))
+
+
+def _check_arguments(model: Any, overflow_nums: Any, dump_mode: Any, rank: Any, extra_apis: Any) -> int:
+    """Whether register_overflow_check's arguments are valid (a ParameterError names the first that is not);
+    returns the overflow limit (``overflow_nums``, None meaning 1)."""
+    import torch
+
+    from ptdbg_ascend.dump.session import check_extra_apis
+
+    if not isinstance(model, torch.nn.Module):
+        raise ParameterError("model", type(model).__name__, "must be a torch.nn.Module")
+    limit = _check_overflow_nums(overflow_nums)
+    if dump_mode not in ("api", "acl"):
+        hint = "Overflow check does not support model dump mode." if dump_mode == "model" else None
+        raise ParameterError("dump_mode", dump_mode, "must be 'api' (default) or 'acl'", hint)
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+        raise ParameterError("rank", rank, "must be None or an int >= 0")
+    check_extra_apis(extra_apis)
+    return limit
+
+
+def _acl_mode(dump_mode: str, dump_config: Optional[str]) -> Tuple[Any, Optional[Callable[..., Any]]]:
+    """Whether overflowing calls are re-run under ACL dump: ``(acl_config, acl_rerun)``, both None unless
+    ``dump_mode`` is "acl" (torch_npu and ``dump_config`` required); a ``dump_config`` without it is refused."""
+    if dump_mode == "acl":
+        from ptdbg_ascend.acl.api import acl_config_argument, require_torch_npu
+
+        acl_npu = require_torch_npu("Overflow check with dump_mode='acl'")
+        acl_config = acl_config_argument(dump_config)
+        from ptdbg_ascend.acl.runner import rerun_forward
+
+        # overflow + ACL: each overflowing forward call is re-run under ACL dump
+        return acl_config, functools.partial(rerun_forward, acl_npu, config_file=acl_config.config_path)
+    if dump_config is not None:
+        raise ParameterError("dump_config", dump_config, "is only used with dump_mode='acl'")
+    return None, None
+
+
+def _float_status() -> Optional[Any]:
+    """How overflows are detected: a cleared :class:`FloatStatus` where torch_npu's device cannot hold inf/nan,
+    None (the values themselves) otherwise. Turns on torch_npu's overflow function where there is one."""
+    from ptdbg_ascend.device import torch_npu_module
+    from ptdbg_ascend.overflow.detection import FloatStatus, npu_supports_inf_nan
+
+    torch_npu = torch_npu_module()
+    if torch_npu is None:
+        return None
+    enable = getattr(torch_npu._C, "_enable_overflow_npu", None)
+    if enable is not None:
+        enable()
+        logger.info("Enable overflow function success.")
+    else:
+        logger.warning("Api '_enable_overflow_npu' is not exist, the overflow detection function on milan platform "
+                       "maybe not work! please check the version of software torch_npu.")
+    if not npu_supports_inf_nan(torch_npu):
+        float_status = FloatStatus(torch_npu)
+        float_status.clear()  # forget what happened before the check started
+        return float_status
+    return None
 
 
 def _place(session: Any, acl_config: Any, default_dump_path: Callable[[str], None]) -> Any:

@@ -10,20 +10,19 @@ value is exactly representable); the pkl ``dtype`` stays the tensor's own. Tenso
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.tensor_kinds import transforms_active
-from ptdbg_ascend.errors import DumpPathError, DumpWriteError
-from ptdbg_ascend.formats import pkl
-from ptdbg_ascend.formats.pkl import SCALAR_SHAPE_TEXT, line_head, numbers_text, record_text, stack_line
+from ptdbg_ascend.errors import DumpWriteError
+from ptdbg_ascend.formats.pkl import SCALAR_SHAPE_TEXT, line_head, record_text, stack_line
 from ptdbg_ascend.sinks.background import BackgroundWriter
 from ptdbg_ascend.sinks.host_copies import on_host, release_copy
+from ptdbg_ascend.sinks.legacy.line_texts import DTYPE_TEXTS, SHAPE_TEXTS, NumbersText, dtype_text, shape_text
 from ptdbg_ascend.sinks.legacy.missing_npy import MissingNpyFiles
 from ptdbg_ascend.sinks.legacy.npy_files import save_npy, take_special
-from ptdbg_ascend.fs.writes import FILE_MODE, link_file, open_new, own_dir, own_dirs, remove_quietly, write_all
+from ptdbg_ascend.sinks.legacy.pkl_file import open_pkl
+from ptdbg_ascend.fs.writes import link_file, remove_quietly, write_all
 from ptdbg_ascend.statistics.eager import scalar_statistics
 from ptdbg_ascend.statistics.pending import WRITER, PendingStatistics
 from ptdbg_ascend.statistics.planner import StatisticsPlanner
@@ -89,41 +88,14 @@ class LegacyPklWriter(object):
         self.dump_step = dump_step
         self._background = background
         self._own_background = own_background
-        parent = os.path.dirname(os.path.abspath(pkl_path))
-        # The directories this writer owns (the pkl's ``own_levels`` innermost ones and the npy dir) are
-        # created, or checked with lstat: a symlink there is a DumpPathError, never followed.
-        own_dirs(parent, own_levels)
-        try:
-            if fresh:
-                if os.path.islink(pkl_path) or os.path.isdir(pkl_path):
-                    raise DumpPathError("The dump file {} is a symlink or a directory; remove it first.".format(pkl_path))
-                if os.path.exists(pkl_path):
-                    os.remove(pkl_path)
-                if npy_dir is not None and os.path.isdir(npy_dir) and not os.path.islink(npy_dir):
-                    shutil.rmtree(npy_dir)
-            if npy_dir is not None:
-                own_dir(npy_dir)
-            # A raw descriptor in append mode: each call's lines go out in one os.write, so they reach
-            # the kernel (and survive a killed process) without a Python buffer to flush. Never through
-            # a link; a fresh file is a new one (O_EXCL).
-            flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
-            if fresh:
-                self._descriptor = open_new(pkl_path, flags)
-            else:
-                self._descriptor = os.open(pkl_path, flags | os.O_CREAT, FILE_MODE)
-            self._size = os.fstat(self._descriptor).st_size
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                raise DumpPathError("The dump file {} is a symlink; ptdbg_ascend does not write through links. "
-                                    "Remove it first.".format(pkl_path)) from error
-            raise DumpWriteError("Cannot create the dump file {}: {}".format(pkl_path, error)) from error
+        self._descriptor, self._size = open_pkl(pkl_path, npy_dir, fresh, own_levels)
         # The first write error (disk full...): every later write is refused, so the pkl keeps only
         # whole lines whatever the caller does next. A new writer (a new ON) starts again.
         self._failed = None  # type: Optional[str]
         self._closed = False
         # The middle of every tensor line: '", {dump_step}, [], "'.
         self._step_text = line_head(dump_step)
-        self._numbers = _NumbersText()
+        self._numbers = NumbersText()
         # Which way statistics are computed (its device batch: accelerator tensors read back in batches), and
         # the lines held until their batch is read (statistics only; with a writer thread its jobs read the
         # batch).
@@ -188,24 +160,36 @@ class LegacyPklWriter(object):
             raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
         if self._failed is not None:
             raise DumpWriteError(self._failed)
+        if not files and self._background is None:  # statistics only: straight to the file
+            self._write_or_hold(lines)
+        elif self._background is None:
+            self._file_job(lines, files, reductions)()
+        else:
+            self._background.submit(self._file_job(lines, files, reductions), nbytes)
+
+    def _write_or_hold(self, lines: List[Any]) -> None:
+        """Whether the lines of a call without files are written now or held for the device batch."""
+        batch = self._statistics.batch
+        if batch is not None and (self._held or batch.has_pending()):
+            # Lines waiting for device statistics, and every line after them (order), are held
+            # until the batch is read: at BATCH_RECORDS tensors, after BATCH_SECONDS, at flush.
+            self._held.extend(lines)
+            if batch.due():
+                self._write_held()
+            return
+        try:
+            text = "".join(lines)
+        except TypeError:
+            # A record whose statistics the cache took from a tensor recorded before the last batch was
+            # read: a (name, dtype, shape, statistics) line whose statistics are already filled in.
+            text = "".join(line if isinstance(line, str) else record_text(*line, self._step_text) for line in lines)
+        self._write_line(text)
+
+    def _file_job(self, lines: List[Any], files: List[Tuple[str, Any, Optional[str]]],
+                  reductions: List[Tuple[Any, List[Optional[float]]]]) -> Callable[[], None]:
+        """The job that writes a call's npy files, then its lines: on the writer thread, or now without one."""
         planner = self._statistics
         batch = planner.batch
-        if not files and self._background is None:  # statistics only: straight to the file
-            if batch is not None and (self._held or batch.has_pending()):
-                # Lines waiting for device statistics, and every line after them (order), are held
-                # until the batch is read: at BATCH_RECORDS tensors, after BATCH_SECONDS, at flush.
-                self._held.extend(lines)
-                if batch.due():
-                    self._write_held()
-                return
-            try:
-                text = "".join(lines)
-            except TypeError:
-                # A record whose statistics the cache took from a tensor recorded before the last batch was
-                # read: a (name, dtype, shape, statistics) line whose statistics are already filled in.
-                text = "".join(line if isinstance(line, str) else record_text(*line, self._step_text) for line in lines)
-            self._write_line(text)
-            return
         head = self._step_text
 
         def job() -> None:
@@ -233,7 +217,7 @@ class LegacyPklWriter(object):
                 self._fail(error)
                 raise
 
-        self._submit(job, nbytes)
+        return job
 
     def _take(self, records: Sequence[Tuple[str, Any]], lookup: Optional[StatisticsLookup], lines: List[Any],
               files: List[Tuple[str, Any, Optional[str]]], reductions: List[Tuple[Any, List[Optional[float]]]]) -> int:
@@ -253,39 +237,20 @@ class LegacyPklWriter(object):
         deferring = lookup is not None and npy_dir is not None and self._background is not None
         # Inside vmap/grad/jvp/functionalize the tensors may be transform wrappers: once per call.
         transformed = transforms_active()
-        planner = self._statistics
-        takes_device = planner.takes_device
         for name, value in records:
             if hasattr(value, "_version"):  # a torch tensor
-                dtype = _DTYPE_TEXTS.get(value.dtype) or _dtype_text(value.dtype)
+                dtype = DTYPE_TEXTS.get(value.dtype) or dtype_text(value.dtype)
                 if transformed:
                     nbytes += take_special(name, value, dtype, npy_dir, lines, files, head)[0]
                     continue
                 statistics = array = None
                 try:
-                    shape = _SHAPE_TEXTS.get(value.shape) or _shape_text(value.shape)
-                    if lookup is None:
-                        statistics, same_as = planner.eager(value), None
-                    elif deferring and planner.takes_writer(value):  # a large CPU tensor: from its npy copy
-                        statistics, same_as = lookup(value, name, planner.for_writer)
-                    elif takes_device(value):
-                        # An accelerator: reduced on the device now, read back with a batch (one sync
-                        # per batch instead of one per tensor).
-                        statistics, same_as = lookup(value, name, planner.device)
-                    else:
-                        # Small tensors on the calling thread: a writer thread would fight training for the GIL.
-                        statistics, same_as = lookup(value, name)
+                    shape = SHAPE_TEXTS.get(value.shape) or shape_text(value.shape)
+                    statistics, same_as = self._statistics_way(name, value, lookup, deferring)
                     if npy_dir is not None:
-                        path = os.path.join(npy_dir, name + ".npy")
-                        if same_as is not None and same_as not in self._missing:
-                            files.append((path, None, os.path.join(npy_dir, same_as + ".npy")))
-                        else:  # (a tensor whose first npy was not written is copied again, never linked)
-                            array = self._missing.copy(name, value)  # None: out of memory (said)
-                            if array is not None:
-                                nbytes += array.nbytes
-                                files.append((path, array, None))
-                            elif _on_writer(statistics):  # its job would read them from the copy
-                                statistics.fill(planner.eager(value))
+                        array = self._npy_file(name, value, statistics, same_as, files)
+                        if array is not None:
+                            nbytes += array.nbytes
                 except Exception:  # noqa: BLE001 - RuntimeError, TypeError, AttributeError (jagged sizes)...
                     # Nested (no shape), sparse/quantized/meta/fake (no numpy()): the values tensor_kinds.py
                     # says such a record holds. Nothing of this record was appended yet.
@@ -308,6 +273,40 @@ class LegacyPklWriter(object):
             # formats.pkl.RECORD_LINE, spelled out: a %-format of a constant compiles to an f-string.
             lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, numbers_of(statistics)))
         return nbytes
+
+    def _statistics_way(self, name: str, value: Any, lookup: Optional[StatisticsLookup],
+                        deferring: bool) -> Tuple[Any, Optional[str]]:
+        """Which way a tensor's statistics are computed: ``(statistics, same_as)``, the statistics now or
+        pending, and the name of an earlier record of the same unchanged tensor (None: none, or no lookup)."""
+        planner = self._statistics
+        if lookup is None:
+            return planner.eager(value), None
+        if deferring and planner.takes_writer(value):  # a large CPU tensor: from its npy copy
+            return lookup(value, name, planner.for_writer)
+        if planner.takes_device(value):
+            # An accelerator: reduced on the device now, read back with a batch (one sync per batch instead
+            # of one per tensor).
+            return lookup(value, name, planner.device)
+        # Small tensors on the calling thread: a writer thread would fight training for the GIL.
+        return lookup(value, name)
+
+    def _npy_file(self, name: str, value: Any, statistics: Any, same_as: Optional[str],
+                  files: List[Tuple[str, Any, Optional[str]]]) -> Any:
+        """Whether a tensor's npy links to an earlier record's or is a copy taken now: appends it to ``files``
+        and returns the copy; None for a link, or when there is no memory for a copy (said by MissingNpyFiles:
+        statistics its job would have read from the copy are computed now)."""
+        npy_dir = self.npy_dir
+        path = os.path.join(npy_dir, name + ".npy")
+        if same_as is not None and same_as not in self._missing:
+            files.append((path, None, os.path.join(npy_dir, same_as + ".npy")))
+            return None
+        # (a tensor whose first npy was not written is copied again, never linked)
+        array = self._missing.copy(name, value)
+        if array is not None:
+            files.append((path, array, None))
+        elif _on_writer(statistics):  # its job would read them from the copy
+            statistics.fill(self._statistics.eager(value))
+        return array
 
     @property
     def background_busy_seconds(self) -> float:
@@ -349,12 +348,6 @@ class LegacyPklWriter(object):
             head = self._step_text
             self._write_line("".join(line if isinstance(line, str) else record_text(*line, head) for line in held))
 
-    def _submit(self, job, nbytes: int) -> None:
-        if self._background is None:
-            job()
-        else:
-            self._background.submit(job, nbytes)
-
     def _write_line(self, line: str) -> None:
         if self._failed is not None:
             raise DumpWriteError(self._failed)
@@ -378,48 +371,7 @@ class LegacyPklWriter(object):
                             .format(self.pkl_path, error))
 
 
-class _NumbersText(object):
-    """:func:`formats.pkl.numbers_text`, remembered for the statistics lists of the last calls: the statistics
-    cache hands out the same list object each time a tensor recurs (an output that is the next call's
-    input, an in-place op's input and output), so recurring records skip the float formatting.
-    Keyed by identity; the list is kept, so its id cannot be reused while it is remembered."""
-
-    __slots__ = ("_texts",)
-    LIMIT = 64
-
-    def __init__(self) -> None:
-        self._texts: Dict[int, Tuple[Any, str]] = {}
-
-    def text(self, statistics: List[Optional[float]]) -> str:
-        entry = self._texts.get(id(statistics))
-        if entry is not None and entry[0] is statistics:
-            return entry[1]
-        text = numbers_text(statistics)
-        if len(self._texts) >= self.LIMIT:
-            self._texts.clear()
-        self._texts[id(statistics)] = (statistics, text)
-        return text
-
-
 def _on_writer(statistics: Any) -> bool:
     """Whether ``statistics`` are a pending value that a writer job fills from its npy copy."""
     return type(statistics) is PendingStatistics and statistics.source is WRITER
 
-
-# The texts of the dtypes and shapes seen, looked up first: a handful of dtypes recur in every record, and
-# a model repeats its shapes. Module dicts of this module: faster to reach from the loop than the same dicts
-# imported.
-_DTYPE_TEXTS: Dict[Any, str] = {}
-_SHAPE_TEXTS: Dict[Tuple[int, ...], str] = {}
-
-
-def _dtype_text(dtype: Any) -> str:
-    text = _DTYPE_TEXTS[dtype] = pkl.dtype_text(dtype)
-    return text
-
-
-def _shape_text(shape: Tuple[int, ...]) -> str:
-    text = pkl.shape_text(shape)
-    if len(_SHAPE_TEXTS) < 65536:  # a bound for models whose shapes never repeat
-        _SHAPE_TEXTS[shape] = text
-    return text
