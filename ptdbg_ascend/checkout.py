@@ -19,7 +19,7 @@ COMPAT = "ptdbg_ascend.compat"
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class CheckoutCompatFinder(object):
+class CheckoutCompatFinder:
     """A ``sys.meta_path`` finder of ``ptdbg_ascend.compat`` in ``{root}/compat`` (default: this checkout's)."""
 
     def __init__(self, root: str = _ROOT) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend.dump.interception import Inside
+from ptdbg_ascend.inside import Inside
 
 # Walk at most this many autograd nodes per call: composite APIs create a handful; the bound keeps a
 # call whose graph escapes its inputs (a tensor captured in a closure) from walking the whole model.

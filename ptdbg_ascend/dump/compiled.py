@@ -36,7 +36,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from ptdbg_ascend.dump.interception import THREAD_STATE
+from ptdbg_ascend.inside import THREAD_STATE
 from ptdbg_ascend.log import logger
 
 NOT_DUMPED_MESSAGE = ("calls inside torch.compile'd code ({}) are not dumped: compiled code does not call the "

@@ -17,7 +17,7 @@ import functools
 import os
 from typing import Any, Callable, Dict, List, Tuple
 
-from ptdbg_ascend.inside import THREAD_STATE, Inside  # noqa: F401 (the wrappers' flag; importers name it here too)
+from ptdbg_ascend.inside import THREAD_STATE
 
 # The APIs wrapped by default: the original 4.0's list.
 WRAPPED_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapped_apis.txt")

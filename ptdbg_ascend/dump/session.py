@@ -20,7 +20,8 @@ from ptdbg_ascend.dump import compiled
 from ptdbg_ascend.dump import jit_builtins
 from ptdbg_ascend.dump.capture import collective_outputs, tensors_in, written_arguments
 from ptdbg_ascend.dump.inplace import ALWAYS, KEYWORDS, inplace_call
-from ptdbg_ascend.dump.interception import THREAD_STATE, install
+from ptdbg_ascend.dump.interception import install
+from ptdbg_ascend.inside import THREAD_STATE
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.errors import ParameterError
 from ptdbg_ascend.log import logger

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ptdbg_ascend.dump import backward as backward_capture
 from ptdbg_ascend.dump.capture import tensors_in
-from ptdbg_ascend.dump.interception import Inside
+from ptdbg_ascend.inside import Inside
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.msprobe.recording import MsprobeRecorder
 from ptdbg_ascend.msprobe.selection import direction_wanted

@@ -174,7 +174,7 @@ def _call(function: Callable[..., Any], side: _Side, seed: int, need_grad: bool,
     (its backward, ``torch.autograd.grad``, runs outside, as torch recommends)."""
     import torch
 
-    from ptdbg_ascend.dump.interception import Inside
+    from ptdbg_ascend.inside import Inside
 
     # The seed is for this run only: the generators of the run's device are seeded inside fork_rng, so the
     # caller's (a training script's) random state is kept; torch.manual_seed would also (lazily) seed every
@@ -195,7 +195,7 @@ def dry_run_outputs(function: Callable[..., Any], args: List[Any], kwargs: Dict[
     kernel) or this torch has no default-device context (< 2.0)."""
     import torch
 
-    from ptdbg_ascend.dump.interception import Inside
+    from ptdbg_ascend.inside import Inside
 
     meta = torch.device("meta")
     if not hasattr(meta, "__enter__"):
@@ -243,7 +243,7 @@ def _pair_gradients(outputs: List[Any], grads: List[Any], bench: bool, device: s
 def _backward(side: _Side, outputs: List[Any], grads: List[Any], bench: bool, device: str) -> Dict[int, Any]:
     import torch
 
-    from ptdbg_ascend.dump.interception import Inside
+    from ptdbg_ascend.inside import Inside
 
     chosen_outputs, chosen_grads = _pair_gradients(outputs, grads, bench, device)
     wanted = [(index, leaf) for index, leaf in enumerate(side.leaves) if leaf.requires_grad]

@@ -237,6 +237,8 @@ class LegacyPklWriter(object):
         deferring = lookup is not None and npy_dir is not None and self._background is not None
         # Inside vmap/grad/jvp/functionalize the tensors may be transform wrappers: once per call.
         transformed = transforms_active()
+        planner = self._statistics
+        takes_device = planner.takes_device
         for name, value in records:
             if hasattr(value, "_version"):  # a torch tensor
                 dtype = DTYPE_TEXTS.get(value.dtype) or dtype_text(value.dtype)
@@ -246,7 +248,18 @@ class LegacyPklWriter(object):
                 statistics = array = None
                 try:
                     shape = SHAPE_TEXTS.get(value.shape) or shape_text(value.shape)
-                    statistics, same_as = self._statistics_way(name, value, lookup, deferring)
+                    # Inline, not a method: this runs once per tensor of every recorded call.
+                    if lookup is None:
+                        statistics, same_as = planner.eager(value), None
+                    elif deferring and planner.takes_writer(value):  # a large CPU tensor: from its npy copy
+                        statistics, same_as = lookup(value, name, planner.for_writer)
+                    elif takes_device(value):
+                        # An accelerator: reduced on the device now, read back with a batch (one sync
+                        # per batch instead of one per tensor).
+                        statistics, same_as = lookup(value, name, planner.device)
+                    else:
+                        # Small tensors on the calling thread: a writer thread would fight training for the GIL.
+                        statistics, same_as = lookup(value, name)
                     if npy_dir is not None:
                         array = self._npy_file(name, value, statistics, same_as, files)
                         if array is not None:
@@ -273,22 +286,6 @@ class LegacyPklWriter(object):
             # formats.pkl.RECORD_LINE, spelled out: a %-format of a constant compiles to an f-string.
             lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, numbers_of(statistics)))
         return nbytes
-
-    def _statistics_way(self, name: str, value: Any, lookup: Optional[StatisticsLookup],
-                        deferring: bool) -> Tuple[Any, Optional[str]]:
-        """Which way a tensor's statistics are computed: ``(statistics, same_as)``, the statistics now or
-        pending, and the name of an earlier record of the same unchanged tensor (None: none, or no lookup)."""
-        planner = self._statistics
-        if lookup is None:
-            return planner.eager(value), None
-        if deferring and planner.takes_writer(value):  # a large CPU tensor: from its npy copy
-            return lookup(value, name, planner.for_writer)
-        if planner.takes_device(value):
-            # An accelerator: reduced on the device now, read back with a batch (one sync per batch instead
-            # of one per tensor).
-            return lookup(value, name, planner.device)
-        # Small tensors on the calling thread: a writer thread would fight training for the GIL.
-        return lookup(value, name)
 
     def _npy_file(self, name: str, value: Any, statistics: Any, same_as: Optional[str],
                   files: List[Tuple[str, Any, Optional[str]]]) -> Any:
