@@ -35,6 +35,10 @@ DEFAULT_MAX_DELAY = 1.0
 SPEED_SAMPLE_BYTES = 256 * 1024
 # Weight of the newest job in the moving averages of the writer's speed.
 SPEED_WEIGHT = 0.25
+# Until the writer has timed a job of SPEED_SAMPLE_BYTES or more it cannot tell how long its queue takes, so the
+# queue holds at most this many bytes (about a second on a 16 MB/s disk): a fast training loop would otherwise
+# queue seconds of writing before the first measurement arrives.
+UNTIMED_PENDING_BYTES = 16 * 1024 * 1024
 
 
 class BackgroundWriter(object):
@@ -72,7 +76,8 @@ class BackgroundWriter(object):
     def submit(self, job: Callable[[], None], nbytes: int = 0) -> None:
         """Queue ``job``; blocks while more than ``max_pending_bytes`` are queued or the queued jobs would
         take the writer more than ``max_delay`` seconds (a single job larger than either bound is accepted
-        when the queue is empty), or while the oldest queued job has waited more than ``max_delay`` seconds."""
+        when the queue is empty), or while the oldest queued job has waited more than ``max_delay`` seconds. Until
+        a large job has been timed, the byte bound is at most UNTIMED_PENDING_BYTES."""
         with self._condition:
             self._raise_pending_error()
             if self._closed:
@@ -82,8 +87,9 @@ class BackgroundWriter(object):
                 now = time.monotonic()
                 while jobs and self._error is None:
                     late = now - jobs[0][2] - self._max_delay
-                    if self._pending_bytes + nbytes > self._max_pending or self._queued_seconds(nbytes) > \
-                            self._max_delay:
+                    limit = self._max_pending if self._seconds_per_byte else min(self._max_pending,
+                                                                                 UNTIMED_PENDING_BYTES)
+                    if self._pending_bytes + nbytes > limit or self._queued_seconds(nbytes) > self._max_delay:
                         self._condition.wait()  # until the thread has written a job
                     elif late > 0:
                         self._condition.wait(0.05)  # until the thread has taken it
