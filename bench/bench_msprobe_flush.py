@@ -38,7 +38,7 @@ def one_run(task: str, entries: int, rewrites: bool, step):
     debugger.start()
     writer = debugger._recorder.writer
     if not rewrites:
-        writer._next_rewrite = writer._earliest_rewrite = float("inf")
+        writer._schedule.next = writer._schedule.earliest = float("inf")
     steps = 0
     while len(writer._entries.data) < entries:
         step()

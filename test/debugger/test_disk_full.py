@@ -370,42 +370,32 @@ def test_a_64_mib_disk_takes_a_dump_whose_json_fits_many_times(small_disk, sessi
     assert len(data) == 2001 and len(data["Torch.cat.0.forward"]["input_args"][0]) == 3000
 
 
-def test_the_length_bound_of_an_entry_holds_for_any_value_and_stays_close_for_real_ones(tmp_path, session):
-    """The reserve counts a dict entry at a bound of its text (``text_length.py``) computed without encoding it:
-    never below the text json_text writes, statistics filled later included, and close to it for real entries."""
-    import random
+def test_the_length_bound_of_an_entry_holds_for_any_value_and_stays_close_for_real_ones(tmp_path, session,
+                                                                                         monkeypatch):
+    """The reserve counts an entry at its text's length, and one still waiting for its numbers at a bound
+    (``EntryTemplate.longest``) computed before they are in: never below the text it is finished with (msprobe's
+    two extra keys included) and within a small factor of it for real entries."""
+    from ptdbg_ascend.sinks.msprobe.encoder import EntryTemplate
+    from ptdbg_ascend.sinks.msprobe.leaves import TensorLeaf
+    from ptdbg_ascend.statistics import planner
 
-    from ptdbg_ascend.sinks.msprobe.leaves import fill_statistics
-    from ptdbg_ascend.sinks.msprobe.json_text import member_text
-    from ptdbg_ascend.sinks.msprobe.text_length import member_length_bound
-
-    chooser = random.Random(7)
-
-    def value(depth):
-        pick = chooser.random()
-        if depth > 5 or pick < 0.3:
-            return chooser.choice([None, True, False, 0, -12345, 10 ** 30, 1.5, -2.2250738585072014e-308,
-                                   float("nan"), float("-inf"), "", "é\"\n\x01"])
-        if pick < 0.65:
-            return [value(depth + 1) for _ in range(chooser.randint(0, 4))]
-        return {"k{}é".format(k): value(depth + 1) for k in range(chooser.randint(0, 4))}
-
-    for _ in range(5000):
-        item = value(0)
-        assert member_length_bound("Torch.x.0.forward", item, 1) >= len(member_text("Torch.x.0.forward", item, 1))
     # a leaf whose statistics come later: null now, then numbers and msprobe's two extra keys
-    leaf = {"type": "torch.Tensor", "dtype": "torch.float16", "shape": [2, 3], "Max": None, "Min": None, "Mean": None,
-            "Norm": None, "requires_grad": True, "data_name": "Torch.x.0.forward.output.0.pt"}
-    bound = member_length_bound("Torch.x.0.forward", {"output": [leaf]}, 1, late_leaves=1)
-    fill_statistics(leaf, [float("inf"), -1.0000000000000002e-300, 1.2345678901234567, 2.0, 65504.0, -1.5e-300])
-    assert "Max_except_inf_nan" in leaf and bound >= len(member_text("Torch.x.0.forward", {"output": [leaf]}, 1))
-    # real entries of a tensor dump: within a third of their text
-    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "dump"))
+    numbers = [float("inf"), -1.0000000000000002e-300, 1.2345678901234567, 2.0, 65504.0, -1.5e-300]
+    leaf = TensorLeaf(4, "torch.float16", (2, 3), True, numbers, (("data_name", "Torch.x.0.forward.output.0.pt"),))
+    template = EntryTemplate('  "Torch.x.0.forward": {\n   "output": [\n    \x00\n   ]\n  }', [leaf])
+    assert "Max_except_inf_nan" in template.render() and template.longest() >= len(template.render())
+    # real entries of a statistics dump whose numbers are read back later: each late leaf is counted with six
+    # numbers of the longest form, at most about twice its text
+    measured = []
+    render = EntryTemplate.render
+    monkeypatch.setattr(EntryTemplate, "render", lambda self: measured.append((self.longest(), render(self)))
+                        or measured[-1][1])
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "dump"))
     debugger.start()
     net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
     net(torch.ones(2, 4)).sum().backward()
     debugger.stop()
-    data = _load(tmp_path / "dump" / "step0" / "rank" / "dump.json")["data"]
-    for name, entry in data.items():
-        exact = len(member_text(name, entry, 1))
-        assert exact <= member_length_bound(name, entry, 1) <= 1.35 * exact, name
+    assert len(measured) > 5
+    for bound, text in measured:
+        assert len(text) <= bound <= 2.5 * len(text), text

@@ -221,8 +221,7 @@ def test_rewrites_come_at_most_once_per_max_delay(tmp_path):
 
 def test_a_slow_rewrite_waits_ten_times_its_duration(tmp_path, monkeypatch):
     from ptdbg_ascend.sinks.msprobe import json_writer as msprobe_json
-
-    real = msprobe_json._write_atomic
+    from ptdbg_ascend.sinks.msprobe.json_files import write_atomic as real
     writes = []  # (file name, start, end) of every file written
 
     def slow(path, text):  # a huge dump.json: each rewrite takes >= 30 ms (three files)
@@ -231,9 +230,8 @@ def test_a_slow_rewrite_waits_ten_times_its_duration(tmp_path, monkeypatch):
         real(path, text)
         writes.append((os.path.basename(path), started, time.monotonic()))
 
-    monkeypatch.setattr(msprobe_json, "_write_atomic", slow)
     writer = msprobe_json.MsprobeJsonWriter(str(tmp_path / "rank"), "statistics", "L1", saves_tensors=False,
-                                            max_delay=0.0, flush_every=1)
+                                            max_delay=0.0, flush_every=1, write_file=slow)
     started = time.monotonic()
     index = 0
     while time.monotonic() - started < 1.0:

@@ -1,4 +1,4 @@
-"""The lean PrecisionDebugger statistics path (issue 20): the same text and numbers, less work per call."""
+"""The PrecisionDebugger's one dump.json encoder: the text ``json.dumps(indent=1)`` writes, with less work per call."""
 
 from __future__ import annotations
 
@@ -36,23 +36,23 @@ def _values():
     ]
 
 
-def test_indented_text_is_json_dumps_indent_1():
+def test_value_text_is_json_dumps_indent_1():
     for value in _values():
         for level in (0, 1, 3):
             expected = json.dumps(value, indent=1).replace("\n", "\n" + " " * level)
-            assert json_text.indented_text(value, level) == expected, value
+            assert json_text.value_text(value, level) == expected, value
     assert json_text.member_text("Torch.relu.0.forward", _values()[0], 1) == \
         '  "Torch.relu.0.forward": ' + json.dumps(_values()[0], indent=1).replace("\n", "\n  ")
 
 
-def test_indented_text_leaves_unusual_values_to_json():
+def test_value_text_leaves_unusual_values_to_json():
     class Text(str):
         pass
 
     for value in ({1: "int key"}, {"a": Text("sub")}, [{None: 1, 2.5: [True]}]):
-        assert json_text.indented_text(value, 2) == json.dumps(value, indent=1).replace("\n", "\n  ")
+        assert json_text.value_text(value, 2) == json.dumps(value, indent=1).replace("\n", "\n  ")
     try:
-        json_text.indented_text({"a": object()})
+        json_text.value_text({"a": object()})
     except TypeError as error:
         assert "not JSON serializable" in str(error)
     else:
@@ -117,12 +117,13 @@ def test_stop_removes_the_reserve_at_once_and_gives_its_space_back(session, tmp_
 
 def test_a_recurring_leaf_text_is_the_text_of_its_own_values():
     """Leaf texts are reused by value (a tensor recorded as one call's output and the next call's input):
-    a value that compares equal but is written differently (-0.0 and 0.0; a shape of floats) never takes
-    another leaf's text."""
+    a value that compares equal but is written differently (-0.0 and 0.0) never takes another leaf's text."""
+    from ptdbg_ascend.sinks.msprobe.leaves import leaf_text
+
     cases = [
         (dict(LEAF, Min=0.0), dict(LEAF, Min=-0.0)),
         (dict(LEAF, Mean=-0.0), dict(LEAF, Mean=0.0)),
-        (dict(LEAF, shape=[16, 16]), dict(LEAF, shape=[16.0, 16])),
+        (dict(LEAF, shape=[16, 16]), dict(LEAF, shape=[256])),
         (dict(LEAF, requires_grad=False), dict(LEAF, requires_grad=True)),
         (dict(LEAF, dtype="torch.float32"), dict(LEAF, dtype="torch.bfloat16")),
     ]
@@ -130,7 +131,8 @@ def test_a_recurring_leaf_text_is_the_text_of_its_own_values():
         for level in (0, 4):
             for leaf in (first, second, first):
                 expected = json.dumps(leaf, indent=1).replace("\n", "\n" + " " * level)
-                assert json_text.indented_text(leaf, level) == expected, leaf
+                numbers = [leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"]]
+                assert leaf_text(level, leaf["dtype"], leaf["shape"], leaf["requires_grad"], numbers) == expected, leaf
 
 
 def test_finished_entries_leave_nothing_for_the_garbage_collector_to_walk(tmp_path):
@@ -187,11 +189,9 @@ class _Mixed(torch.nn.Module):
         return w.sum() + values.mean() + indices.float().mean() * 0.0
 
 
-def _mixed_dump(tmp_path, tag, monkeypatch, text_path):
+def _mixed_dump(tmp_path, tag, monkeypatch):
     from ptdbg_ascend.jsonfile import load_json
 
-    if not text_path:
-        monkeypatch.setattr(sink_module.MsprobeSink, "_entry_texts", lambda self: None)
     torch.manual_seed(0)
     model = _Mixed()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, foreach=False)
@@ -210,35 +210,49 @@ def _mixed_dump(tmp_path, tag, monkeypatch, text_path):
         [load_json(str(rank / "stack.json"), "stack.json") for rank in rank_dirs]
 
 
-def test_entries_written_as_text_are_the_entries_the_dicts_give(session, tmp_path, monkeypatch):
-    """A statistics dump writes most entries' text straight from the values (entry_text.py). The files must
-    be, byte for byte, those the dicts give: on a model with every kind of value, in-place updates,
-    backward entries and values the text path leaves to the dicts (bool and empty tensors, inf/NaN, a
-    dtype keyword)."""
-    from fake_torch_npu.fixtures import clean_session
+def _assert_written_as_json_writes_it(texts):
+    """Each file is, byte for byte, ``json.dumps(indent=1)`` of what it holds, and every tensor leaf has msprobe's
+    keys in msprobe's order."""
+    order = ["type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "Max_except_inf_nan",
+             "Min_except_inf_nan", "md5", "data_name"]
+    for text in texts:
+        assert json.dumps(json.loads(text), indent=1) == text
+    leaves = []
 
-    from ptdbg_ascend.sinks.msprobe import entry_text
+    def walk(value):
+        if isinstance(value, dict):
+            if value.get("type") == "torch.Tensor":
+                leaves.append(value)
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
 
-    written_as_text = []
-    original = entry_text.EntryTexts.entry
-    monkeypatch.setattr(entry_text.EntryTexts, "entry",
-                        lambda self, name, blocks: written_as_text.append(name) or original(self, name, blocks))
-    texts, text_stacks = _mixed_dump(tmp_path, "text", monkeypatch, text_path=True)
-    assert len(written_as_text) > 50
-    clean_session(session)
-    dicts, dict_stacks = _mixed_dump(tmp_path, "dicts", monkeypatch, text_path=False)
-    assert texts == dicts
+    walk(json.loads(texts[0]))
+    for leaf in leaves:
+        assert list(leaf) == [key for key in order if key in leaf], leaf
+    return leaves
+
+
+def test_entries_are_written_as_json_writes_them(session, tmp_path, monkeypatch):
+    """A statistics dump writes each entry's text straight from the call's values (encoder.py), nothing as dicts.
+    On a model with every kind of value (bool and empty tensors, inf/NaN, a dtype keyword, in-place updates,
+    backward entries) the files are byte for byte what ``json.dumps(indent=1)`` writes of them."""
+    texts, stacks = _mixed_dump(tmp_path, "text", monkeypatch)
+    leaves = _assert_written_as_json_writes_it(texts)
     data = json.loads(texts[0])["data"]
-    assert "Torch.max.0.forward" in data and "Tensor.__gt__.0.forward" in data  # both kinds were written
-    assert any(name.endswith(".backward") for name in written_as_text)
-    assert any(name.startswith("Torch._single_tensor_adamw") or ".add_." in name or ".mul_." in name
-               or ".lerp_." in name for name in written_as_text)  # in-place optimizer updates
-    assert [sorted(stack) for stack in text_stacks] == [sorted(stack) for stack in dict_stacks]
+    assert "Torch.max.0.forward" in data and "Tensor.__gt__.0.forward" in data
+    assert any(name.endswith(".backward") for name in data)
+    assert any(".add_." in name or ".mul_." in name or ".lerp_." in name for name in data)  # in-place updates
+    assert any(leaf["dtype"] == "torch.bool" and leaf["Mean"] is None for leaf in leaves)
+    assert any("Max_except_inf_nan" in leaf for leaf in leaves)
+    assert stacks[0] and set(stacks[0]) <= set(data)
 
 
 def test_a_tensor_whose_statistics_raise_is_written_as_the_dicts_write_it(session, tmp_path, monkeypatch, read_dump):
-    """A dtype the reductions refuse must not stop the user's call on the text path either: the entry goes
-    to the dicts, whose value_leaf writes the special leaf (as before the text path existed)."""
+    """A dtype the reductions refuse must not stop the user's call: the tensor is written as a leaf of a special
+    kind, with the numbers of the values it holds."""
     original = sink_module.tensor_statistics_msprobe
 
     def refusing(tensor):
@@ -259,34 +273,32 @@ def test_a_tensor_whose_statistics_raise_is_written_as_the_dicts_write_it(sessio
     assert y.tolist() == [0.0, 0.0, 0.0, 1.0, 2.0]
 
 
-def test_entries_waiting_for_device_statistics_are_the_entries_the_dicts_give(session, tmp_path, monkeypatch):
+def test_entries_waiting_for_device_statistics_are_written_as_json_writes_them(session, tmp_path, monkeypatch):
     """On an accelerator (emulated: ``planner.DEFAULTS.defer_cpu``) an entry whose tensors' statistics are read back
-    later is kept as its text with a placeholder per such leaf (``entry_text.EntryTemplate``), not as dicts.
-    Once read, the files must be those the dicts give, byte for byte: the same model, with inf/NaN
-    (msprobe's ``*_except_inf_nan`` keys), int tensors, backward entries and in-place updates."""
-    from fake_torch_npu.fixtures import clean_session
-
+    later is kept as its text with a placeholder per such leaf (``encoder.EntryTemplate``), not as dicts. Once read,
+    the files are what ``json.dumps(indent=1)`` writes of them, with msprobe's ``*_except_inf_nan`` keys where a
+    read-back Max or Min is not finite, and the numbers of the eager path."""
     from ptdbg_ascend.statistics import planner
-    from ptdbg_ascend.sinks.msprobe import entry_text
+    from ptdbg_ascend.sinks.msprobe import encoder
 
     templates = []
-    original = entry_text.EntryTemplate.__init__
+    original = encoder.EntryTemplate.__init__
 
     def counting(self, text, late):
         templates.append(len(late))
         original(self, text, late)
 
     monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
-    monkeypatch.setattr(entry_text.EntryTemplate, "__init__", counting)
-    texts, text_stacks = _mixed_dump(tmp_path, "text", monkeypatch, text_path=True)  # (undoes the patches)
+    monkeypatch.setattr(encoder.EntryTemplate, "__init__", counting)
+    texts, _ = _mixed_dump(tmp_path, "late", monkeypatch)  # (undoes the patches)
     assert len(templates) > 20 and sum(templates) > 50
-    clean_session(session)
-    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
-    dicts, dict_stacks = _mixed_dump(tmp_path, "dicts", monkeypatch, text_path=False)
-    assert texts == dicts
-    data = json.loads(texts[0])["data"]
-    assert any("Max_except_inf_nan" in json.dumps(entry) for entry in data.values())
-    assert [sorted(stack) for stack in text_stacks] == [sorted(stack) for stack in dict_stacks]
+    leaves = _assert_written_as_json_writes_it(texts)
+    assert any("Max_except_inf_nan" in leaf for leaf in leaves)
+    eager, _ = _mixed_dump(tmp_path, "eager", monkeypatch)
+    late_data, eager_data = json.loads(texts[0])["data"], json.loads(eager[0])["data"]
+    assert list(late_data) == list(eager_data)
+    for name, entry in late_data.items():  # float32 reductions on the device path, float64 eager: close, same keys
+        assert json.dumps(entry).count("Max") == json.dumps(eager_data[name]).count("Max"), name
 
 
 def test_an_entry_template_extended_later_is_written_whole(tmp_path):
@@ -295,7 +307,8 @@ def test_an_entry_template_extended_later_is_written_whole(tmp_path):
     the entry is shown only once every number is in."""
     from ptdbg_ascend.statistics.pending import PendingStatistics as PendingDeviceStatistics
     from ptdbg_ascend.sinks.msprobe.entries import StepEntries
-    from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, EntryTexts, LateLeaf
+    from ptdbg_ascend.sinks.msprobe.encoder import EntryEncoder, EntryTemplate
+    from ptdbg_ascend.sinks.msprobe.leaves import TensorLeaf
 
     numbers = {}
 
@@ -310,14 +323,14 @@ def test_an_entry_template_extended_later_is_written_whole(tmp_path):
         waiting.values = None
 
     first, second = pending([2.0, -1.0, 0.5, 3.0]), pending([float("inf"), 1.0, float("inf"), float("inf"), 4.0, 1.0])
-    texts = EntryTexts(lambda tensor: [0.0, 0.0, 0.0, 0.0])
-    late = [LateLeaf(4, "torch.float32", (2,), False, first), LateLeaf(4, "torch.float16", (), True, second)]
+    texts = EntryEncoder(lambda tensor: [0.0, 0.0, 0.0, 0.0])
+    late = [TensorLeaf(4, "torch.float32", (2,), False, first), TensorLeaf(4, "torch.float16", (), True, second)]
     blocks = [("input_args", "[\n    \x00,\n    \x00\n   ]")]
     entries = StepEntries()
-    entries.add("Torch.x.0.forward", EntryTemplate(texts.entry("Torch.x.0.forward", blocks), late), None, [])
+    entries.add("Torch.x.0.forward", texts.entry("Torch.x.0.forward", blocks, late), None)
     third = pending([5.0, 5.0, 5.0, 5.0])
-    output_leaf = dict(LEAF, shape=[1])
-    entries.add("Torch.x.0.forward", {"output": [output_leaf]}, None, [(output_leaf, third)])
+    output = [TensorLeaf(4, "torch.float32", (1,), False, third)]
+    entries.add("Torch.x.0.forward", texts.entry("Torch.x.0.forward", [("output", "[\n    \x00\n   ]")], output), None)
 
     def shown():
         return json.loads(str(entries.finished_text(0)[0]))
@@ -336,29 +349,28 @@ def test_an_entry_template_extended_later_is_written_whole(tmp_path):
                                       "Min": 1.0, "Mean": inf, "Norm": inf, "requires_grad": True,
                                       "Max_except_inf_nan": 4.0, "Min_except_inf_nan": 1.0}
     assert entry["output"] == [dict(LEAF, shape=[1], Max=5.0, Min=5.0, Mean=5.0, Norm=5.0)]
+    assert isinstance(EntryTemplate("", []).late, list)
 
 
 def test_a_waiting_leaf_never_outgrows_the_length_the_disk_reserve_counts():
     """The JSON reserve holds room for each entry before it exists (safety_guide.md, disk full); for an entry
     still waiting for its numbers, its length is an upper bound that the finished text must stay within."""
-    from ptdbg_ascend.sinks.msprobe.entry_text import LateLeaf
+    from ptdbg_ascend.sinks.msprobe.leaves import TensorLeaf
 
     inf, nan, tiny = float("inf"), float("nan"), -2.2250738585072014e-308
     for numbers in ([1.0, 2.0, 3.0, 4.0], [tiny, tiny, tiny, tiny], [inf, tiny, nan, inf, tiny, tiny],
                     [nan, nan, nan, nan, -inf, inf], [-1.2345678901234567e-300] * 4 + [tiny, tiny]):
         for shape in ((), (1,), (1024, 1024, 3)):
-            leaf = LateLeaf(4, "torch.bfloat16", shape, True, list(numbers))
-            assert len(leaf.text()) <= leaf.longest(), (numbers, shape)
+            for tail in ((), (("md5", "0123abcd"), ("data_name", "Torch.x.0.forward.output.0.pt"))):
+                leaf = TensorLeaf(4, "torch.bfloat16", shape, True, list(numbers), tail)
+                assert len(leaf.text()) <= leaf.longest(), (numbers, shape, tail)
 
 
-def _in_place_dump(tmp_path, tag, monkeypatch, text_path):
-    """In-place calls on the emulated device path, some under autocast (whose entries take the dicts after
-    their inputs were taken as text), and a call whose bool output the text path leaves to the dicts."""
+def _in_place_dump(tmp_path, tag, monkeypatch):
+    """In-place calls on the emulated device path, some under autocast, and a call with a bool output."""
     from ptdbg_ascend.statistics import planner
 
     monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
-    if not text_path:
-        monkeypatch.setattr(sink_module.MsprobeSink, "_entry_texts", lambda self: None)
     x = torch.tensor([[1.0, -2.0], [3.0, float("inf")]])
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / tag))
     debugger.start()
@@ -369,24 +381,20 @@ def _in_place_dump(tmp_path, tag, monkeypatch, text_path):
         torch.mm(y, y).sub_(1.0)
     z = torch.ones(3)
     z.lt_(2.0)
-    torch.lt(z, 2.0)  # a bool output: the dicts
+    torch.lt(z, 2.0)  # a bool output
     debugger.stop()
     monkeypatch.undo()
     return (tmp_path / tag / "step0" / "rank" / "dump.json").read_text()
 
 
-def test_in_place_entries_taken_as_text_are_the_entries_the_dicts_give(session, tmp_path, monkeypatch):
+def test_in_place_entries_keep_the_inputs_taken_before_the_call(session, tmp_path, monkeypatch):
     """An in-place call's inputs are taken before the call, as text with placeholders for the leaves whose
-    numbers are still on the device; when the rest of its entry must be dicts (under autocast), those texts
-    become dicts that wait for the same numbers. Byte for byte the dicts' dump."""
-    from fake_torch_npu.fixtures import clean_session
-
-    texts = _in_place_dump(tmp_path, "text", monkeypatch, text_path=True)
-    clean_session(session)
-    dicts = _in_place_dump(tmp_path, "dicts", monkeypatch, text_path=False)
-    assert texts == dicts
+    numbers are still on the device; its outputs (and its autocast value) are added after the call, and the
+    entry is written as ``json.dumps(indent=1)`` writes it once every number is in."""
+    texts = _in_place_dump(tmp_path, "text", monkeypatch)
+    _assert_written_as_json_writes_it([texts])
     data = json.loads(texts)["data"]
-    assert data["Tensor.add_.0.forward"]["autocast"]  # the fallback was taken
+    assert data["Tensor.add_.0.forward"]["autocast"]
     assert data["Tensor.add_.0.forward"]["input_args"][0]["Max"] == math.inf
     assert data["Tensor.add_.0.forward"]["input_args"][0]["Max_except_inf_nan"] == 6.0  # before the add
     assert data["Tensor.add_.0.forward"]["output"][0]["Max_except_inf_nan"] == 7.0

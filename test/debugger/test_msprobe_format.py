@@ -10,13 +10,30 @@ import numpy as np
 import pytest
 import torch
 
-from ptdbg_ascend.sinks.msprobe.leaves import tensor_leaf, value_leaf
 from ptdbg_ascend.sinks.msprobe import json_text
-from ptdbg_ascend.sinks.msprobe.json_text import dump_json_text
+from ptdbg_ascend.sinks.msprobe.encoder import EntryEncoder
 from ptdbg_ascend.formats.layout import step_rank_dir
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
 
 KEYS = ["type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad"]
+
+
+def value_leaf(value, path, save=None, md5=False):
+    """The dump.json form of ``value`` as the sink's encoder writes it (``save(stem, tensor)`` -> data_name)."""
+    encoder = EntryEncoder(md5=md5)
+    if save is not None:
+        encoder.bind(lambda stem, tensor: (save(stem, tensor), None), None, None)
+    return json.loads(encoder.value(value, 0, path, None, []))
+
+
+def tensor_leaf(tensor, data_name=None, md5=False):
+    return value_leaf(tensor, "X", (lambda stem, _: data_name) if data_name else None, md5)
+
+
+def dump_json_text(task, level, dump_data_dir, data):
+    """dump.json's text of ``data`` (entries as dicts), as the writer joins its member texts."""
+    members = [json_text.member_text(name, entry, 1) for name, entry in data.items()]
+    return str(json_text.document_pieces(task, level, dump_data_dir, json_text.members_pieces(members, 1)))
 
 
 def _stats(leaf):
@@ -146,9 +163,7 @@ def test_writer_flushes_dump_json_every_n_entries(tmp_path):
 ])
 def test_dump_json_text_is_exactly_json_dumps_indent_1(data):
     document = {"task": "statistics", "level": "mix", "framework": "pytorch", "dump_data_dir": None, "data": data}
-    cache = {}
-    assert dump_json_text("statistics", "mix", None, data, cache) == json.dumps(document, indent=1)
-    assert dump_json_text("statistics", "mix", None, data, cache) == json.dumps(document, indent=1)  # cached
+    assert dump_json_text("statistics", "mix", None, data) == json.dumps(document, indent=1)
 
 
 @pytest.mark.parametrize("entries", [0, 1, 2, 3, 4, 7])

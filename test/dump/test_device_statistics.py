@@ -233,7 +233,6 @@ _INF, _NAN = float("inf"), float("nan")
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_a_deferred_leaf_has_the_finite_extremes_of_the_eager_path(deferred, values, dtype):
-    from ptdbg_ascend.sinks.msprobe.leaves import fill_statistics
     from ptdbg_ascend.statistics.device_batch import finite_pair as deferred_reductions
     from ptdbg_ascend.statistics.msprobe_rules import (finite_extremes as _finite_extremes,
                                              msprobe_reduced)
@@ -245,11 +244,19 @@ def test_a_deferred_leaf_has_the_finite_extremes_of_the_eager_path(deferred, val
     batch = DeviceStatisticsBatch()
     pending = batch.add(msprobe_reduced(tensor), extra=deferred_reductions)
     batch.resolve()
-    leaf = {"Max": None, "Min": None, "Mean": None, "Norm": None, "requires_grad": False}
-    fill_statistics(leaf, list(pending))
+    leaf = _leaf(list(pending))
     expected = _finite_extremes(tensor)
     got = [leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"]]
     np.testing.assert_array_equal(np.array(got), np.array(expected), err_msg=str(values))
+
+
+def _leaf(numbers):
+    """The dump.json leaf of a tensor with these read-back numbers (``leaves.leaf_text``)."""
+    import json
+
+    from ptdbg_ascend.sinks.msprobe.leaves import leaf_text
+
+    return json.loads(leaf_text(0, "torch.float32", [2], False, numbers))
 
 
 _ALLOCATIONS = (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default)
@@ -298,7 +305,6 @@ def test_a_stacked_batch_stacks_the_numbers_of_each_stream_once_per_run(deferred
     tensors queued on another stream form their own run. Every tensor reads back its own numbers, whether
     it ended in a stack or in a run not full yet: float32, bf16 (float32 statistics, bf16 extremes) and a
     0-d int queued as its float64 value (2**40 + 1: exact only if nothing narrows it)."""
-    from ptdbg_ascend.sinks.msprobe.leaves import fill_statistics
     from ptdbg_ascend.statistics.device_batch import finite_pair as deferred_reductions
     from ptdbg_ascend.statistics.msprobe_rules import finite_extremes as _finite_extremes
 
@@ -335,8 +341,7 @@ def test_a_stacked_batch_stacks_the_numbers_of_each_stream_once_per_run(deferred
             assert list(pending) == [2.0 ** 40 + 1] * 4
             continue
         np.testing.assert_allclose(pending[:4], eager.tensor_statistics(tensor), rtol=2e-6)
-        leaf = {"Max": None, "Min": None, "Mean": None, "Norm": None, "requires_grad": False}
-        fill_statistics(leaf, list(pending))
+        leaf = _leaf(list(pending))
         expected = _finite_extremes(tensor) if not math.isfinite(pending[0]) else [None, None]
         assert [leaf.get("Max_except_inf_nan"), leaf.get("Min_except_inf_nan")] == expected
 
@@ -482,11 +487,9 @@ def test_a_zero_dim_tensor_is_read_back_with_its_batch_not_at_once(tmp_path, dum
 def test_a_zero_dim_tensor_launches_no_reduction(deferred):
     """A 0-d value is its own max, min, sum and norm: queuing it launches the two ``nan_to_num`` of msprobe's
     finite pair and the stack of the six numbers, no reduction (an int: its float64 copy and the stack)."""
-    import threading
-
     from ptdbg_ascend.sinks.msprobe.late_statistics import LateStatistics
 
-    late = LateStatistics(threading.Lock())
+    late = LateStatistics()
     for value, most in ((torch.tensor(-3.0), 3), (torch.tensor(7), 2)):
         with _CountOps() as adding:
             pending = late.pending_of(value)

@@ -1,8 +1,8 @@
 """The msprobe 1.0.4 dump format on disk: one ``step{N}/rank{R}/`` directory (``formats/layout``) of
 dump.json, stack.json, construct.json and the ``.pt`` files, as ``reference/msprobe_1_0_4.md`` §5-6.
 
-The writer is a formatter: it receives entries (dicts built by ``sinks/msprobe/leaves``) and tensors.
-The JSON text is ``json_text``'s (msprobe's key order, ``indent=1``, bare ``NaN``/``Infinity`` tokens); ``.pt``
+The writer is a formatter: it receives entries (their text, written by ``sinks/msprobe/encoder``) and tensors.
+The JSON text is msprobe's (its key order, ``indent=1``, bare ``NaN``/``Infinity`` tokens); ``.pt``
 files are ``torch.save`` of a detached contiguous copy, keeping device and dtype (bf16 stays bf16), written by
 a background thread; the copy is taken at once, so a later in-place update of the tensor (optimizer step)
 cannot change what is saved. That thread also reads a CPU tensor's statistics from the copy
@@ -13,12 +13,10 @@ step so far: a second start()/stop() window in a step adds to the first. JSON fi
 (temporary file, then rename): a crash leaves the previous complete file, never half a JSON document.
 
 While entries arrive, the three files are also rewritten periodically with the *finished* entries (never
-naming a file not yet written: ``entries.py``, which keeps each finished entry as its text): at most once
-per ``max_delay`` seconds (default ``background.DEFAULT_MAX_DELAY``, 1 s, the legacy writer's bound) and
-never sooner than ``REWRITE_COST_FACTOR`` (10) times the last rewrite's duration after it, so a huge dump
-spends at most ~10 % of the time rewriting. The rewrite is a job of the writer thread, or without one (no
-tensors) runs at the ``add_entry`` that finds it due. A SIGKILL therefore loses at most the entries of
-about the last ``2 * max_delay`` seconds (plus the last rewrite's duration when it is long).
+naming a file not yet written: ``entries.py``), when ``rewrite_schedule.py`` says (at most once per ``max_delay``
+seconds, default ``background.DEFAULT_MAX_DELAY``, and at most ~10 % of the time), as a job of the writer thread
+or, without one, at the ``add_entry`` that finds it due. A SIGKILL therefore loses at most the entries of about
+the last ``2 * max_delay`` seconds (plus the last rewrite's duration when it is long).
 
 A full disk (or any write error) stops the dump with the JSON files complete: ``.ptdbg.reserve``
 (``reserve.py``) holds back the space the next rewrite needs, grown to cover every entry before a later
@@ -39,22 +37,20 @@ import time
 from typing import Any, List, Optional, Tuple
 
 from ptdbg_ascend.errors import DumpWriteError
-from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, PT_SUFFIX, STACK_FILE, tensor_dir
+from ptdbg_ascend.formats.layout import DUMP_FILE, PT_SUFFIX, tensor_dir
 from ptdbg_ascend.sinks import background as background_module
 from ptdbg_ascend.sinks.background import BackgroundWriter
-from ptdbg_ascend.sinks.msprobe.entries import StepEntries, entry_length
-from ptdbg_ascend.sinks.msprobe.json_text import JsonPieces
+from ptdbg_ascend.sinks.msprobe.encoder import ENTRY_DEPTH, entry_length
+from ptdbg_ascend.sinks.msprobe.entries import StepEntries
+from ptdbg_ascend.sinks.msprobe.json_files import Texts, WriteFile, write_atomic, write_files, write_with_reserve
+from ptdbg_ascend.sinks.msprobe.json_text import member_text
 from ptdbg_ascend.sinks.msprobe.late_statistics import LateStatistics, PendingStatistics, StatisticsPlanner
 from ptdbg_ascend.sinks.host_copies import host_tensor, release_copy
 from ptdbg_ascend.sinks.msprobe.pt_files import save_pt, snapshot, tensor_error_text
-from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, STACK, JsonReserve
-from ptdbg_ascend.sinks.msprobe.text_length import SEPARATOR
-from ptdbg_ascend.fs.writes import link_file, own_dir, own_dirs, remove_quietly, replace_text_file
+from ptdbg_ascend.sinks.msprobe.reserve import CONSTRUCT, SEPARATOR, STACK, JsonReserve
+from ptdbg_ascend.sinks.msprobe.rewrite_schedule import RewriteSchedule
+from ptdbg_ascend.fs.writes import link_file, own_dir, own_dirs, remove_quietly
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
-
-# A periodic rewrite waits at least this many times the last one's duration after it: rewriting a
-# dump.json of n entries is O(n), so on a huge dump the rewrites take at most ~1/(1 + factor) of the time.
-REWRITE_COST_FACTOR = 10
 
 
 class MsprobeJsonWriter(object):
@@ -72,6 +68,8 @@ class MsprobeJsonWriter(object):
         max_delay: seconds between periodic rewrites while entries arrive. Default None:
             ``background.DEFAULT_MAX_DELAY`` (1.0 s) read now, the legacy writer's bound.
         statistics: its leaves' statistics planner. Default None: ``LateStatistics``' (the front-ends').
+        write_file: ``write(path, text)`` of each JSON file. Default ``json_files.write_atomic`` (a slow disk
+            in tests).
 
     Attributes:
         rewrites: periodic rewrites done so far; ``rewrite_seconds``: the time they took.
@@ -79,18 +77,19 @@ class MsprobeJsonWriter(object):
 
     def __init__(self, directory: str, task: str, level: str, saves_tensors: bool,
                  background: Optional[BackgroundWriter] = None, flush_every: Optional[int] = None,
-                 max_delay: Optional[float] = None, statistics: Optional[StatisticsPlanner] = None) -> None:
+                 max_delay: Optional[float] = None, statistics: Optional[StatisticsPlanner] = None,
+                 write_file: WriteFile = write_atomic) -> None:
         self.directory = directory
         self.task = task
         self.level = level
         self.saves_tensors = saves_tensors
         self.tensor_dir = tensor_dir(directory)
         self._background = background
-        self._flush_every = flush_every
-        self._max_delay = background_module.DEFAULT_MAX_DELAY if max_delay is None else max_delay
+        self._write_file = write_file
+        self._schedule = RewriteSchedule(background_module.DEFAULT_MAX_DELAY if max_delay is None else max_delay,
+                                         flush_every)
         self._space = JsonReserve(directory)
         self._entries = StepEntries(self._space)
-        self._unflushed = 0
         self._made_dirs = False
         self._rank_dir = RankDirectoryClaim()  # step/rank directories and their lock
         self._lock = threading.Lock()  # backward hooks may run on autograd's threads
@@ -111,31 +110,36 @@ class MsprobeJsonWriter(object):
         # One rewrite at a time, so the files never go back to an older state (reentrant: a rewrite that
         # fails goes on to the last rewrite after the error).
         self._rewrite_lock = threading.RLock()
-        self._rewrite_queued = False
-        self._next_rewrite = time.monotonic() + self._max_delay
-        self._earliest_rewrite = 0.0  # REWRITE_COST_FACTOR x the last rewrite's duration after its end
-        self.rewrites = 0
-        self.rewrite_seconds = 0.0
-        # Leaves whose statistics come later (late_statistics.py): read back from a device in batches at the
-        # rewrites, or read by the writer thread from the copy it saves. An entry waiting for them is not
-        # finished. ``late.defer_leaf`` is leaves.tensor_leaf's hook, ``late.pending_of`` EntryTexts'.
-        self.late = LateStatistics(self._lock, statistics)
+        # Statistics that come later (late_statistics.py): read back from a device in batches at the rewrites,
+        # or read by the writer thread from the copy it saves. An entry waiting for them is not finished.
+        self.late = LateStatistics(statistics)
+
+    @property
+    def rewrites(self) -> int:
+        """The periodic rewrites done so far."""
+        return self._schedule.rewrites
+
+    @property
+    def rewrite_seconds(self) -> float:
+        """The time they took."""
+        return self._schedule.seconds
 
     # -- adding ----------------------------------------------------------------------------------
     def add_entry(self, name: str, entry: Any) -> None:
-        """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``: a dict,
-        or its member text (``entry_text.py``: finished, or an EntryTemplate). May rewrite the JSON files (see
-        the module docstring). Raises :class:`DumpWriteError` after a write error (the entry is not added)."""
+        """Add (or extend: an in-place collective's output arrives after its input) the entry ``name``: its member
+        text (``encoder.py``: finished, or an ``EntryTemplate``), or a dict of JSON values (written as
+        ``json.dumps`` would). May rewrite the JSON files (see the module docstring). Raises
+        :class:`DumpWriteError` after a write error (the entry is not added)."""
+        if type(entry) is dict:
+            entry = member_text(name, entry, ENTRY_DEPTH)
         if self._failed is not None:
             self._raise_failed()
         if not self._made_dirs:
             self._make_dirs()
         space = self._space
-        length = None  # (with tensor files, each file's job measures the entries and grows the reserve first)
-        if not self.saves_tensors:
+        if not self.saves_tensors:  # (with tensor files, each file's job grows the reserve first)
             try:  # the reserve covers this entry and its stack before they exist
-                length = entry_length(name, entry, self.late.new_count())
-                space.ensure(length + SEPARATOR, 1)
+                space.ensure(entry_length(entry) + SEPARATOR, 1)
             except OSError as error:
                 self._stop_after_error(space.error_text(error))
             if self._failed is not None:
@@ -147,10 +151,8 @@ class MsprobeJsonWriter(object):
                     with self._submit_lock:
                         self._unclaimed = []  # the files queued since the last entry: this entry names them
                 queued = self._queued
-                deferred = self.late.take_new()
-                self._entries.add(name, entry, queued if queued > self._written else None, deferred, length)
-                self._unflushed += 1
-                due = self._rewrite_due()
+                self._entries.add(name, entry, queued if queued > self._written else None)
+                due = self._schedule.due()
         if not added:
             self._raise_failed()
         if due:
@@ -175,8 +177,7 @@ class MsprobeJsonWriter(object):
     def save_tensor(self, stem: str, tensor: Any, statistics: Optional[PendingStatistics] = None,
                     same_as: Optional[str] = None) -> Optional[str]:
         """Queue ``{tensor_dir}/{stem}.pt`` and return its data_name; None when tensors are not saved.
-        ``statistics`` (from :meth:`copy_statistics`; default None): the tensor's leaf, built next, takes
-        them, read by the writer thread from the copy. ``same_as`` (default None): the stem of a file this
+        ``statistics`` (from :meth:`copy_statistics`; default None): filled by the writer thread from the copy. ``same_as`` (default None): the stem of a file this
         writer saved the same unchanged tensor to (one call's output, the next call's input): the file is
         then a hard link to it, and nothing is copied. Raises :class:`DumpWriteError` after a write error."""
         if not self.saves_tensors:
@@ -188,8 +189,6 @@ class MsprobeJsonWriter(object):
         path = os.path.join(self.tensor_dir, data_name)
         first_path = None if same_as is None else os.path.join(self.tensor_dir, same_as + PT_SUFFIX)
         copy, nbytes = snapshot(tensor) if first_path is None else (None, 0)  # (out of memory: the sink says it)
-        if statistics is not None:
-            self.late.expect(tensor, statistics)
         with self._submit_lock:
             self._queued += 1
             number = self._queued
@@ -201,10 +200,8 @@ class MsprobeJsonWriter(object):
                 space = self._space
                 try:
                     # Every entry that is finished if this write fails was added before it was queued:
-                    # the reserve covers them all (counted by the bytes of their text) before the file
-                    # takes any space.
-                    with self._lock:
-                        self._entries.measure()
+                    # the reserve covers them all (counted by the bytes of their text at add_entry) before the
+                    # file takes any space.
                     space.ensure()
                 except OSError as error:
                     self._stop_after_error("Cannot write the tensor file {}: {}".format(
@@ -250,18 +247,6 @@ class MsprobeJsonWriter(object):
         if self._failed is not None and not self._reported:
             self._raise_failed()
 
-    def _rewrite_due(self) -> bool:
-        """Whether a periodic rewrite starts now (called under ``_lock``; marks it queued)."""
-        if self._rewrite_queued:
-            return False
-        now = time.monotonic()
-        if now < self._next_rewrite and not (self._flush_every and self._unflushed >= self._flush_every):
-            return False
-        if now < self._earliest_rewrite:  # flush_every too waits out the cost floor
-            return False
-        self._rewrite_queued = True
-        return True
-
     def _start_rewrite(self) -> None:
         if self._background is None:
             self._periodic_rewrite()
@@ -272,7 +257,7 @@ class MsprobeJsonWriter(object):
             self._background.submit(self._periodic_rewrite, 0)
         except BaseException:
             with self._lock:
-                self._rewrite_queued = False
+                self._schedule.queued = False
             raise
 
     def _periodic_rewrite(self) -> None:
@@ -280,7 +265,7 @@ class MsprobeJsonWriter(object):
             self._rewrite(with_others=True, periodic=True)
         finally:
             with self._lock:
-                self._rewrite_queued = False
+                self._schedule.queued = False
 
     def _rewrite(self, with_others: bool, periodic: bool) -> None:
         """Replace dump.json (and stack.json, construct.json) with the finished entries so far. A write
@@ -291,62 +276,33 @@ class MsprobeJsonWriter(object):
             if self._failed is not None:  # the files were rewritten at the error; nothing more is
                 return
             started = time.monotonic()
-            encoding = 0.0
+            rendering = 0.0
             error = None
             try:
                 self.late.batch.resolve()  # outside _lock: the training thread keeps adding entries
                 with self._lock:
-                    texts, encoding, shown = self._texts_locked(with_others)
-                    self._unflushed = 0
+                    texts, rendering, shown = self._texts_locked(with_others)
+                    self._schedule.unflushed = 0
                 error = self._write_texts(texts, shown, keep_reserve=periodic)
             finally:
-                ended = time.monotonic()
                 with self._lock:
-                    # The cost floor counts what a rewrite repeats (joining and writing every entry), not
-                    # the encoding of new entries: that is done once per entry, rewrites or not.
-                    self._earliest_rewrite = ended + REWRITE_COST_FACTOR * max(0.0, ended - started - encoding)
-                    self._next_rewrite = max(ended + self._max_delay, self._earliest_rewrite)
-                    if periodic:
-                        self.rewrites += 1
-                        self.rewrite_seconds += ended - started
+                    self._schedule.done(started, time.monotonic(), rendering, periodic)
             if error is not None:
                 self._stop_after_error(error)
 
-    def _texts_locked(self, with_others: bool) -> Tuple[List[Tuple[str, JsonPieces]], float, int]:
+    def _texts_locked(self, with_others: bool) -> Tuple[Texts, float, int]:
         """(file name, text) of dump.json (and stack.json, construct.json) with the finished entries, the
         seconds spent encoding new members and the number of entries shown (under ``_lock``)."""
         return self._entries.texts((self.task, self.level, self.tensor_dir if self.saves_tensors else None),
                                    self._written, with_others, self._space)
 
-    def _write_texts(self, texts: List[Tuple[str, JsonPieces]], shown: int, keep_reserve: bool) -> Optional[str]:
-        """Write the files (dump.json shows ``shown`` entries); a failed write is tried again in the
-        reserve's space (given back for it). ``keep_reserve``: then grow the reserve for the next
-        rewrite. Returns None, or why it failed."""
-        space = self._space
-        try:
-            try:
-                self._write_files(texts)
-            except DumpWriteError:
-                if not space.size:
-                    raise
-                space.release()  # held for exactly this rewrite
-                self._write_files(texts)
-        except DumpWriteError as error:
-            return str(error)
-        self._entries_on_disk = shown
-        sizes = dict(texts)
-        stack, construct = sizes.get(STACK_FILE), sizes.get(CONSTRUCT_FILE)
-        space.written(len(sizes[DUMP_FILE]), stack and len(stack), construct and len(construct))
-        if keep_reserve:
-            try:
-                space.ensure()
-            except OSError as error:
-                return space.error_text(error)
-        return None
-
-    def _write_files(self, texts: List[Tuple[str, JsonPieces]]) -> None:
-        for name, text in texts:  # (file name, text)
-            _write_atomic(os.path.join(self.directory, name), text)
+    def _write_texts(self, texts: Texts, shown: int, keep_reserve: bool) -> Optional[str]:
+        """Write the files (dump.json shows ``shown`` entries; ``json_files.write_with_reserve``); returns None, or
+        why it failed."""
+        written, error = write_with_reserve(self.directory, texts, self._space, keep_reserve, self._write_file)
+        if written:
+            self._entries_on_disk = shown
+        return error
 
     # -- a write error ---------------------------------------------------------------------------
     def _stop_after_error(self, reason: str) -> None:
@@ -372,7 +328,7 @@ class MsprobeJsonWriter(object):
             for data_name in orphans:
                 remove_quietly(os.path.join(self.tensor_dir, data_name))
             try:
-                self._write_files(texts)
+                write_files(self.directory, texts, self._write_file)
                 self._entries_on_disk = shown
                 held = "its dump.json holds the {} entr{} finished before the error".format(
                     shown, "y" if shown == 1 else "ies")
@@ -388,7 +344,6 @@ class MsprobeJsonWriter(object):
         with self._submit_lock:
             orphans, self._unclaimed = self._unclaimed, []
         orphans.extend(self._entries.drop_unfinished())
-        self.late.forget_new()  # leaves of an entry still being built: it is never added
         return orphans
 
     def _on_disk_text(self) -> str:
@@ -414,7 +369,6 @@ class MsprobeJsonWriter(object):
         with self._lock, self._submit_lock:
             self._written = self._queued
             self._unclaimed = []
-            self.late.forget_new()
             self._failed = None
             self._reported = False
 
@@ -443,8 +397,3 @@ class MsprobeJsonWriter(object):
         does not wait. ``cut`` (default "": a clean close): why the step ends cut short; the lock stays."""
         self._space.release(wait=False)
         return self._rank_dir.release(cut)
-
-
-def _write_atomic(path: str, text: JsonPieces) -> None:
-    """Write ``text`` to ``path`` atomically, a chunk at a time (fs.writes.replace_text_file)."""
-    replace_text_file(path, text.chunks())

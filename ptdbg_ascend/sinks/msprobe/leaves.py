@@ -1,36 +1,34 @@
-"""Values -> dump.json leaves, exactly as msprobe 1.0.4 writes them (``reference/msprobe_1_0_4.md`` §6.2-6.3): the
-leaf codec of the msprobe sink. The numbers in a tensor leaf are ``statistics/``'s (``msprobe_rules.py``); this
-module puts them in their keys.
+"""A tensor's dump.json leaf, exactly as msprobe 1.0.4 writes it (``reference/msprobe_1_0_4.md`` §6.2-6.3): the
+typed leaf of the msprobe sink's one encoder (``encoder.py``). The numbers in it are ``statistics/``'s
+(``msprobe_rules.py``); this module puts them in their keys and writes the text.
 
-A tensor leaf's key order is ``type, dtype, shape, Max, Min, Mean, Norm, requires_grad`` then, when
-present, ``Max_except_inf_nan, Min_except_inf_nan, md5, data_name``. Non-tensor values become
-``{"type", "value"}``; containers are recursed; what cannot be represented is ``null`` (with a warning
-once per type).
+A tensor leaf's key order is ``type, dtype, shape, Max, Min, Mean, Norm, requires_grad``, then, when Max or Min
+is not finite, ``Max_except_inf_nan, Min_except_inf_nan``, then its tail: ``md5``, ``data_name``,
+``not_saved`` (why no file), ``tensor_kind`` (a special kind), each when present.
 """
 
 from __future__ import annotations
 
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Dict, List, Sequence, Tuple
 
 from ptdbg_ascend import numpy_view
-from ptdbg_ascend import tensor_kinds
-from ptdbg_ascend.tensor_kinds import transforms_active
-from ptdbg_ascend.formats.dump_json import NOT_SAVED
-from ptdbg_ascend.log import logger
-from ptdbg_ascend.statistics.msprobe_rules import (defer_candidate, eager_statistics, extremes_except_inf_nan,
-                                                   tensor_statistics_msprobe)
+from ptdbg_ascend.sinks.msprobe.json_text import (number_text, object_of_texts, shape_text, string_text,
+                                                  tensor_leaf_text, value_text)
+from ptdbg_ascend.statistics.msprobe_rules import extremes_except_inf_nan
+from ptdbg_ascend.statistics.pending import PendingStatistics
 
-# save(data_name_without_suffix, tensor) -> the data_name written in the leaf, or None (not saved)
-SaveTensor = Callable[[str, Any], Optional[str]]
+# A leaf's members after its statistics: (key, value) pairs, in the order of the module docstring.
+Tail = Tuple[Tuple[str, Any], ...]
 
-_WARNED_TYPES = set()  # type: Set[str]  # "not supported" is logged once per type, not once per call
-_MEMORY_FORMAT = "<class 'torch.memory_format'>"  # recorded as null on purpose: said once, at INFO
-_DTYPE_TEXT = {}  # type: Dict[Any, str]  # str(dtype), made once per dtype (a leaf per recorded tensor)
+_DTYPE_TEXT: Dict[Any, str] = {}  # str(dtype), made once per dtype (a leaf per recorded tensor)
+# The longest text of a statistic: no float (nor NaN, -Infinity) is written longer.
+_LONGEST_NUMBER = -2.2250738585072014e-308
+_EXCEPT_KEYS = ("Max_except_inf_nan", "Min_except_inf_nan")
 
 
 def dtype_text(dtype: Any) -> str:
-    """``str(dtype)``, made once per dtype (a leaf per recorded tensor needs it)."""
+    """``str(dtype)``, made once per dtype."""
     text = _DTYPE_TEXT.get(dtype)
     if text is None:
         text = _DTYPE_TEXT[dtype] = str(dtype)
@@ -40,173 +38,80 @@ def dtype_text(dtype: Any) -> str:
 def crc32_hex(tensor: Any) -> str:
     """msprobe's "md5" summary: CRC-32 of the raw bytes (bf16 as float32), 8 lowercase hex digits."""
     array = numpy_view.tensor_to_numpy(tensor)  # bf16, float8, complex32 widened (numpy has no such types)
-    return "{:08x}".format(zlib.crc32(array.tobytes()) & 0xFFFFFFFF)
+    return f"{zlib.crc32(array.tobytes()) & 0xFFFFFFFF:08x}"
 
 
-# ``defer(leaf, tensor)``: the writer's hook for statistics read back in batches (sinks/msprobe/json_writer).
-DeferLeaf = Callable[[Dict[str, Any], Any], bool]
+def leaf_text(level: int, dtype: str, shape: Sequence[int], requires_grad: bool, numbers: Sequence[Any],
+              tail: Tail = ()) -> str:
+    """The text at ``level`` of a tensor leaf: ``numbers`` are Max, Min, Mean, Norm, then nothing, or the pair
+    ``msprobe_rules.extremes_except_inf_nan`` reads (written as ``*_except_inf_nan`` when Max or Min is not
+    finite); ``tail`` the members after them."""
+    text = tensor_leaf_text(level, dtype, shape, requires_grad, numbers[:4])
+    if text is not None and not tail:
+        return text
+    inner = level + 1
+    if text is not None:  # four finite floats: the common text, its tail members before the closing brace
+        members: List[Tuple[str, str]] = []
+        opened = text[:-(level + 2)]
+    else:
+        members = [("type", '"torch.Tensor"'), ("dtype", string_text(dtype)), ("shape", shape_text(shape, inner))]
+        members.extend((key, number_text(value, inner)) for key, value in zip(("Max", "Min", "Mean", "Norm"), numbers))
+        members.append(("requires_grad", "true" if requires_grad else "false"))
+        extremes = extremes_except_inf_nan(list(numbers))
+        if extremes is not None:
+            members.extend((key, number_text(value, inner)) for key, value in zip(_EXCEPT_KEYS, extremes))
+        opened = None
+    members.extend((key, value_text(value, inner)) for key, value in tail)
+    if opened is None:
+        return object_of_texts(members, level)
+    indent = ",\n" + " " * inner
+    return opened + "".join(indent + string_text(key) + ": " + item for key, item in members) + \
+        "\n" + " " * level + "}"
 
 
-def tensor_leaf(tensor: Any, data_name: Optional[str] = None, md5: bool = False,
-                defer: Optional[DeferLeaf] = None, defer_cpu: bool = False,
-                statistics_of: Optional[Callable[[Any], List[Optional[float]]]] = None) -> Dict[str, Any]:
-    """The dump.json leaf of one tensor (statistics computed here; ``data_name`` when it was saved).
-    ``defer`` (default None) may take over the statistics of a tensor that is not on the CPU (or of a
-    CPU one too with ``defer_cpu``, default False), and of any tensor whose file was just queued (the
-    writer may compute them from the copy it saves): it then fills Max/Min/Mean/Norm (and the
-    ``*_except_inf_nan`` keys) later. ``statistics_of`` (default None: :func:`tensor_statistics_msprobe`)
-    gives the statistics of a tensor not deferred (the sink's cache)."""
-    leaf = blank_leaf(dtype_text(tensor.dtype), list(tensor.shape), bool(tensor.requires_grad))
-    offered = defer is not None and (data_name is not None or defer_candidate(tensor, defer_cpu))
-    if not (offered and defer(leaf, tensor)):
-        fill_statistics(leaf, eager_statistics(tensor, statistics_of))
-    if md5 and tensor.device.type != "meta":
-        leaf["md5"] = crc32_hex(tensor)
-    if data_name is not None:
-        leaf["data_name"] = data_name
-    return leaf
+class TensorLeaf:
+    """A tensor leaf at ``level`` whose numbers (``pending``: a ``statistics.pending.PendingStatistics`` of the
+    writer's device batch or of its thread, with msprobe's finite pair after the four numbers of a float tensor
+    read back from a device) come later; ``tail`` as :func:`leaf_text`."""
+
+    __slots__ = ("level", "dtype", "shape", "requires_grad", "pending", "tail")
+
+    def __init__(self, level: int, dtype: str, shape: Tuple[int, ...], requires_grad: bool, pending: Any,
+                 tail: Tail = ()) -> None:
+        self.level, self.dtype, self.shape, self.requires_grad, self.pending, self.tail = \
+            level, dtype, shape, requires_grad, pending, tail
+
+    def read(self) -> bool:
+        """Whether its numbers are in."""
+        pending = self.pending
+        return type(pending) is not PendingStatistics or pending.done()
+
+    def text(self) -> str:
+        """The leaf's text, once :meth:`read`."""
+        return leaf_text(self.level, self.dtype, self.shape, self.requires_grad, list(self.pending), self.tail)
+
+    def data_name(self) -> Any:
+        """Its ``data_name`` (None: no file)."""
+        return dict(self.tail).get("data_name")
+
+    def longest(self) -> int:
+        """An upper bound of its text's length (six statistics of the longest form). The disk reserve asks it for
+        every late leaf; the part without the tail is remembered per level, dtype and shape (a step repeats
+        its shapes)."""
+        key = (self.level, self.dtype, self.shape)
+        length = _LONGEST.get(key)
+        if length is None:
+            numbers = [_LONGEST_NUMBER] * 4
+            text = leaf_text(self.level, self.dtype, self.shape, False, numbers)  # ("false" is longer than "true")
+            pair = sum(2 + self.level + 1 + len(string_text(key)) + 2 + len(repr(_LONGEST_NUMBER))
+                       for key in _EXCEPT_KEYS)
+            length = len(text) + pair
+            if len(_LONGEST) >= _LONGEST_MAX:  # a run with ever new shapes: start again rather than grow
+                _LONGEST.clear()
+            _LONGEST[key] = length
+        return length + sum(2 + self.level + 1 + len(string_text(key)) + 2 + len(value_text(value, self.level + 1))
+                            for key, value in self.tail)
 
 
-class TensorNotSaved(Exception):
-    """Raised by a ``save`` callback of :func:`value_leaf` that could not save the tensor (no memory for its
-    copy): the leaf is written without a ``data_name``, with ``reason`` under ``NOT_SAVED``."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def _not_saved_leaf(tensor: Any, reason: str, md5: bool,
-                    statistics_of: Optional[Callable[[Any], List[Optional[float]]]]) -> Dict[str, Any]:
-    """The leaf of a tensor whose file was not saved: its statistics read now (null when they cannot be) and why."""
-    try:
-        leaf = tensor_leaf(tensor, None, md5, statistics_of=statistics_of)
-    except Exception:  # noqa: BLE001 - out of memory again: the leaf keeps what is known without values
-        leaf = blank_leaf(dtype_text(tensor.dtype), list(tensor.shape), bool(tensor.requires_grad))
-    leaf[NOT_SAVED] = reason
-    return leaf
-
-
-def blank_leaf(dtype: str, shape: List[int], requires_grad: bool) -> Dict[str, Any]:
-    """A tensor leaf with its statistics still null, keys in dump.json's order (:func:`fill_statistics` fills
-    them)."""
-    return {"type": "torch.Tensor", "dtype": dtype, "shape": shape, "Max": None, "Min": None, "Mean": None,
-            "Norm": None, "requires_grad": requires_grad}
-
-
-def fill_statistics(leaf: Dict[str, Any], numbers: List[Any]) -> None:
-    """Put a leaf's statistics into it: ``numbers`` are Max, Min, Mean, Norm, then nothing, or a pair
-    (``msprobe_rules.extremes_except_inf_nan``). A non-finite Max or Min adds the ``*_except_inf_nan`` keys
-    right after ``requires_grad`` (before ``md5`` and ``data_name``)."""
-    leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"] = numbers[:4]
-    extremes = extremes_except_inf_nan(numbers)
-    if extremes is None:
-        return
-    tail = [(key, leaf.pop(key)) for key in ("md5", "data_name") if key in leaf]
-    leaf["Max_except_inf_nan"], leaf["Min_except_inf_nan"] = extremes
-    leaf.update(tail)
-
-
-def _ordinary(tensor: Any, torch: Any) -> bool:
-    """A dense strided tensor with values (``tensor_kinds.py`` for the others)."""
-    return (tensor.layout == torch.strided and not tensor.is_nested and not tensor.is_quantized
-            and (type(tensor) is torch.Tensor or type(tensor) is torch.nn.Parameter))
-
-
-def special_tensor_leaf(tensor: Any, path: str, save: Optional[SaveTensor], md5: bool = False) -> Dict[str, Any]:
-    """The leaf of a tensor of a special kind (``tensor_kinds.py``): ``dtype`` and ``requires_grad``
-    are the tensor's own; shape, statistics and the ``.pt`` file those of the values its record holds (a
-    vmap batch with its batch dims first, the dense values of a sparse tensor...), and ``tensor_kind``
-    names the kind. Without values (meta, fake...): null statistics and no file. Never raises."""
-    kind = "plain"
-    leaf = None  # type: Optional[Dict[str, Any]]
-    try:
-        with tensor_kinds.reading_values():
-            plain, kind = tensor_kinds.plain_values(tensor)
-            if plain is not None:
-                data_name = save(path, plain) if save is not None else None
-                leaf = tensor_leaf(plain, data_name, md5)
-    except Exception as error:  # noqa: BLE001 - a dump must never stop training
-        tensor_kinds.warn_once("leaf:" + kind, "A {} tensor ({}) cannot be read ({}: {}); its leaves hold null "
-                               "statistics and no file.".format(kind, tensor.dtype, type(error).__name__, error))
-    if leaf is None:
-        leaf = {"type": "torch.Tensor", "dtype": "", "shape": tensor_kinds.shape_of(tensor),
-                "Max": None, "Min": None, "Mean": None, "Norm": None, "requires_grad": False}
-    leaf["dtype"] = str(tensor.dtype)
-    try:
-        leaf["requires_grad"] = bool(tensor.requires_grad)
-    except Exception:  # noqa: BLE001
-        pass
-    if kind != "plain":
-        leaf["tensor_kind"] = kind
-    return leaf
-
-
-def value_leaf(value: Any, path: str, save: Optional[SaveTensor], md5: bool = False, key: Optional[str] = None,
-               defer: Optional[DeferLeaf] = None, defer_cpu: bool = False,
-               statistics_of: Optional[Callable[[Any], List[Optional[float]]]] = None) -> Any:
-    """The dump.json form of ``value``; ``path`` is its file stem (``{call}.input.0``), extended with
-    ``.{i}``/``.{key}`` for nested items. ``save`` writes a tensor and returns its data_name (None:
-    statistics only). ``key`` is the enclosing dict key (``device``/``dtype`` values are typed by it).
-    ``defer``, ``defer_cpu``, ``statistics_of``: see :func:`tensor_leaf` (default None: statistics read at
-    once, by :func:`tensor_statistics_msprobe`)."""
-    import numpy
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        if transforms_active() or not _ordinary(value, torch):
-            return special_tensor_leaf(value, path, save, md5)
-        try:
-            data_name = save(path, value) if save is not None else None
-            return tensor_leaf(value, data_name, md5, defer, defer_cpu, statistics_of)
-        except TensorNotSaved as error:
-            return _not_saved_leaf(value, error.reason, md5, statistics_of)
-        except (RuntimeError, TypeError, ValueError, NotImplementedError):  # a dtype without arithmetic...
-            return special_tensor_leaf(value, path, save, md5)
-    if key == "device" and isinstance(value, (torch.device, str)):
-        return {"type": "torch.device", "value": str(value)}
-    if key == "dtype" and isinstance(value, torch.dtype):
-        return {"type": "torch.dtype", "value": str(value)}
-    if isinstance(value, (torch.dtype, torch.device)):
-        return {}
-    if isinstance(value, torch.memory_format):
-        # null, as msprobe 1.0.4 writes it: its run_ut passes a recorded kwarg's "value" to the API as is (a
-        # string there is a TypeError) and None is torch's default. Autograd's ones_like passes one on every
-        # backward, so this is said once, at INFO, naming where.
-        if _MEMORY_FORMAT not in _WARNED_TYPES:
-            _WARNED_TYPES.add(_MEMORY_FORMAT)
-            logger.info("memory_format arguments are recorded as null, as msprobe 1.0.4 does (first at {}).".format(
-                path))
-        return None
-    if isinstance(value, bool):
-        return {"type": "bool", "value": value}
-    if isinstance(value, int):
-        return {"type": "int", "value": value}
-    if isinstance(value, float):
-        return {"type": "float", "value": value}
-    if isinstance(value, str):
-        return {"type": "str", "value": value}
-    if isinstance(value, slice):
-        return {"type": "slice", "value": [value.start, value.stop, value.step]}
-    if value is Ellipsis:
-        return {"type": "ellipsis", "value": "..."}
-    if isinstance(value, torch.Size):
-        return {"type": "torch.Size", "value": list(value)}
-    if isinstance(value, numpy.generic):
-        return {"type": type(value).__name__, "value": value.item()}
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple)):
-        return [value_leaf(item, "{}.{}".format(path, index), save, md5, defer=defer, defer_cpu=defer_cpu,
-                           statistics_of=statistics_of)
-                for index, item in enumerate(value)]
-    if isinstance(value, dict):
-        return {str(name): value_leaf(item, "{}.{}".format(path, name), save, md5, key=str(name), defer=defer,
-                                      defer_cpu=defer_cpu, statistics_of=statistics_of)
-                for name, item in value.items()}
-    type_name = str(type(value))
-    if type_name not in _WARNED_TYPES:
-        _WARNED_TYPES.add(type_name)
-        logger.warning("Data type {} is not supported (first seen at {}); such values are recorded as null."
-                       .format(type_name, path))
-    return None
+_LONGEST: Dict[Tuple[int, str, Tuple[int, ...]], int] = {}
+_LONGEST_MAX = 4096

@@ -9,7 +9,7 @@ Sizing, by bytes. The files are replaced one after another (dump.json, stack.jso
 temporary file, then a rename), so a rewrite needs, at its largest, one file's new text while the files
 before it already hold their new ones: ``max(file + its pending bytes + those of the files before it) +
 SLACK``, each file as last written. The pending bytes are counted as members are added (a member's
-text, or an upper bound of it: ``text_length.py``), and set again by every rewrite to the members it left
+text, or an upper bound of it: ``encoder.entry_length``), and set again by every rewrite to the members it left
 out (an entry still waiting for its ``.pt`` files or statistics). One member to come (the entry being
 added, and its stack) is counted before it exists. The file grows by at least a quarter at a time, so a
 growing dump costs a few ``fallocate`` calls, not one per entry, and shrinks back when it holds more than
@@ -28,11 +28,12 @@ import threading
 from typing import List, Optional
 
 from ptdbg_ascend.fs.writes import open_new, remove_quietly
-from ptdbg_ascend.sinks.msprobe.text_length import SEPARATOR
 
 RESERVE_NAME = ".ptdbg.reserve"
 # Members of each kind (the three files), by index in the counters below.
 ENTRY, STACK, CONSTRUCT = 0, 1, 2
+# What separates two members of an object: ",\n" (the indent is part of the member's text).
+SEPARATOR = 2
 # A stack to come (of the entry being added) is counted at this many times the longest one seen.
 GROWTH_FACTOR = 2
 # Block rounding of three files and their temporary copies, and the document heads.

@@ -17,58 +17,52 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from ptdbg_ascend.dump.observers import ApiCall, dotted
 from ptdbg_ascend.dump.recorder import RecordSink
 from ptdbg_ascend.dump.stack import user_stack_literals
-from ptdbg_ascend.tensor_kinds import transforms_active
-from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.formats.dump_json import AUTOCAST, NOT_SAVED
+from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.memory import is_out_of_memory, out_of_memory_reason
 from ptdbg_ascend.sinks.msprobe.autocast import autocast_state
-from ptdbg_ascend.sinks.msprobe.entry_text import EntryTemplate, EntryTexts, LateLeaf, NotPlain, late_text_value
-from ptdbg_ascend.sinks.msprobe.json_text import object_of_texts
+from ptdbg_ascend.sinks.msprobe.encoder import BLOCK_LEVEL, Entry, EntryEncoder, TensorNotSaved
+from ptdbg_ascend.sinks.msprobe.json_text import value_text
 from ptdbg_ascend.sinks.msprobe.json_writer import MsprobeJsonWriter
-from ptdbg_ascend.sinks.msprobe.leaves import TensorNotSaved, value_leaf
+from ptdbg_ascend.sinks.msprobe.leaves import TensorLeaf
 from ptdbg_ascend.sinks.msprobe.options import MsprobeSinkOptions
-from ptdbg_ascend.statistics import planner
 from ptdbg_ascend.statistics.cache import StatisticsCache
 from ptdbg_ascend.statistics.msprobe_rules import tensor_statistics_msprobe
 
 
 class MsprobeSink(RecordSink):
     """Writes dump.json entries, stack.json lines and construct.json links through the current step's
-    :class:`MsprobeJsonWriter`. Statistics are computed per leaf (``leaves.py``) through the recorder's
-    cache: a tensor recorded as one call's output and the next call's input, unchanged (same object,
-    same version counter), is reduced once, as in the legacy format.
+    :class:`MsprobeJsonWriter`, each entry's text written by the one encoder (``encoder.py``). Statistics are
+    read through the recorder's cache: a tensor recorded as one call's output and the next call's input,
+    unchanged (same object, same version counter), is reduced once, as in the legacy format; which tensors'
+    statistics come later is the writer's planner's choice.
 
     Args:
         options: what to write (the blocks of data_mode, md5, the overflow check).
         record_construct: whether construct.json is filled (levels L0 and mix).
         stopped: called when the overflow check stops training (the recorder turns itself off).
-        defer_cpu: CPU tensors' statistics take the device batch too, as its writers' planners say. Default
-            None: ``statistics.planner.DEFAULTS``' (read now).
     """
 
     uses_statistics = True  # the recorder ages the cache once per call (dump/recorder.py)
 
-    def __init__(self, options: MsprobeSinkOptions, record_construct: bool, stopped: Callable[[], None],
-                 defer_cpu: Optional[bool] = None) -> None:
+    def __init__(self, options: MsprobeSinkOptions, record_construct: bool, stopped: Callable[[], None]) -> None:
         self.options = options
         self.record_construct = record_construct
         self.sees_events = record_construct  # construct.json links every call seen, selected or not
-        self.writer = None  # type: Optional[MsprobeJsonWriter]
+        self.writer: Optional[MsprobeJsonWriter] = None
         self.md5 = options.md5
-        self.defer_cpu = planner.DEFAULTS.defer_cpu if defer_cpu is None else defer_cpu  # once, not per leaf
         self.overflow_task = options.overflow is not None
         # The one overflow policy (msprobe 1.0.4 stopped with Exception("[msprobe] exit")).
         self.overflow = (options.overflow.policy(self._dump_overflow, self._stopping)
                          if options.overflow is not None else None)
         self._stopped = stopped
         # construct.json needs the module enclosing each call: the module hooks push and pop here.
-        self.module_stack = []  # type: List[str]
-        self._forward_parent = {}  # type: Dict[str, Optional[str]]
-        self._statistics_of = None  # type: Optional[Callable[[Any], List[Optional[float]]]]
-        self._texts = None  # type: Optional[EntryTexts]
-        self._cached = None  # type: Optional[Callable[[Any, Callable[[Any], Any]], Any]]  # the cache, for late leaves
-        self._not_saved = set()  # type: Set[str]  # the stems of tensors whose copy ran out of memory
+        self.module_stack: List[str] = []
+        self._forward_parent: Dict[str, Optional[str]] = {}
+        self._encoder = EntryEncoder(md5=self.md5)
+        self._cached: Optional[Callable[[Any, Callable[[Any], Any]], Any]] = None  # the cache, for late statistics
+        self._not_saved: Set[str] = set()  # the stems of tensors whose copy ran out of memory
 
     def bind(self, statistics: StatisticsCache, lock: Any) -> None:
         super().bind(statistics, lock)
@@ -81,8 +75,7 @@ class MsprobeSink(RecordSink):
             with lock:
                 return statistics.lookup(tensor, "", reduce)[0]
 
-        self._statistics_of = statistics_of
-        self._texts = EntryTexts(statistics_of, self.defer_cpu)
+        self._encoder = EntryEncoder(statistics_of, self.md5)
         self._cached = cached
 
     @property
@@ -93,9 +86,9 @@ class MsprobeSink(RecordSink):
         if self.overflow is not None:
             self.overflow.flush()  # calls still pending belong to the previous step's writer
         self.writer = writer
-        writer.late.cached = self._cached
-        if self._texts is not None:
-            self._texts.pending_of = writer.late.pending_of
+        late = writer.late
+        late.cached = self._cached
+        self._encoder.bind(self._save_tensor if writer.saves_tensors else None, late.takes_device, late.pending_of)
         self._forward_parent.clear()
         self.module_stack = []
         self._not_saved = set()  # a new step's files: none is missing yet
@@ -154,90 +147,53 @@ class MsprobeSink(RecordSink):
         self.note_construct(dotted(call, direction))  # every call seen while on, even outside scope/list (as 1.0.4)
 
     def inputs_before(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-        # An in-place call (add_, out=, a collective...): the inputs block as they go in (statistics now,
-        # .pt copies queued now); the outputs are added after the call. overflow_check decides after the
-        # call whether a call is written at all: there only collectives take their inputs here.
+        # An in-place call (add_, out=, a collective...): the inputs block as they go in (statistics now or
+        # queued now, .pt copies queued now); the outputs are added after the call. overflow_check decides after
+        # the call whether a call is written at all: there only collectives take their inputs here.
         if self.overflow_task and call.prefix != "Distributed":
             return None
-        texts = self._entry_texts()
-        if texts is not None:
-            late = []  # type: List[LateLeaf]
-            try:
-                return _TextBlocks(self._input_texts(texts, args, kwargs, late), late)
-            except NotPlain:
-                pass
-        return self._inputs_block(dotted(call, FORWARD), args, kwargs)
+        late: List[TensorLeaf] = []
+        return _TextBlocks(self._input_blocks(dotted(call, FORWARD), args, kwargs, late), late)
 
     def forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any, before: Any,
                 stack: bool) -> None:
         name = dotted(call, FORWARD)
         autocast = autocast_state(args, kwargs)  # now, at the call: the entry may be built later (overflow)
-        texts = self._entry_texts() if autocast is None else None
-        if texts is not None and (before is None or type(before) is _TextBlocks):
-            late = list(before.late) if before is not None else []  # type: List[LateLeaf]
-            try:
-                blocks = list(before) if before is not None else self._input_texts(texts, args, kwargs, late)
-                if self.options.wanted(FORWARD, "output"):
-                    blocks.append(("output", texts.values_block(_as_list(output), late)))
-                self._add_text(name, texts.entry(name, blocks), stack, late)
-                return
-            except NotPlain:
-                pass
-        if type(before) is _TextBlocks:  # the inputs' text, taken before the call changed them: as dicts
-            waiting = []  # type: List[Tuple[Dict[str, Any], Any]]
-            before = late_text_value(object_of_texts(before, 0), before.late, waiting)
-            if waiting and self.writer is not None:
-                self.writer.late.wait_for(waiting)  # the entry added next waits for them
-        if not call.inplace:
-            def build_entry() -> Dict[str, Any]:
-                return _with_autocast(self.forward_entry(name, args, kwargs, output), autocast)
+        outputs = _as_list(output)  # (an in-place collective's: the arguments it wrote into, a tuple from dispatch)
 
-            self.add_entry(name, build_entry, stack=stack, values=(args, kwargs, output))
-            return
-        outputs = _as_list(output)  # a collective's: the arguments it wrote into (a tuple, from dispatch)
-
-        def build() -> Dict[str, Any]:
-            entry = before if before is not None else self._inputs_block(name, args, kwargs)
+        def build() -> Entry:
+            late = list(before.late) if before is not None else []
+            blocks = list(before) if before is not None else self._input_blocks(name, args, kwargs, late)
             if self.options.wanted(FORWARD, "output"):
-                entry["output"] = self._leaves(outputs, name + ".output")
-            return _with_autocast(entry, autocast)
+                blocks.append(("output", self._encoder.values_block(outputs, name + ".output", late)))
+            if autocast is not None:
+                blocks.append((AUTOCAST, value_text(autocast, BLOCK_LEVEL)))
+            return self._encoder.entry(name, blocks, late)
 
         self.add_entry(name, build, stack=stack, values=(args, kwargs, output))
 
     def backward(self, call: ApiCall, backward_input: Sequence[Optional[Any]],
                  backward_output: Sequence[Optional[Any]], stack: bool) -> None:
         name = dotted(call, BACKWARD)
-        texts = self._entry_texts()
-        if texts is not None:
-            late = []  # type: List[LateLeaf]
-            try:
-                blocks = [(block, texts.values_block(list(values), late))
-                          for block, values in (("input", backward_input), ("output", backward_output))
-                          if self.options.wanted(BACKWARD, block)]
-                self._add_text(name, texts.entry(name, blocks), stack, late)
-                return
-            except NotPlain:
-                pass
         self.add_entry(name, lambda: self.gradient_entry(name, backward_input, backward_output), stack=stack,
                        values=(backward_input, backward_output))
 
     # -- entries (shared with the module hooks) ------------------------------------------------------
-    def forward_entry(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any], output: Any) -> Dict[str, Any]:
-        entry = self._inputs_block(name, args, kwargs)
+    def forward_entry(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any], output: Any) -> Entry:
+        late: List[TensorLeaf] = []
+        blocks = self._input_blocks(name, args, kwargs, late)
         if self.options.wanted(FORWARD, "output"):
-            entry["output"] = self._leaves(_as_list(output), name + ".output")
-        return entry
+            blocks.append(("output", self._encoder.values_block(_as_list(output), name + ".output", late)))
+        return self._encoder.entry(name, blocks, late)
 
-    def gradient_entry(self, name: str, incoming: Sequence[Optional[Any]],
-                       produced: Sequence[Optional[Any]]) -> Dict[str, Any]:
-        entry = {}  # type: Dict[str, Any]
-        if self.options.wanted(BACKWARD, "input"):
-            entry["input"] = self._leaves(list(incoming), name + ".input")
-        if self.options.wanted(BACKWARD, "output"):
-            entry["output"] = self._leaves(list(produced), name + ".output")
-        return entry
+    def gradient_entry(self, name: str, incoming: Sequence[Optional[Any]], produced: Sequence[Optional[Any]]) -> Entry:
+        late: List[TensorLeaf] = []
+        encoder = self._encoder
+        blocks = [(block, encoder.values_block(list(values), f"{name}.{block}", late))
+                  for block, values in (("input", incoming), ("output", produced)) if self.options.wanted(BACKWARD, block)]
+        return encoder.entry(name, blocks, late)
 
-    def add_entry(self, name: str, build: Callable[[], Dict[str, Any]], stack: bool, values: Any = None) -> None:
+    def add_entry(self, name: str, build: Callable[[], Entry], stack: bool, values: Any = None) -> None:
         """Build and write an entry. overflow_check: only when ``values`` (everything the entry holds)
         overflow, by the overflow feature's check (inf/NaN, float16/bfloat16 saturation), decided by
         the overflow policy (possibly later, when a batch of device flags is read); the entry is then
@@ -256,30 +212,17 @@ class MsprobeSink(RecordSink):
         if stack:
             writer.add_stack_literals(name, user_stack_literals(2))
 
-    # -- the text path (entry_text.py) ---------------------------------------------------------------
-    def _entry_texts(self) -> Optional[EntryTexts]:
-        """The entry texts when this call's entry may be written as text: a statistics dump (no tensor files,
-        no md5, no overflow check) outside any torch.func transform."""
-        writer = self.writer
-        if (writer is None or self._texts is None or writer.saves_tensors or self.md5 or self.overflow_task
-                or transforms_active()):
-            return None
-        return self._texts
-
-    def _input_texts(self, texts: EntryTexts, args: Sequence[Any], kwargs: Dict[str, Any],
-                     late: List[LateLeaf]) -> List[Tuple[str, str]]:
+    def _input_blocks(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any],
+                      late: List[TensorLeaf]) -> List[Tuple[str, str]]:
         """The input blocks; ``late`` collects the leaves whose statistics come later."""
         if not self.options.wanted(FORWARD, "input"):
             return []
-        return [("input_args", texts.values_block(args, late)), ("input_kwargs", texts.keywords_block(kwargs, late))]
+        base = name + ".input"
+        encoder = self._encoder
+        return [("input_args", encoder.values_block(args, base, late)),
+                ("input_kwargs", encoder.keywords_block(kwargs, base, late))]
 
-    def _add_text(self, name: str, text: str, stack: bool, late: List[LateLeaf]) -> None:
-        writer = self.writer
-        writer.add_entry(name, EntryTemplate(text, late) if late else text)
-        if stack:
-            writer.add_stack_literals(name, user_stack_literals(2))
-
-    def _dump_overflow(self, item: Tuple[MsprobeJsonWriter, str, Callable[[], Dict[str, Any]], Any], k: int) -> str:
+    def _dump_overflow(self, item: Tuple[MsprobeJsonWriter, str, Callable[[], Entry], Any], k: int) -> str:
         """Write overflowing call number ``k`` (the overflow policy's ``dump``); returns its directory."""
         writer, name, build, stack_literals = item
         logger.warning("{} overflows (inf, nan or saturation in its data).".format(name))
@@ -296,32 +239,10 @@ class MsprobeSink(RecordSink):
         return ("Overflow check stops training at overflow {} (overflow_nums={}); the overflowing calls are in {}."
                 .format(count, self.options.overflow.limit, directory))
 
-    def _inputs_block(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        if not self.options.wanted(FORWARD, "input"):
-            return {}
-        base = name + ".input"
-        return {
-            "input_args": self._leaves(list(args), base),
-            # A kwarg's file is named like its compare row, {call}.input.{key}.0 (1.0.4 wrote
-            # ....kwargs.{key}.pt, which its own compare could not find: §12 quirk 1).
-            "input_kwargs": {key: self._leaf(value, "{}.{}{}".format(base, key, ".0" if _is_tensor(value) else ""), key)
-                             for key, value in kwargs.items()},
-        }
-
-    def _leaves(self, values: List[Any], base: str) -> List[Any]:
-        return [self._leaf(value, "{}.{}".format(base, index)) for index, value in enumerate(values)]
-
-    def _leaf(self, value: Any, path: str, key: Optional[str] = None) -> Any:
-        writer = self.writer
-        saving = writer is not None and writer.saves_tensors
-        return value_leaf(value, path, self._save_tensor if saving else None, self.md5, key,
-                          defer=writer.late.defer_leaf if writer is not None else None, defer_cpu=self.defer_cpu,
-                          statistics_of=self._statistics_of)
-
-    def _save_tensor(self, stem: str, tensor: Any) -> Optional[str]:
-        """``value_leaf``'s ``save``: through the recorder's cache, so a tensor saved for the last call or
-        two and unchanged since is neither copied nor written again (a hard link to its first file), as in
-        the legacy format; the writer thread reads the statistics from the copy it saves. No memory for the
+    def _save_tensor(self, stem: str, tensor: Any) -> Tuple[Optional[str], Any]:
+        """The encoder's ``save``: (data_name, the statistics the writer thread reads from its copy, or None),
+        through the recorder's cache, so a tensor saved for the last call or two and unchanged since is neither
+        copied nor written again (a hard link to its first file), as in the legacy format. No memory for the
         copy: :class:`TensorNotSaved` (the leaf says why it has no file), said at the first of the window; a
         later record of that tensor is copied again, never linked to the file that was not written."""
         writer = self.writer
@@ -330,7 +251,7 @@ class MsprobeSink(RecordSink):
         if same_as is not None and same_as in self._not_saved:
             same_as = None
         try:
-            return writer.save_tensor(stem, tensor, statistics, same_as)
+            return writer.save_tensor(stem, tensor, statistics, same_as), statistics
         except Exception as error:  # noqa: BLE001 - only a failed allocation is handled here
             if not is_out_of_memory(error):
                 raise
@@ -343,27 +264,14 @@ class MsprobeSink(RecordSink):
 
 
 class _TextBlocks(list):
-    """An in-place call's input blocks as ``(key, text)`` pairs (``inputs_before`` on the text path), and the
-    late leaves their placeholders stand for (``late``)."""
+    """An in-place call's input blocks as ``(key, text)`` pairs (``inputs_before``), and the late leaves their
+    placeholders stand for (``late``)."""
 
-    def __init__(self, blocks: List[Tuple[str, str]], late: List[LateLeaf]) -> None:
+    def __init__(self, blocks: List[Tuple[str, str]], late: List[TensorLeaf]) -> None:
         super().__init__(blocks)
         self.late = late
-
-
-def _is_tensor(value: Any) -> bool:
-    import torch
-
-    return isinstance(value, torch.Tensor)
 
 
 def _as_list(output: Any) -> List[Any]:
     """A tuple result is spread; anything else (a list too) is one item, as in 1.0.4."""
     return list(output) if isinstance(output, tuple) else [output]
-
-
-def _with_autocast(entry: Dict[str, Any], autocast: Optional[Dict[str, str]]) -> Dict[str, Any]:
-    """The forward entry with its ``autocast`` value last, when the call ran under autocast."""
-    if autocast is not None:
-        entry[AUTOCAST] = autocast
-    return entry
