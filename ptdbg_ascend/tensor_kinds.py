@@ -77,6 +77,12 @@ def transforms_active() -> bool:
     return peek is not None and peek() is not None
 
 
+def transform_peek() -> Any:
+    """The C function behind :func:`transforms_active` (``peek() is not None`` while a transform runs on this
+    thread), or None where this torch has no functorch: for a caller that asks once per tensor."""
+    return _functorch().peek
+
+
 def is_transform_wrapper(tensor: Any) -> bool:
     """Whether ``tensor`` is a functorch wrapper (batched, grad/jvp tracking, functionalize)."""
     is_wrapped = _functorch().is_wrapped

@@ -71,7 +71,12 @@ def eager_statistics(tensor: Any, statistics_of: Optional[Callable[[Any], Statis
     """A leaf's numbers read now: Max, Min, Mean, Norm (by ``statistics_of``, default
     :func:`tensor_statistics_msprobe`) and, when Max or Min is not finite, msprobe's ``Max_except_inf_nan`` and
     ``Min_except_inf_nan`` after them."""
-    statistics = (statistics_of or tensor_statistics_msprobe)(tensor)
+    return with_extremes(tensor, (statistics_of or tensor_statistics_msprobe)(tensor))
+
+
+def with_extremes(tensor: Any, statistics: Statistics) -> Statistics:
+    """``statistics`` of ``tensor`` (Max, Min, Mean, Norm) with msprobe's ``Max_except_inf_nan`` and
+    ``Min_except_inf_nan`` after them when Max or Min is not finite."""
     if not_finite(statistics[0]) or not_finite(statistics[1]):
         return list(statistics[:4]) + finite_extremes(tensor)
     return statistics

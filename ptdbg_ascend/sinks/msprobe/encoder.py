@@ -24,11 +24,11 @@ from ptdbg_ascend import tensor_kinds
 from ptdbg_ascend.formats.dump_json import NOT_SAVED
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.sinks.msprobe.json_text import (list_of_texts, member_of_text, object_of_texts, string_text,
-                                                  value_text)
+                                                  tensor_leaf_text, value_text)
 from ptdbg_ascend.sinks.msprobe.leaves import TensorLeaf, Tail, crc32_hex, dtype_text, leaf_text
 from ptdbg_ascend.sinks.msprobe.pt_files import data_names
-from ptdbg_ascend.statistics.msprobe_rules import eager_statistics, tensor_statistics_msprobe
-from ptdbg_ascend.statistics.pending import is_pending
+from ptdbg_ascend.statistics.msprobe_rules import eager_statistics, tensor_statistics_msprobe, with_extremes
+from ptdbg_ascend.statistics.pending import PendingStatistics
 
 # Nesting levels of an entry's text (json.dumps(indent=1) of dump.json): the entry's member is at depth 1,
 # its object at level 2, its blocks' values at 3, and the blocks' items (the leaves) at 4.
@@ -149,14 +149,16 @@ class EntryEncoder:
         self._statistics_of = statistics_of or tensor_statistics_msprobe
         self._md5 = md5
         self._save: Optional[SaveTensor] = None
-        self._takes_device: Optional[Callable[[Any], bool]] = None
+        self._takes_device: Callable[[Any], bool] = _never
         self._pending_of: Optional[Callable[[Any], Any]] = None
+        self._peek = tensor_kinds.transform_peek()
 
     def bind(self, save: Optional[SaveTensor], takes_device: Optional[Callable[[Any], bool]],
              pending_of: Optional[Callable[[Any], Any]]) -> None:
         """A step's writer: ``save`` writes a tensor's file (None: statistics only); ``takes_device(tensor)``
-        whether its statistics are read back later, ``pending_of(tensor)`` then gives them (its planner's)."""
-        self._save, self._takes_device, self._pending_of = save, takes_device, pending_of
+        whether its statistics are read back later (None: never), ``pending_of(tensor)`` then gives them (its
+        planner's)."""
+        self._save, self._takes_device, self._pending_of = save, takes_device or _never, pending_of
 
     def entry(self, name: str, blocks: Sequence[Tuple[str, str]], late: List[TensorLeaf]) -> Entry:
         """Entry ``name`` of ``(key, text)`` blocks from the methods below; ``late``: the leaves they collected."""
@@ -200,30 +202,34 @@ class EntryEncoder:
         return value_text(_other_value(value, path, key), level)
 
     def _tensor(self, tensor: Any, level: int, path: str, late: List[TensorLeaf]) -> str:
-        if (tensor_kinds.transforms_active() or not (type(tensor) is _TENSOR or type(tensor) is _PARAMETER)
-                or tensor.layout is not _STRIDED or tensor.is_nested or tensor.is_quantized):
-            return self._special(tensor, level, path)
+        peek = self._peek
+        if ((type(tensor) is not _TENSOR and type(tensor) is not _PARAMETER) or tensor.layout is not _STRIDED
+                or tensor.is_nested or tensor.is_quantized or (peek is not None and peek() is not None)):
+            return self._special(tensor, level, path)  # (peek: inside a torch.func transform)
         try:
             data_name, from_copy = self._save(path, tensor) if self._save is not None else (None, None)
-            return self._plain(tensor, level, data_name, from_copy, late)
+            if from_copy is not None:  # read by the writer thread from the copy it saves
+                return self._leaf(tensor, level, from_copy, data_name, late)
+            if self._takes_device(tensor):  # read back from the device in a batch
+                return self._leaf(tensor, level, self._pending_of(tensor), data_name, late)
+            numbers = self._statistics_of(tensor)
+            if data_name is None and not self._md5:  # the common case: four finite floats, nothing more
+                text = tensor_leaf_text(level, dtype_text(tensor.dtype), tensor.shape, bool(tensor.requires_grad),
+                                        numbers)
+                if text is not None:
+                    return text
+            return self._leaf(tensor, level, with_extremes(tensor, numbers), data_name, late)
         except TensorNotSaved as error:
             return self._not_saved(tensor, level, error.reason)
         except (RuntimeError, TypeError, ValueError, NotImplementedError):  # a dtype without arithmetic...
             return self._special(tensor, level, path)
 
-    def _plain(self, tensor: Any, level: int, data_name: Optional[str], from_copy: Any,
-               late: List[TensorLeaf]) -> str:
-        """A dense tensor of its own class: statistics from the copy its file is saved from, from the device batch
-        (the planner's ``takes_device``) or now."""
-        if from_copy is not None:
-            numbers = from_copy
-        elif self._takes_device is not None and self._takes_device(tensor):
-            numbers = self._pending_of(tensor)
-        else:
-            numbers = eager_statistics(tensor, self._statistics_of)
-        tail = self._tail(tensor, data_name)
+    def _leaf(self, tensor: Any, level: int, numbers: Any, data_name: Optional[str], late: List[TensorLeaf]) -> str:
+        """The leaf of a dense tensor of its own class with ``numbers``: its text, or :data:`PLACEHOLDER` for a
+        leaf appended to ``late`` while they are pending."""
+        tail = self._tail(tensor, data_name) if data_name is not None or self._md5 else ()
         dtype, shape, requires_grad = dtype_text(tensor.dtype), tuple(tensor.shape), bool(tensor.requires_grad)
-        if is_pending(numbers):
+        if type(numbers) is PendingStatistics and not numbers.done():
             late.append(TensorLeaf(level, dtype, shape, requires_grad, numbers, tail))
             return PLACEHOLDER
         return leaf_text(level, dtype, shape, requires_grad, numbers, tail)
@@ -268,6 +274,10 @@ class EntryEncoder:
         if kind != "plain":
             tail += (("tensor_kind", kind),)
         return leaf_text(level, str(tensor.dtype), shape, requires_grad, numbers, tail)
+
+
+def _never(_tensor: Any) -> bool:
+    return False
 
 
 def _other_value(value: Any, path: str, key: Optional[str]) -> Any:
