@@ -39,13 +39,13 @@ def write_dump(root: str, calls: int, elements: int, seed: int, noise: float) ->
             api = APIS[index % len(APIS)]
             counter = counters.get(api, 0)
             counters[api] = counter + 1
-            call = "{}_{}_forward".format(api, counter)
+            call = f"{api}_{counter}_forward"
             size = elements // 2 + (index * 7919) % elements  # varied sizes around ``elements``
             for suffix in ("input.0", "input.1", "input.2", "output"):
                 array = rng.standard_normal(size).astype(np.float32)
                 if noise:
                     array += noise_rng.standard_normal(size).astype(np.float32) * noise
-                name = "{}_{}".format(call, suffix)
+                name = f"{call}_{suffix}"
                 np.save(os.path.join(data_dir, name + ".npy"), array)
                 total += array.nbytes
                 stats = [float(array.max()), float(array.min()), float(array.mean()), float(np.linalg.norm(array))]
@@ -90,11 +90,11 @@ def case(label: str, calls: int, elements: int, repeat: int, baseline: Optional[
     best = min(walls)
     print("{}: {} npy a side, {:.1f} MB a side; compare wall (process start included) best {:.2f} s of {}; "
           "{:.2f} GB/s (both sides read); peak RSS {:.0f} MB".format(
-              label, calls * 4, nbytes / 2 / 1e6, best, ["{:.2f}".format(w) for w in walls],
+              label, calls * 4, nbytes / 2 / 1e6, best, [f"{w:.2f}" for w in walls],
               nbytes / 1e9 / best, peak))
     if baseline_walls:
         print("{}: baseline {} best {:.2f} s of {}; new / baseline = {:.2f}".format(
-            label, baseline, min(baseline_walls), ["{:.2f}".format(w) for w in baseline_walls],
+            label, baseline, min(baseline_walls), [f"{w:.2f}" for w in baseline_walls],
             best / min(baseline_walls)))
 
 

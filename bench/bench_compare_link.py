@@ -49,7 +49,7 @@ def generate(path: str, rows: int) -> str:
         writer = csv.writer(handle)
         writer.writerow(HEADER)
         for index in range(rows):
-            name = "Functional_linear_{}_{}".format(index // 4, SIDES[index % 4])
+            name = f"Functional_linear_{index // 4}_{SIDES[index % 4]}"
             result = "error" if index == failing else "pass"
             message = "Relative error 2.70e-03 > 1.0e-03 allowed for float32" if index == failing else ""
             writer.writerow([name, name, "torch.float32", "torch.float32", "[64, 128]", "[64, 128]",
@@ -58,7 +58,7 @@ def generate(path: str, rows: int) -> str:
                              "3.2415766716", "-2.7044990062", "0.0073977398", "27.0256067989",
                              "No" if index == failing else "Yes", message, "", result, "0.000001", "0.000002",
                              "0.0", "0.001", "0.0000012", "(0, 0)"])
-    suspect = "Functional_linear_{}_forward".format(failing // 4)
+    suspect = f"Functional_linear_{failing // 4}_forward"
     finding = {"format": "ptdbg_ascend.finding", "version": 2, "record": "Functional_linear_{}_{}".format(
         failing // 4, SIDES[failing % 4]), "line": failing + 2, "kind": "cause", "call": suspect,
         "api": "Functional_linear", "user_line": None, "dtype_mismatch": None, "one_sided": [], "level": "error",
@@ -79,10 +79,10 @@ def main() -> None:
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "compare_result_20240101000000.csv")
     suspect = generate(path, args.rows)
-    calls = None if args.calls is None else ["Functional.linear.{}".format(i) for i in range(args.calls)]
+    calls = None if args.calls is None else [f"Functional.linear.{i}" for i in range(args.calls)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    done = subprocess.run([sys.executable, "-c", READ, path, json.dumps(calls)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, env=env)
+    done = subprocess.run([sys.executable, "-c", READ, path, json.dumps(calls)], capture_output=True, text=True,
+                          env=env)
     if done.returncode != 0:
         raise SystemExit(done.stderr)
     result = json.loads(done.stdout.strip().splitlines()[-1])

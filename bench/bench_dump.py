@@ -105,7 +105,7 @@ def main() -> int:
     args = parser.parse_args()
     for option in ("steps", "rounds", "threads"):
         if getattr(args, option) < 1:
-            parser.error("--{} must be at least 1, got {}".format(option, getattr(args, option)))
+            parser.error(f"--{option} must be at least 1, got {getattr(args, option)}")
     torch.set_num_threads(args.threads)
     from ptdbg_ascend import PrecisionDebugger, acc_cmp_dump, register_hook, seed_all, set_dump_path, set_dump_switch
     from ptdbg_ascend.dump.session import get_session
@@ -155,8 +155,8 @@ def main() -> int:
     for name, values in times.items():
         seconds = statistics.median(values)
         print("{:<14} {:8.2f} ms/step  {:5.2f}x   rounds: {}".format(
-            name, seconds * 1e3, seconds / plain, " ".join("{:.2f}x".format(value / plain) for value in values)))
-    print("pkl lines per step (summary+stack): {:.0f}".format(records_per_step))
+            name, seconds * 1e3, seconds / plain, " ".join(f"{value / plain:.2f}x" for value in values)))
+    print(f"pkl lines per step (summary+stack): {records_per_step:.0f}")
     print("debugger_stats / summary+stack: {:.2f}x   debugger_tensors / api_stack: {:.2f}x".format(
         statistics.median(times["debugger_stats"]) / statistics.median(times["summary+stack"]),
         statistics.median(times["debugger_tensors"]) / statistics.median(times["api_stack"])))
@@ -165,14 +165,14 @@ def main() -> int:
     # in phases after heavy writing, 25-45 us in quiet ones, whatever the number of files in the
     # directory). The floor: np.save of the same files in a tight loop right after the row, per step.
     print("api_stack floor: np.save of the same npy files {} ms per step (rounds), plain step {:.2f} ms".format(
-        " ".join("{:.1f}".format(value * 1e3) for value in npy_floor), plain * 1e3))
+        " ".join(f"{value * 1e3:.1f}" for value in npy_floor), plain * 1e3))
 
     # Throughput on the heavy model: one dumped step vs np.save of the same arrays, in alternation.
     percents = []
     for _ in range(args.rounds):
         percents.append(heavy_round(heavy_step, heavy_plain, plain, recorder, set_dump_path, set_dump_switch))
     print("heavy model MB/s, dumped run vs np.save loop: median {:.0f} %  (rounds: {})".format(
-        statistics.median(percents), " ".join("{:.0f} %".format(value) for value in percents)))
+        statistics.median(percents), " ".join(f"{value:.0f} %" for value in percents)))
     shutil.rmtree(OUT, ignore_errors=True)
     return 0
 
@@ -206,7 +206,7 @@ def np_save_seconds(npy_dir: str, steps: int) -> float:
     for index, name in enumerate(seen.values()):
         array = np.load(os.path.join(npy_dir, name))
         start = time.perf_counter()
-        np.save(os.path.join(target, "{}.npy".format(index)), array)
+        np.save(os.path.join(target, f"{index}.npy"), array)
         total += time.perf_counter() - start
     return total / steps
 
@@ -223,7 +223,7 @@ def heavy_round(heavy_step, heavy_plain: float, plain: float, recorder, set_dump
     heavy_step()
     recorder().flush()
     npy_dir = recorder().pkl_path[: -len(".pkl")]
-    before = set(os.stat(os.path.join(npy_dir, name)).st_ino for name in os.listdir(npy_dir))
+    before = {os.stat(os.path.join(npy_dir, name)).st_ino for name in os.listdir(npy_dir)}
     names_before = len(os.listdir(npy_dir))
     os.sync()  # the warm-up's dirty pages must not be written back during the timed step
     busy_before = recorder().writer_busy_seconds
@@ -246,7 +246,7 @@ def heavy_round(heavy_step, heavy_plain: float, plain: float, recorder, set_dump
     os.sync()
     start = time.perf_counter()
     for index, array in enumerate(arrays):
-        np.save(os.path.join(target, "{}.npy".format(index)), array)
+        np.save(os.path.join(target, f"{index}.npy"), array)
     save_seconds = time.perf_counter() - start
     dump_rate = written / dumped_seconds / 1e6
     save_rate = written / save_seconds / 1e6

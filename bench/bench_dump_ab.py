@@ -81,21 +81,21 @@ def main() -> int:
     args = parser.parse_args()
     baseline = os.path.abspath(args.baseline)
     if not os.path.isfile(os.path.join(baseline, "bench", "bench_dump.py")):
-        parser.error("--baseline {!r} has no bench/bench_dump.py: give a checkout of this project".format(baseline))
+        parser.error(f"--baseline {baseline!r} has no bench/bench_dump.py: give a checkout of this project")
     new_tree = os.path.dirname(HERE)
     results = {"new": [], "old": []}
     for _ in range(args.pairs):
         for side, tree in (("new", new_tree), ("old", baseline)):
             ratios = measure(tree, args.steps, args.rounds)
             results[side].append(ratios)
-            print("{}: {}".format(side, "  ".join("{} {:.3f}x".format(row, ratios[row]) for row in ROWS)), flush=True)
-    print("median ratio to a plain step over {} processes each (new / old):".format(args.pairs))
+            print(f"{side}: {'  '.join((f'{row} {ratios[row]:.3f}x' for row in ROWS))}", flush=True)
+    print(f"median ratio to a plain step over {args.pairs} processes each (new / old):")
     medians = {}
     for row in ROWS:
         new = statistics.median(item[row] for item in results["new"])
         old = statistics.median(item[row] for item in results["old"])
         medians[row] = (new, old)
-        print("  {:<14} new {:.3f}x  old {:.3f}x  new/old {:.3f}".format(row, new, old, new / old))
+        print(f"  {row:<14} new {new:.3f}x  old {old:.3f}x  new/old {new / old:.3f}")
     print("  debugger_stats / summary+stack: new {:.3f}  old {:.3f}".format(
         medians["debugger_stats"][0] / medians["summary+stack"][0],
         medians["debugger_stats"][1] / medians["summary+stack"][1]))

@@ -40,8 +40,8 @@ def write_dump(path: str, megabytes: float) -> int:
     while size < megabytes * 1e6:
         api = APIS[n % len(APIS)]
         for direction in ("forward", "backward"):
-            call = "{}.{}.{}".format(api, n // len(APIS), direction)
-            entry = {"input_args": [leaf(call + ".input.{}".format(i), i) for i in range(3)],
+            call = f"{api}.{n // len(APIS)}.{direction}"
+            entry = {"input_args": [leaf(call + f".input.{i}", i) for i in range(3)],
                      "input_kwargs": {"eps": {"type": "float", "value": 1e-05}, "training": {"type": "bool",
                                                                                              "value": True}},
                      "output": [leaf(call + ".output.0", 0)]}

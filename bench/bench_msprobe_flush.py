@@ -74,8 +74,7 @@ def main() -> int:
     for _ in range(args.rounds):
         for rewrites in (True, False):
             rows[rewrites].append(one_run(args.task, args.entries, rewrites, step))
-    print("torch {}, task {}, {} thread(s), median of {} rounds".format(torch.__version__, args.task, args.threads,
-                                                                       args.rounds))
+    print(f"torch {torch.__version__}, task {args.task}, {args.threads} thread(s), median of {args.rounds} rounds")
     base = statistics.median(run[0] for run in rows[False])
     for rewrites in (True, False):
         runs = rows[rewrites]
@@ -83,7 +82,7 @@ def main() -> int:
         print("{:<12} {:7.2f} s for {} steps / {} entries  {:+6.1f} %   periodic rewrites: {} taking {:.3f} s  "
               "(rounds: {})".format("rewrites" if rewrites else "no rewrites", seconds, runs[0][1], runs[0][4],
                                     100.0 * (seconds / base - 1), runs[0][2], runs[0][3],
-                                    " ".join("{:.2f}".format(run[0]) for run in runs)))
+                                    " ".join(f"{run[0]:.2f}" for run in runs)))
     again = statistics.median(run[5] for runs in rows.values() for run in runs)
     print("one rewrite of the final dump (3 files, entries already encoded): {:.1f} ms; at most one per "
           "max(1 s, 10 x that): <= {:.1f} % of the run".format(again * 1e3, 100.0 * again / max(1.0, 10 * again)))

@@ -44,7 +44,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def work(x: "torch.Tensor", w: "torch.Tensor", calls: int) -> int:
+def work(x: torch.Tensor, w: torch.Tensor, calls: int) -> int:
     """``calls`` (rounded down to a multiple of 8) tiny API calls; returns how many were made."""
     made = 0
     for _ in range(calls // 8):
@@ -65,7 +65,7 @@ WORK_APIS = ((torch, "matmul"), (torch, "relu"), (torch, "add"), (torch.Tensor, 
              (torch.Tensor, "transpose"), (torch, "sum"), (torch.Tensor, "abs"))
 
 
-def floor_run(x: "torch.Tensor", w: "torch.Tensor", calls: int) -> "tuple[float, float]":
+def floor_run(x: torch.Tensor, w: torch.Tensor, calls: int) -> tuple[float, float]:
     """``work`` through the least a statistics dump must do per call, in Python: a plain wrapper per API that
     computes max, min, mean and norm (numpy's four reductions on the same memory, as the tool's small-tensor
     path) of each tensor in and out, skipping an input that is the previous call's output unchanged (as the
@@ -80,12 +80,12 @@ def floor_run(x: "torch.Tensor", w: "torch.Tensor", calls: int) -> "tuple[float,
     kept = []
     last = [None, -1]
 
-    def statistics_of(tensor: "torch.Tensor") -> list:
+    def statistics_of(tensor: torch.Tensor) -> list:
         array = tensor.detach().numpy().reshape(-1)
         return [float(maximum(array)), float(minimum(array)), float(add(array)) / array.size,
                 math.sqrt(float(add(array * array)))]
 
-    def wrap(original: "object") -> "object":
+    def wrap(original: object) -> object:
         def wrapper(*args, **kwargs):
             output = original(*args, **kwargs)
             for item in args:
@@ -120,7 +120,7 @@ def pkl_calls(path: str) -> int:
             name = json.loads(line)[0]
             match = CALL_NAME.match(name)
             if match is None:
-                raise ValueError("{}: unexpected record name {!r}".format(path, name))
+                raise ValueError(f"{path}: unexpected record name {name!r}")
             names.add(match.group(1))
     return len(names)
 
@@ -151,11 +151,11 @@ def main() -> int:
                         help="take the accelerator's path (statistics read back in batches) on the CPU tensors")
     args = parser.parse_args()
     if not os.path.isdir(os.path.join(args.tree, "ptdbg_ascend")):
-        parser.error("--tree {!r} has no ptdbg_ascend package".format(args.tree))
+        parser.error(f"--tree {args.tree!r} has no ptdbg_ascend package")
     sys.path.insert(0, os.path.abspath(args.tree))
     for option in ("calls", "rounds", "size"):
         if getattr(args, option) < 1:
-            parser.error("--{} must be at least 1, got {}".format(option, getattr(args, option)))
+            parser.error(f"--{option} must be at least 1, got {getattr(args, option)}")
     torch.set_num_threads(1)
     from ptdbg_ascend import (PrecisionDebugger, acc_cmp_dump, register_hook, seed_all, set_dump_path,
                               set_dump_switch)
@@ -183,21 +183,21 @@ def main() -> int:
     session = get_session()
     made = work(x, w, args.calls)  # warm-up, plain
 
-    def clocks() -> "tuple[float, float]":
+    def clocks() -> tuple[float, float]:
         return time.perf_counter(), time.process_time()
 
-    def since(start: "tuple[float, float]") -> "tuple[float, float]":
+    def since(start: tuple[float, float]) -> tuple[float, float]:
         now = clocks()
         return now[0] - start[0], now[1] - start[1]
 
-    def plain() -> "tuple[float, float]":
+    def plain() -> tuple[float, float]:
         session.unwrap()
         start = clocks()
         work(x, w, args.calls)
         return since(start)
 
     def legacy(mode: str):
-        def run() -> "tuple[tuple[float, float], int]":
+        def run() -> tuple[tuple[float, float], int]:
             folder = tempfile.mkdtemp(dir=out)
             set_dump_path(os.path.join(folder, "bench.pkl"), dump_tag="bench")
             register_hook(torch.nn.Linear(1, 1), acc_cmp_dump)
@@ -213,7 +213,7 @@ def main() -> int:
             return seconds, recorded
         return run
 
-    def debugger() -> "tuple[tuple[float, float], int]":
+    def debugger() -> tuple[tuple[float, float], int]:
         folder = tempfile.mkdtemp(dir=out)
         dbg = PrecisionDebugger(task="statistics", level="L1", dump_path=folder)
         session.ensure_wrapped()
@@ -224,7 +224,7 @@ def main() -> int:
         seconds = since(start)
         return seconds, dump_json_calls(folder)
 
-    def floor() -> "tuple[tuple[float, float], int]":
+    def floor() -> tuple[tuple[float, float], int]:
         session.unwrap()
         return floor_run(x, w, args.calls), made
 
@@ -248,7 +248,7 @@ def main() -> int:
                 gc.collect()
                 seconds, count = run()
                 if count == 0:
-                    raise RuntimeError("row {}: the dump holds no recorded call".format(name))
+                    raise RuntimeError(f"row {name}: the dump holds no recorded call")
                 recorded[name] = count
                 per_call[name].append((seconds[0] - base[0]) / count)
                 per_call_cpu[name].append((seconds[1] - base[1]) / count)
@@ -260,7 +260,7 @@ def main() -> int:
         shutil.rmtree(out, ignore_errors=True)
     base = statistics.median(wall for wall, _ in plains)
     base_cpu = statistics.median(cpu for _, cpu in plains)
-    print("ptdbg_ascend from {}".format(os.path.abspath(args.tree)))
+    print(f"ptdbg_ascend from {os.path.abspath(args.tree)}")
     print("torch {}, 1 thread, {} API calls per loop on {}x{} float32, median of {} rounds{}".format(
         torch.__version__, made, args.size, args.size, args.rounds,
         ", the accelerator's path (--device-path)" if args.device_path else ""))
@@ -272,7 +272,7 @@ def main() -> int:
         results_cpu[name] = statistics.median(per_call_cpu[name])
         print("{:<11} {:7.1f} us/call wall  {:7.1f} us/call CPU  ({} recorded calls; wall rounds: {})".format(
             name, results[name] * 1e6, results_cpu[name] * 1e6, recorded[name],
-            " ".join("{:.1f}".format(v * 1e6) for v in per_call[name])))
+            " ".join(f"{v * 1e6:.1f}" for v in per_call[name])))
     for label, numbers in (("wall", results), ("CPU", results_cpu)):
         print("ratio debugger/legacy ({}): {:.2f}x (api_stack), {:.2f}x (all)".format(
             label, numbers["debugger"] / numbers["legacy"], numbers["debugger"] / numbers["legacy_all"]))
@@ -285,7 +285,7 @@ def main() -> int:
     return 0
 
 
-def kept_per_call(session: "object", make_debugger: "object", loop: "object", calls: int) -> str:
+def kept_per_call(session: object, make_debugger: object, loop: object, calls: int) -> str:
     """Objects the garbage collector tracks that the PrecisionDebugger keeps per recorded call until its files
     are next written (up to a second, or ``stop()``): in a long run they make Python's full collections
     come, each walking every object of the process (~0.1 s with torch imported here). Counted in one window
@@ -305,7 +305,7 @@ def kept_per_call(session: "object", make_debugger: "object", loop: "object", ca
         (after - before) / recorded)
 
 
-def _batch_class() -> "type":
+def _batch_class() -> type:
     """``DeviceStatisticsBatch`` of the measured tree (its module moved twice)."""
     # Old modules first (see main: this checkout's editable install answers for the new one in any --tree).
     for module, name in (("ptdbg_ascend.dump.device_statistics", "DeviceStatisticsBatch"),
@@ -317,7 +317,7 @@ def _batch_class() -> "type":
     raise ImportError("no DeviceStatisticsBatch in this checkout")
 
 
-def _attribute(module: str, name: str) -> "object":
+def _attribute(module: str, name: str) -> object:
     """``module.name``, or None when the module cannot be imported or has no such name."""
     import importlib
 
@@ -327,7 +327,7 @@ def _attribute(module: str, name: str) -> "object":
         return None
 
 
-def deferred_per_call(rows: "tuple") -> str:
+def deferred_per_call(rows: tuple) -> str:
     """Tensors whose statistics each front-end queues on the device per recorded call (one run of each row,
     untimed, counting ``DeviceStatisticsBatch.enqueue``, which ``add`` and the 0-d values go through; ``add``
     in a --tree from before it): a tensor recorded as one call's output and the next call's input, unchanged,
@@ -348,7 +348,7 @@ def deferred_per_call(rows: "tuple") -> str:
         for name, run in rows:
             added[0] = 0
             _, count = run()
-            parts.append("{} {:.2f}".format(name, added[0] / count))
+            parts.append(f"{name} {added[0] / count:.2f}")
     finally:
         setattr(DeviceStatisticsBatch, method, original)
     return "device path, tensors reduced on the device per recorded call: " + ", ".join(parts)

@@ -63,7 +63,7 @@ def one(kind: str, dump: str, out: str, threads: str) -> None:
 def measure(kind: str, dump: str, workdir: str, repeat: int, threads: str = "") -> dict:
     best = None
     for attempt in range(repeat):
-        out = os.path.join(workdir, "{}{}_{}".format(kind, threads, attempt))
+        out = os.path.join(workdir, f"{kind}{threads}_{attempt}")
         text = subprocess.run([sys.executable, __file__, "--one", kind, dump, out, threads], check=True, env=_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode()
         result = json.loads(text.strip().splitlines()[-1])
@@ -98,7 +98,7 @@ def main() -> None:
     spread = str(worker_threads(2))
     multi_spread = measure("multi", dump, workdir, args.repeat, threads=spread)
     rows = [("run_ut", single), ("multi_run_ut -n 2", multi),
-            ("multi_run_ut -n 2, {} thread/worker".format(spread), multi_spread)]
+            (f"multi_run_ut -n 2, {spread} thread/worker", multi_spread)]
     print("{:<36} {:>5} {:>9} {:>8} {:>10} {:>16} {:>8} {:>11} {:>11}".format(
         "run", "APIs", "APIs/s", "rate x", "start s", "APIs/s started", "wall s", "parent MiB", "worker MiB"))
     for name, result in rows:

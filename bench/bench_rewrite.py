@@ -65,10 +65,10 @@ finally:
 
 def run(tree: str, calls: int) -> dict:
     """One window in a fresh process with ``tree``'s ptdbg_ascend."""
-    completed = subprocess.run([sys.executable, "-c", CHILD, tree, str(calls), HERE], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, universal_newlines=True, timeout=1800)
+    completed = subprocess.run([sys.executable, "-c", CHILD, tree, str(calls), HERE], capture_output=True, text=True,
+                               timeout=1800)
     if completed.returncode != 0:
-        raise RuntimeError("the window with {} failed:\n{}".format(tree, completed.stderr[-3000:]))
+        raise RuntimeError(f"the window with {tree} failed:\n{completed.stderr[-3000:]}")
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
@@ -83,7 +83,7 @@ def main() -> int:
     trees = [("new", os.path.dirname(HERE))]
     if args.baseline:
         if not os.path.isdir(os.path.join(args.baseline, "ptdbg_ascend")):
-            parser.error("--baseline {!r} has no ptdbg_ascend package".format(args.baseline))
+            parser.error(f"--baseline {args.baseline!r} has no ptdbg_ascend package")
         trees.append(("old", os.path.abspath(args.baseline)))
     results = {label: [] for label, _ in trees}
     for _ in range(args.rounds):
@@ -100,7 +100,7 @@ def main() -> int:
                   statistics.median(r["bytes"] for r in rows) / 1e6))
     if args.baseline:
         new, old = (statistics.median(r["stop"] for r in results[label]) for label in ("new", "old"))
-        print("stop() new/old: {:.2f}".format(new / old))
+        print(f"stop() new/old: {new / old:.2f}")
     return 0
 
 

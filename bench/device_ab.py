@@ -86,10 +86,10 @@ def run_child(tree: str, config: str, out: str, steps: int, device: str) -> dict
     of its output}`` when it failed."""
     env = dict(os.environ, PYTHONPATH=tree, PYTHONHASHSEED="0")
     done = subprocess.run([sys.executable, "-c", CHILD, tree, config, out, str(steps), device, HERE], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          capture_output=True, text=True)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
-        return {"error": "exit {}: {}".format(done.returncode, lines[-1] if lines else "")}
+        return {"error": f"exit {done.returncode}: {lines[-1] if lines else ''}"}
     line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
 
@@ -107,10 +107,10 @@ def first_difference(left: str, right: str) -> str:
         with open(left, encoding="utf-8") as a, open(right, encoding="utf-8") as b:
             for number, (line_a, line_b) in enumerate(zip(a, b), 1):
                 if line_a != line_b:
-                    return "line {}: {!r} != {!r}".format(number, line_a[:160], line_b[:160])
+                    return f"line {number}: {line_a[:160]!r} != {line_b[:160]!r}"
         return "one file is longer"
     except UnicodeDecodeError:
-        return "{} bytes != {} bytes".format(os.path.getsize(left), os.path.getsize(right))
+        return f"{os.path.getsize(left)} bytes != {os.path.getsize(right)} bytes"
 
 
 def same_tensor_file(left: str, right: str) -> bool:
@@ -138,7 +138,7 @@ def compare_trees(new_out: str, old_out: str) -> list:
     for name in sorted(set(new_files) & set(old_files)):
         left, right = os.path.join(new_out, name), os.path.join(old_out, name)
         if not filecmp.cmp(left, right, shallow=False) and not same_tensor_file(left, right):
-            problems.append("differs: {} ({})".format(name, first_difference(left, right)))
+            problems.append(f"differs: {name} ({first_difference(left, right)})")
     return problems, len(new_files)
 
 
@@ -151,7 +151,7 @@ def main() -> int:
     args = parser.parse_args()
     if not os.path.isfile(os.path.join(args.baseline, "ptdbg_ascend", "__init__.py")):
         # (a child would import the installed package instead, and compare this tree with itself)
-        parser.error("--baseline {!r} has no ptdbg_ascend package".format(args.baseline))
+        parser.error(f"--baseline {args.baseline!r} has no ptdbg_ascend package")
     device = args.device
     if device is None:
         import torch
@@ -160,8 +160,8 @@ def main() -> int:
     new_tree, old_tree = os.path.dirname(HERE), os.path.abspath(args.baseline)
     work = tempfile.mkdtemp(prefix="device_ab_")
     failed = False
-    print("device {}, {} dumped steps; ratios to a plain step of the same process".format(device, args.steps))
-    print("{:<18} {:>10} {:>10} {:>9}  files".format("configuration", "new", "old", "new/old"))
+    print(f"device {device}, {args.steps} dumped steps; ratios to a plain step of the same process")
+    print(f"{'configuration':<18} {'new':>10} {'old':>10} {'new/old':>9}  files")
     try:
         for config in args.configs.split(","):
             outs = {tree: os.path.join(work, label, config) for label, tree in (("new", new_tree), ("old", old_tree))}
@@ -176,14 +176,14 @@ def main() -> int:
             errors = {label: times[tree].get("error") for label, tree in (("new", new_tree), ("old", old_tree))}
             if any(errors.values()):
                 failed = failed or bool(errors["new"])
-                print("{:<18} {}".format(config, "; ".join("{} failed ({})".format(label, error)
+                print("{:<18} {}".format(config, "; ".join(f"{label} failed ({error})"
                                                             for label, error in errors.items() if error)))
                 continue
             ratio = {tree: times[tree]["tool"] / times[tree]["plain"] for tree in times}
             problems, count = compare_trees(outs[new_tree], outs[old_tree])
             failed = failed or bool(problems) or count == 0
-            verdict = ("{} identical".format(count) if not problems and count
-                       else "{} of {} differ".format(len(problems), count))
+            verdict = (f"{count} identical" if not problems and count
+                       else f"{len(problems)} of {count} differ")
             print("{:<18} {:>9.2f}x {:>9.2f}x {:>9.2f}  {}".format(
                 config, ratio[new_tree], ratio[old_tree], ratio[new_tree] / ratio[old_tree], verdict))
             for problem in problems[:10]:

@@ -214,16 +214,16 @@ def run_row(config: str, size: dict, device: str, steps: int, limit: float, prof
     try:
         done = subprocess.run([sys.executable, "-c", CHILD, config, json.dumps(size), out, device,
                                tree, str(steps), "profile" if profile else "time"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=limit)
+                              env=env, capture_output=True, text=True, timeout=limit)
         profiled = os.path.join(out, "profile.txt")
         profile_text = open(profiled).read() if os.path.exists(profiled) else None
     except subprocess.TimeoutExpired:
-        return {"error": "timeout after {:.0f} s".format(limit)}
+        return {"error": f"timeout after {limit:.0f} s"}
     finally:
         shutil.rmtree(out, ignore_errors=True)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
-        return {"error": "exit {}: {}".format(done.returncode, lines[-1][:200] if lines else "")}
+        return {"error": f"exit {done.returncode}: {lines[-1][:200] if lines else ''}"}
     line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")][-1]
     result = json.loads(line[len("RESULT "):])
     result["wall"] = time.perf_counter() - started
@@ -238,8 +238,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=None, help="timed steps per phase (default 10; --quick 3)")
     parser.add_argument("--limit", type=float, default=None, help="seconds per row (default 300; --quick 120)")
     parser.add_argument("--configs", default=None,
-                        help="comma-separated rows (default all of {}; msprobe's when importable)".format(
-                            ", ".join(TOOL_ROWS)))
+                        help=f"comma-separated rows (default all of {', '.join(TOOL_ROWS)}; msprobe's when importable)")
     parser.add_argument("--vocab", type=int, default=50257, help="vocabulary size (default 50257, GPT-2's)")
     parser.add_argument("--device", default=None, help="device (default cuda when available, else cpu)")
     parser.add_argument("--baseline", default=None,
@@ -251,8 +250,7 @@ def main() -> int:
     steps = args.steps if args.steps is not None else (3 if args.quick else 10)
     limit = args.limit if args.limit is not None else (120.0 if args.quick else 300.0)
     if steps < 1 or limit <= 0 or args.vocab < 2:
-        parser.error("--steps must be >= 1, --limit > 0 and --vocab >= 2 (got {}, {}, {})".format(
-            steps, limit, args.vocab))
+        parser.error(f"--steps must be >= 1, --limit > 0 and --vocab >= 2 (got {steps}, {limit}, {args.vocab})")
     device = args.device
     if device is None:
         import torch
@@ -262,13 +260,13 @@ def main() -> int:
     if args.baseline is not None:
         if not os.path.isfile(os.path.join(args.baseline, "ptdbg_ascend", "__init__.py")):
             # (a child would import the installed package instead, and compare this tree with itself)
-            parser.error("--baseline {!r} has no ptdbg_ascend package".format(args.baseline))
+            parser.error(f"--baseline {args.baseline!r} has no ptdbg_ascend package")
         args.baseline = os.path.abspath(args.baseline)
     asked = args.configs.split(",") if args.configs else None
     known = TOOL_ROWS + MSPROBE_ROWS
     for name in asked or ():
         if name not in known:
-            parser.error("--configs: unknown row {!r} (rows: {})".format(name, ", ".join(known)))
+            parser.error(f"--configs: unknown row {name!r} (rows: {', '.join(known)})")
     sizes = ("small", "large") if args.sizes == "both" else (args.sizes,)
     print("device {}, {} timed steps per phase, {} s limit per row, msprobe {}".format(
         device, steps, limit, "importable" if has_msprobe else "not installed (its rows left out)"))
@@ -287,7 +285,7 @@ def main() -> int:
             for label, tree in trees:
                 result = run_row(row, size, device, steps, limit, args.profile, tree)
                 if "error" in result:
-                    print("{:<18} {}".format(label, result["error"]))
+                    print(f"{label:<18} {result['error']}")
                     continue
                 kind = result["kind"]
                 calls = result.get("calls")
@@ -297,15 +295,15 @@ def main() -> int:
                 print("{:<18} {:>11.2f} {:>11.2f} {:>7.2f}x {:>12} {:>11} {:>9}".format(
                     label, result["plain"] * 1e3, result["tool"] * 1e3, ratios[-1],
                     "-" if result["syncs"] is None else result["syncs"], calls or "-",
-                    "-" if per_call is None or row == "plain" else "{:.1f}".format(per_call)))
+                    "-" if per_call is None or row == "plain" else f"{per_call:.1f}"))
                 if result.get("profile"):
                     print(result["profile"])
                 sys.stdout.flush()
             if len(ratios) == 2:
-                print("{:<18} new/old {:.2f} (ratios to each process's plain step)".format("", ratios[0] / ratios[1]))
+                print(f"{'':<18} new/old {ratios[0] / ratios[1]:.2f} (ratios to each process's plain step)")
             sys.stdout.flush()
         if kind:
-            print("model: {}".format(kind))
+            print(f"model: {kind}")
     return 0
 
 

@@ -77,7 +77,7 @@ def fused_launches(compiled: Callable[[Any], Any]) -> Callable[[Any], List[Any]]
 
 
 def print_row(row: str, timing: Dict[str, float]) -> None:
-    print("{:<9} {:>16.1f} {:>18.1f}".format(row, timing["host"], timing["device"]))
+    print(f"{row:<9} {timing['host']:>16.1f} {timing['device']:>18.1f}")
 
 
 def sync(device: str) -> None:
@@ -122,7 +122,7 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="leave out the fused row (no torch.compile)")
     args = parser.parse_args()
     if args.rounds < 1:
-        parser.error("--rounds must be at least 1, got {}".format(args.rounds))
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     torch.manual_seed(0)
     on_cpu = args.device == "cpu"
     d, seq, batch = (256, 128, 2) if on_cpu else (1024, 512, 8)
@@ -130,7 +130,7 @@ def main() -> int:
     name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
     print("torch {} on {}; {} tensors (GPT-2 width {}, seq {}, batch {}), median of {} rounds".format(
         torch.__version__, name, len(mix), d, seq, batch, args.rounds))
-    print("{:<9} {:>16} {:>18}".format("row", "host us/tensor", "device us/tensor"))
+    print(f"{'row':<9} {'host us/tensor':>16} {'device us/tensor':>18}")
     for row, launch in (("legacy", legacy_launches), ("debugger", debugger_launches)):
         print_row(row, measure(launch, mix, args.device, args.rounds))
     if on_cpu:
@@ -153,7 +153,7 @@ def main() -> int:
         compile_seconds, torch._dynamo.utils.counters["stats"]["unique_graphs"]))
     worst = compare(mix, fused)
     print("fused vs eager, largest relative difference: " + ", ".join(
-        "{} {:.1e}".format(label, value) for label, value in zip(NAMES, worst)))
+        f"{label} {value:.1e}" for label, value in zip(NAMES, worst)))
     return 0
 
 

@@ -70,9 +70,8 @@ def _check(files, expected, what):
         data = (np.load(path) if path.endswith(".npy")
                 else torch.load(path, map_location="cpu", weights_only=True).float().numpy())
         if not np.all(data == expected):
-            bad.append("{}: expected all {}, got min {} max {}".format(os.path.basename(path), expected,
-                                                                       data.min(), data.max()))
-    print("{:<48} {} file(s): {}".format(what, len(files), "OK" if files and not bad else "WRONG"))
+            bad.append(f"{os.path.basename(path)}: expected all {expected}, got min {data.min()} max {data.max()}")
+    print(f"{what:<48} {len(files)} file(s): {'OK' if files and (not bad) else 'WRONG'}")
     for line in bad:
         print("    " + line)
     return bool(files) and not bad
@@ -81,8 +80,7 @@ def _check(files, expected, what):
 def _check_numbers(pairs, expected, what):
     """``pairs``: (max, min) of each record; all must be ``expected``."""
     good = bool(pairs) and all(high == expected and low == expected for high, low in pairs)
-    print("{:<48} {} record(s): {}{}".format(what, len(pairs), "OK" if good else "WRONG",
-                                             "" if good else " {}".format(pairs)))
+    print(f"{what:<48} {len(pairs)} record(s): {'OK' if good else 'WRONG'}{('' if good else f' {pairs}')}")
     return good
 
 
@@ -96,8 +94,7 @@ def _load_json(path: str):
 
 
 def _print_syncs(syncs) -> None:
-    print("    synchronizations warned while the calls ran (any thread): {}".format(
-        "n/a (CPU)" if syncs is None else syncs))
+    print(f"    synchronizations warned while the calls ran (any thread): {'n/a (CPU)' if syncs is None else syncs}")
 
 
 def main() -> int:
@@ -148,7 +145,7 @@ def main() -> int:
             pass
         found = glob.glob(os.path.join(out, "overflow", "step0", "rank", "dump.json"))
         caught = bool(found) and "Torch.div.0.forward" in _load_json(found[0])["data"]
-        print("{:<48} {}".format("PrecisionDebugger: overflow of Torch.div found", "OK" if caught else "WRONG"))
+        print(f"{'PrecisionDebugger: overflow of Torch.div found':<48} {'OK' if caught else 'WRONG'}")
         ok &= caught
         _print_syncs(syncs)
 
@@ -168,7 +165,7 @@ def main() -> int:
         _print_syncs(syncs)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    print("device {}, torch {}: {}".format(args.device, torch.__version__, "PASS" if ok else "FAIL"))
+    print(f"device {args.device}, torch {torch.__version__}: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
 

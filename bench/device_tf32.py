@@ -62,7 +62,7 @@ def build(name: str):
             return net(input_ids=ids.to(device), labels=ids.to(device)).loss
 
         return model, loss
-    raise SystemExit("unknown model {!r}".format(name))
+    raise SystemExit(f"unknown model {name!r}")
 
 
 def child(model_name: str, device: str, tf32: bool, out: str) -> None:
@@ -88,9 +88,9 @@ def run(model_name: str, device: str, tf32: bool, out: str) -> str:
     """A fresh process dumping one run; the path of its pkl."""
     code = "import sys; sys.path.insert(0, {!r}); import device_tf32 as d; d.child({!r}, {!r}, {!r}, {!r})".format(
         HERE, model_name, device, tf32, out)
-    done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit("{} on {} failed:\n{}".format(model_name, device, done.stderr[-3000:]))
+        raise SystemExit(f"{model_name} on {device} failed:\n{done.stderr[-3000:]}")
     return sorted(glob.glob(os.path.join(out, "run_v*", "rank*", "*.pkl")))[0]
 
 
@@ -109,14 +109,14 @@ def main() -> int:
             continue
         bench = run(model_name, "cpu", False, os.path.join(work, model_name, "cpu"))
         for tf32 in (False, True):
-            label = "{}_tf32_{}".format(args.device, "on" if tf32 else "off")
+            label = f"{args.device}_tf32_{'on' if tf32 else 'off'}"
             npu = run(model_name, args.device, tf32, os.path.join(work, model_name, label))
             out = os.path.join(work, model_name, label + "_compare")
             os.makedirs(out)
             outcome = compare({"npu_pkl_path": npu, "bench_pkl_path": bench, "npu_dump_data_dir": npu[:-4],
                                "bench_dump_data_dir": bench[:-4], "is_print_compare_log": False}, out,
                               stack_mode=True, xlsx=False)
-            print("== {}: {} vs cpu float32 ==".format(model_name, label))
+            print(f"== {model_name}: {label} vs cpu float32 ==")
             print(str(outcome))
             advisor = sorted(glob.glob(os.path.join(out, "advisor_*.txt")))
             if advisor:
@@ -127,7 +127,7 @@ def main() -> int:
             result, message = table[0].index("Result"), table[0].index("Err_message")
             failing = [row for row in table[1:] if row[result] == "error"]
             for row in failing[:12]:
-                print("  failing: {}  {}".format(row[0], row[message][:150]))
+                print(f"  failing: {row[0]}  {row[message][:150]}")
             finding = sorted(glob.glob(os.path.join(out, "compare_finding_*.json")))
             if finding:
                 with open(finding[0], encoding="utf-8") as handle:

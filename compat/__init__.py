@@ -23,4 +23,4 @@ def __getattr__(name):
         from ptdbg_ascend.compat import mapping
 
         return getattr(mapping, name)
-    raise AttributeError("module 'ptdbg_ascend.compat' has no attribute {!r}".format(name))
+    raise AttributeError(f"module 'ptdbg_ascend.compat' has no attribute {name!r}")

@@ -16,9 +16,9 @@ from ptdbg_ascend.terminal import printable, printable_text
 def _print_caveats(caveats, stream=None) -> None:
     stream = stream or sys.stdout
     if caveats:
-        print("Not mapped exactly ({}):".format(len(caveats)), file=stream)
+        print(f"Not mapped exactly ({len(caveats)}):", file=stream)
         for caveat in caveats:
-            print("  - {}".format(printable(caveat)), file=stream)  # values from the script: one line each
+            print(f"  - {printable(caveat)}", file=stream)  # values from the script: one line each
 
 
 def _export_config(args: argparse.Namespace) -> int:
@@ -28,7 +28,7 @@ def _export_config(args: argparse.Namespace) -> int:
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
     run = run_and_export(args.script, script_args, args.output)
-    print("Wrote {}.".format(printable(args.output)))
+    print(f"Wrote {printable(args.output)}.")
     _print_caveats(run.caveats)
     if run.error is not None:
         print("The script failed ({}: {}); the config holds the legacy calls made before that.".format(
@@ -44,11 +44,11 @@ def _convert(args: argparse.Namespace) -> int:
 
     result = convert(args.source, args.target, name=args.name)
     for metadata in result.written:
-        print("Wrote {}.".format(printable(metadata)))
-    print("{} tensor file(s) in all.".format(result.tensor_files))
+        print(f"Wrote {printable(metadata)}.")
+    print(f"{result.tensor_files} tensor file(s) in all.")
     for what, count in sorted(result.dropped.items()):
         # a kind is a dump.json "type" from the file: its escape sequences must not reach the terminal
-        print("  not representable in the target format: {} value(s) of type {}".format(count, printable(what)))
+        print(f"  not representable in the target format: {count} value(s) of type {printable(what)}")
     return 0
 
 
@@ -60,20 +60,20 @@ def _migrate(args: argparse.Namespace) -> int:
     # escape sequence or bidi override in a comment must not act on the terminal. The file written is exact.
     if not migration.ok:
         for issue in migration.issues:
-            print("{} (cannot rewrite)".format(printable(issue)), file=sys.stderr)
+            print(f"{printable(issue)} (cannot rewrite)", file=sys.stderr)
         print("Nothing was written: fix or rewrite these lines by hand, then run ptdbg migrate again.", file=sys.stderr)
         return 1
     diff = migration.diff()
     if not diff:
-        print("{}: no legacy dump call found; nothing to migrate.".format(printable(args.script)))
+        print(f"{printable(args.script)}: no legacy dump call found; nothing to migrate.")
         return 0
     sys.stdout.write(printable_text(diff))
     config_name = printable(args.config) if args.config else "config.json (beside the script)"
-    print("\n{} {}:".format("Wrote" if args.write else "Would write", config_name))
+    print(f"\n{'Wrote' if args.write else 'Would write'} {config_name}:")
     print(json.dumps(migration.mapping.config, indent=4))  # ensure_ascii: every control is a \\u escape
     _print_caveats(migration.mapping.caveats)
     if args.write:
-        print("Wrote {}.".format(printable(args.output or args.script)))
+        print(f"Wrote {printable(args.output or args.script)}.")
     else:
         print("Dry run: nothing written (add --write).")
     return 0

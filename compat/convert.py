@@ -80,7 +80,7 @@ def convert(source: str, target: str, *, name: str = "dump") -> ConvertResult:
     check_target(target)
     parent = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(parent):
-        raise DumpPathError("Cannot write {}: the directory {} does not exist.".format(target, parent))
+        raise DumpPathError(f"Cannot write {target}: the directory {parent} does not exist.")
     # An unpredictable name (mode 0700) in the target's parent: nobody can plant links inside it.
     work = tempfile.mkdtemp(prefix=".ptdbg-convert-", dir=parent)
     results = []
@@ -96,14 +96,16 @@ def convert(source: str, target: str, *, name: str = "dump") -> ConvertResult:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    written, dropped, tensors = [], {}, 0  # type: List[str], Dict[str, int], int
+    written: List[str] = []
+    dropped: Dict[str, int] = {}
+    tensors = 0
     for files, result in results:
         metadata = os.path.join(target, os.path.relpath(result.metadata, work))
         written.append(metadata)
         tensors += result.tensor_files
         for what, count in result.dropped.items():
             dropped[what] = dropped.get(what, 0) + count
-        logger.info("Converted {} to {} ({} tensor files).".format(files.metadata, metadata, result.tensor_files))
+        logger.info(f"Converted {files.metadata} to {metadata} ({result.tensor_files} tensor files).")
     for what, count in sorted(dropped.items()):
         logger.warning("{} {} value(s) have no place in the {} format and were not converted.".format(
             count, what, "legacy" if plan[0][0].kind == "msprobe" else "msprobe"))
@@ -130,7 +132,7 @@ def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir:
     repeated: List[Tuple[str, int, int]] = []
     for number, line in lines:
         name = line[0]
-        where = "Line {} of {}".format(number, files.metadata)
+        where = f"Line {number} of {files.metadata}"
         problem = unsafe_name(name, layout.NPY_SUFFIX)
         if problem is not None:
             skip(where, "the record", name, problem)
@@ -148,8 +150,7 @@ def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir:
         record = parse_record_name(name)
         fields = record_fields(line)
         if record is None or fields is None:
-            raise FileFormatError("{}: {} is not a legacy dump record{}.".format(where, excerpt(name),
-                                                                                  number_problem(name)))
+            raise FileFormatError(f"{where}: {excerpt(name)} is not a legacy dump record{number_problem(name)}.")
         leaf, problem = _legacy_value(fields, where)
         if problem is not None:
             skip(where, "the record", name, problem)
@@ -168,7 +169,7 @@ def _legacy_to_msprobe(files: DumpFiles, root: str, work: str, final_tensor_dir:
     others = sorted(steps - {"0"})
     if others:
         logger.warning("{} holds dump_step {}{}; msprobe dump.json has no such field.".format(
-            files.metadata, ", ".join(others[:5]), " and {} more".format(len(others) - 5) if len(others) > 5 else ""))
+            files.metadata, ", ".join(others[:5]), f" and {len(others) - 5} more" if len(others) > 5 else ""))
     dump = dict(document_head("tensor" if files.data_dir else "statistics", "L1", final_tensor_dir if saved else None),
                 data=data)
     metadata = output_path(work, layout.DUMP_FILE)
@@ -190,9 +191,9 @@ def _place(entry: Dict[str, Any], key: str, path: Tuple[int, ...], leaf: Any, pa
             continue
         inner = container[index]
         if depth < len(path) - 1 and inner is not None and not isinstance(inner, list):
-            return "its place {} holds a value of another record".format(".".join(map(str, path[:depth + 1])))
+            return f"its place {'.'.join(map(str, path[:depth + 1]))} holds a value of another record"
         if depth == len(path) - 1 and isinstance(inner, list):
-            return "its place {} holds the values of other records".format(".".join(map(str, path)))
+            return f"its place {'.'.join(map(str, path))} holds the values of other records"
         container = inner
     problem = padding.take(needed, path[-1])
     if problem is not None:
@@ -223,7 +224,7 @@ def _legacy_value(fields: RecordLine, where: str) -> Tuple[Dict[str, Any], Optio
         return {}, problem
     numbers, said = statistics(found[:4], fields.name, STATISTIC_NAMES)
     for sentence in said:
-        logger.warning("{}: {}.".format(where, sentence))
+        logger.warning(f"{where}: {sentence}.")
     leaf: Dict[str, Any] = {"type": TENSOR_TYPE, "dtype": dtype, "shape": shape}
     leaf.update(zip(STATISTICS_KEYS, numbers))
     return leaf, None

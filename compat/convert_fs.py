@@ -67,7 +67,7 @@ def output_path(root: str, *parts: str) -> str:
     """
     for part in parts:
         if not isinstance(part, str) or not _is_plain(part):
-            raise DumpPathError("ptdbg convert refuses to write {!r} under {}: not a plain name.".format(part, root))
+            raise DumpPathError(f"ptdbg convert refuses to write {part!r} under {root}: not a plain name.")
     path = os.path.join(root, *parts)
     try:
         resolve_inside(path, root, "the output directory")
@@ -115,12 +115,12 @@ def read_tensor(path: str, root: str, record: str, where: str) -> Optional[Any]:
     try:
         return load_tensor(path, root)  # confined and checked to be a regular file as it is opened
     except OutsideRoot as error:
-        logger.warning("{}: record {} keeps its statistics but not its tensor: {}.".format(where, record, error))
+        logger.warning(f"{where}: record {record} keeps its statistics but not its tensor: {error}.")
         return None
     except FileNotFoundError:
         raise
     except Exception as error:  # noqa: BLE001 -- torch raises many kinds (RuntimeError...) for a corrupt file
-        raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
+        raise FileFormatError(f"Cannot read {path}: {error}") from None
 
 
 def check_target(target: str) -> None:
@@ -131,7 +131,7 @@ def check_target(target: str) -> None:
     except FileNotFoundError:
         return
     except OSError as error:
-        raise DumpPathError("Cannot use the target {}: {}".format(target, error)) from None
+        raise DumpPathError(f"Cannot use the target {target}: {error}") from None
     if stat.S_ISLNK(mode):
         raise DumpPathError("The target {} is a symlink; ptdbg convert does not write through links. Remove it "
                             "or choose another target. Nothing was written.".format(target))
@@ -157,7 +157,7 @@ def relative_parts(relative: str) -> Tuple[str, ...]:
     return tuple(part for part in relative.split("/") if part)
 
 
-class TensorDir(object):
+class TensorDir:
     """The output's tensor directory (``root/.../name``), created at its first file; file paths are
     checked by :func:`output_path`."""
 

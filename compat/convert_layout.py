@@ -32,7 +32,7 @@ def locate(path: str) -> DumpFiles:
                                  .format(len(pkls)), "Pass the .pkl file itself.")
         return locate(pkls[0])
     if not os.path.isfile(path):
-        raise FileFormatError("Dump {} does not exist.".format(path))
+        raise FileFormatError(f"Dump {path} does not exist.")
     directory = os.path.dirname(path)
     if path.endswith(layout.PKL_SUFFIX):
         data_dir = layout.npy_dir(path)

@@ -109,7 +109,7 @@ def _json_leaf(name: str, leaf: Any, files: DumpFiles, npy_dir: TensorDir,
         return None, 0
     numbers, said = statistics([leaf.get(key) for key in STATISTICS_KEYS], name, STATISTICS_KEYS)
     for sentence in said:
-        logger.warning("{}: {}.".format(files.metadata, sentence))
+        logger.warning(f"{files.metadata}: {sentence}.")
     line = record_line(name, str(leaf.get("dtype")), shape, numbers)
     data_name = leaf.get("data_name")
     tensor_dir = files.data_dir
@@ -128,7 +128,7 @@ def _json_leaf(name: str, leaf: Any, files: DumpFiles, npy_dir: TensorDir,
     try:
         array = read_tensor(pt, tensor_dir, name, files.metadata)
     except FileNotFoundError:
-        raise FileFormatError("Tensor file {} named by {} does not exist.".format(pt, name)) from None
+        raise FileFormatError(f"Tensor file {pt} named by {name} does not exist.") from None
     if array is None:
         return line, 0
     save_npy(npy_dir.file(name + layout.NPY_SUFFIX), array)

@@ -33,18 +33,18 @@ LEGACY_SCALAR_DTYPES = {value: key for key, value in SCALAR_TYPES.items()}
 def unsafe_name(name: Any, suffix: str = "") -> Optional[str]:
     """Why the name from an input file cannot become a file name (None when it can)."""
     if not isinstance(name, str):
-        return "the name {} is not a string".format(excerpt(name))
+        return f"the name {excerpt(name)} is not a string"
     return file_name_problem(name + suffix)
 
 
 def skip(where: str, what: str, name: Any, problem: str) -> None:
     """The warning of a record (or entry) not converted: ``{where}: skipped {what} {name}: {problem}; ...``."""
-    logger.warning("{}: skipped {} {}: {}; nothing was converted for it.".format(where, what, excerpt(name), problem))
+    logger.warning(f"{where}: skipped {what} {excerpt(name)}: {problem}; nothing was converted for it.")
 
 
 def without_tensor(where: str, record: str, problem: str) -> None:
     """The warning of a record converted without its tensor file."""
-    logger.warning("{}: record {} keeps its statistics but not its tensor: {}.".format(where, shorten(record), problem))
+    logger.warning(f"{where}: record {shorten(record)} keeps its statistics but not its tensor: {problem}.")
 
 
 def shown(value: Any) -> str:
@@ -69,7 +69,7 @@ def scalar_value(kind: str, value: Any) -> Tuple[Any, Optional[str]]:
         return int(value), None
     if kind == "bool" and (kind_of is bool or (kind_of in (int, float) and value in (0, 1))):
         return bool(value), None
-    return None, "recorded as {} but holds {}".format(kind, shown(value))
+    return None, f"recorded as {kind} but holds {shown(value)}"
 
 
 def tensor_shape(value: Any) -> Tuple[Optional[List[int]], Optional[str]]:
@@ -78,7 +78,7 @@ def tensor_shape(value: Any) -> Tuple[Optional[List[int]], Optional[str]]:
     if value is None:
         return [], None
     if not isinstance(value, list):
-        return None, "shape {} is not a list of non-negative integers (below 2**63)".format(shown(value))
+        return None, f"shape {shown(value)} is not a list of non-negative integers (below 2**63)"
     try:
         return list(as_shape(value)), None
     except ValueError as error:
@@ -92,7 +92,7 @@ def statistics(values: Sequence[Any], record: str, names: Sequence[str]) -> Tupl
     kept, said = [], []
     for name, value in zip(names, values):
         if isinstance(value, OutOfRange):
-            said.append("the {} of {} is {}, beyond float64's range: converted as null".format(name, record, value))
+            said.append(f"the {name} of {record} is {value}, beyond float64's range: converted as null")
             value = None
         kept.append(value)
     return kept, said
@@ -104,7 +104,7 @@ def kind_label(kind: Any) -> str:
     return shorten(kind if isinstance(kind, str) else excerpt(kind), KIND_LIMIT)
 
 
-class Padding(object):
+class Padding:
     """The nulls one conversion may still pad into lists: PADDING plus PADDING_PER_LINE per pkl line."""
 
     def __init__(self, lines: int) -> None:

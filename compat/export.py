@@ -35,7 +35,7 @@ def write_config(result: MappingResult, config_path: str) -> None:
     check_path_text("config_path", config_path)
     directory = os.path.dirname(os.path.abspath(config_path))
     if not os.path.isdir(directory):
-        raise DumpPathError("Cannot write {}: the directory {} does not exist.".format(config_path, directory))
+        raise DumpPathError(f"Cannot write {config_path}: the directory {directory} does not exist.")
     if os.path.islink(config_path):
         raise DumpPathError("Cannot write {}: it is a symlink (to {}); ptdbg_ascend does not write through links. "
                             "Remove the link, or pass the file it points to.".format(
@@ -63,7 +63,7 @@ def export_config(config_path: str = "./config.json", calls: Optional[Sequence[L
     logger.info("Exported the msprobe 1.0.4 config to {} (task {}, level {}).".format(
         config_path, result.config["task"], result.config["level"]))
     for caveat in result.caveats:
-        logger.warning("Not mapped exactly: {}".format(caveat))
+        logger.warning(f"Not mapped exactly: {caveat}")
     return result.caveats
 
 
@@ -102,7 +102,7 @@ def run_and_export(script: str, script_args: List[str], config_path: str) -> Scr
             script, type(error).__name__, error))
     calls = recorded_calls()
     if not calls:
-        logger.warning("The script {} made no legacy ptdbg_ascend call; the config holds the defaults.".format(script))
+        logger.warning(f"The script {script} made no legacy ptdbg_ascend call; the config holds the defaults.")
     return ScriptRun(export_config(config_path, calls), error)
 
 
@@ -114,7 +114,7 @@ def _check_compiles(script: str) -> None:
         with open(script, "rb") as handle:
             source = handle.read()
     except OSError as error:
-        raise FileFormatError("Cannot read the script {}: {}".format(script, error)) from None
+        raise FileFormatError(f"Cannot read the script {script}: {error}") from None
     try:
         compile(source, script, "exec", dont_inherit=True)
     except SyntaxError as error:

@@ -48,7 +48,7 @@ class Caveat(NamedTuple):
     reason: str
 
     def __str__(self) -> str:
-        return "{}: {}".format(self.call, self.reason)
+        return f"{self.call}: {self.reason}"
 
 
 class MappingResult(NamedTuple):
@@ -59,8 +59,8 @@ class MappingResult(NamedTuple):
 
 
 def _describe(call: LegacyCall, *names: str) -> str:
-    shown = ", ".join("{}={!r}".format(name, call.arguments.get(name)) for name in names)
-    return "{}({})".format(call.function, shown)
+    shown = ", ".join(f"{name}={call.arguments.get(name)!r}" for name in names)
+    return f"{call.function}({shown})"
 
 
 def dotted_selector(item: str) -> Tuple[str, Optional[str]]:
@@ -77,7 +77,7 @@ def dotted_selector(item: str) -> Tuple[str, Optional[str]]:
     if dotted is not None:
         return dotted, ("{!r} has no _forward/_backward: msprobe matches {!r} as a substring, which also "
                         "selects counters that start with the same digits".format(item, dotted))
-    return item, "{!r} is not a legacy API name; kept unchanged (msprobe matches it as a substring)".format(item)
+    return item, f"{item!r} is not a legacy API name; kept unchanged (msprobe matches it as a substring)"
 
 
 def backward_input_path(path: str) -> str:
@@ -89,7 +89,7 @@ def backward_input_path(path: str) -> str:
     return os.path.join(directory, dotted + ".pt") if directory else dotted + ".pt"
 
 
-class _Builder(object):
+class _Builder:
     """Accumulates the config while the calls are replayed in order (local to one map_calls call)."""
 
     def __init__(self) -> None:

@@ -131,11 +131,10 @@ def check_nesting(source: str, path: str = "train.py") -> None:
         if "EOF in multi-line" in message:
             return  # an unclosed bracket or string at the very end: every token was measured; libcst names the line
         # stopped in the middle (e.g. Python >= 3.12: "too many nested parentheses"): the rest was not measured
-        raise FileFormatError("{}:{}: not valid Python ({}); nothing was written.".format(path, line, message)
+        raise FileFormatError(f"{path}:{line}: not valid Python ({message}); nothing was written."
                               ) from None
     except SyntaxError as error:  # an indentation error in the middle: not handed to libcst either
-        raise FileFormatError("{}:{}: not valid Python ({}); nothing was written.".format(
-            path, error.lineno, error.msg)) from None
+        raise FileFormatError(f"{path}:{error.lineno}: not valid Python ({error.msg}); nothing was written.") from None
 
 
 def _migrate_tree(cst, metadata, source: str, path: str, config_path: str) -> Migration:
@@ -178,12 +177,12 @@ def _rewriter(cst, sites: List[LegacySite], variable: str, config_path: str):
                 return updated
             prefix = site.module_alias + "." if site.module_alias else ""
             if site is first:
-                code = "{} = {}PrecisionDebugger(config_path={})\n".format(variable, prefix, json.dumps(config_path))
+                code = f"{variable} = {prefix}PrecisionDebugger(config_path={json.dumps(config_path)})\n"
             elif site.function == "seed_all":
                 return updated
             elif site.function in ("set_dump_switch", "set_overflow_check_switch"):
                 switch = site.call.arguments.get("switch")
-                code = "{}.{}()\n".format(variable, "start" if switch == "ON" else "stop")
+                code = f"{variable}.{'start' if switch == 'ON' else 'stop'}()\n"
             else:
                 return cst.RemoveFromParent()
             statement = cst.parse_statement(code)
@@ -250,10 +249,10 @@ def migrate_file(path: str, *, config_path: Optional[str] = None, output: Option
         raise ParameterError("script", path, "an existing Python file")
     try:
         # newline="": the text exactly as it is (CRLF line ends too), so the file written keeps every byte
-        with open(path, "r", encoding="utf-8", newline="") as handle:
+        with open(path, encoding="utf-8", newline="") as handle:
             source = handle.read()
     except (OSError, UnicodeDecodeError) as error:
-        raise FileFormatError("Cannot read {} as UTF-8 text: {}".format(path, error)) from None
+        raise FileFormatError(f"Cannot read {path} as UTF-8 text: {error}") from None
     config_file = config_path or os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
     migration = migrate_source(source, path, config_path or "./config.json")
     if write and migration.ok and migration.new_source != source:
@@ -292,7 +291,7 @@ def _write_both(migration: Migration, config_file: str, script_file: str, mode_f
         os.replace(temporary, real)
         temporary = None
     except OSError as error:
-        raise DumpPathError("Cannot write {}: {}".format(script_file, error)) from None
+        raise DumpPathError(f"Cannot write {script_file}: {error}") from None
     finally:
         if temporary is not None:
             remove_quietly(temporary)

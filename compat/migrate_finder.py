@@ -115,7 +115,7 @@ class Finder(cst.CSTVisitor):
         try:
             bound = inspect.signature(getattr(legacy, function)).bind(*positional, **keywords)
         except TypeError as error:
-            self.issues.append(Issue(self.path, line, "{}(...): {}".format(function, error)))
+            self.issues.append(Issue(self.path, line, f"{function}(...): {error}"))
             return None
         bound.apply_defaults()
         return dict(bound.arguments)

@@ -21,7 +21,7 @@ class Issue(NamedTuple):
     message: str
 
     def __str__(self) -> str:
-        return "{}:{}: {}".format(self.path, self.line, self.message)
+        return f"{self.path}:{self.line}: {self.message}"
 
 
 class LegacySite(NamedTuple):

@@ -79,7 +79,7 @@ class PatternTooDeep(TooDeep):
     as :func:`measure_patterns` does) than allowed."""
 
 
-class _Level(object):
+class _Level:
     """One bracket level (or the logical line itself) while scanning. ``operators``: the nesting met in
     its current segment (since the last comma); ``lambdas``: lambda headers whose ``:`` has not come yet;
     ``target``: inside the target of a ``for`` (up to its ``in``). A comma inside a lambda's parameters or
@@ -97,7 +97,7 @@ class _Level(object):
             self.operators, self.lambdas, self.target = 0, 0, False
 
 
-class _Pattern(object):
+class _Pattern:
     """The case pattern of a logical line that starts with ``case``: the brackets open in it (their
     weights), from ``case`` up to its guard (``if``) or its ``:``. ``complete``: the ``:`` came, so the
     line is a case clause; a ``case`` that turns out to be a name (assigned to, an attribute...) is dropped."""
@@ -163,7 +163,7 @@ _LAYOUT = frozenset((tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE, tokeniz
                      tokenize.ENDMARKER))
 
 
-class _Scanner(object):
+class _Scanner:
     """The state of :func:`_scan` between two tokens, and what each token does to it."""
 
     def __init__(self, limit: Optional[int], pattern_limit: Optional[int]) -> None:

@@ -72,4 +72,4 @@ def __getattr__(name):  # PEP 562: load the msprobe-style front-end only when it
         from ptdbg_ascend.formats.finding import Finding
 
         return Finding
-    raise AttributeError("module 'ptdbg_ascend' has no attribute {!r}".format(name))
+    raise AttributeError(f"module 'ptdbg_ascend' has no attribute {name!r}")

@@ -72,7 +72,7 @@ def record_call(function: str, arguments: Dict[str, Any]) -> None:
         try:
             from ptdbg_ascend.log import logger
 
-            logger.warning("Could not record the legacy call {} for export_config: {}".format(function, error))
+            logger.warning(f"Could not record the legacy call {function} for export_config: {error}")
         except Exception:
             pass
 

@@ -77,13 +77,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         if debug:
             traceback.print_exc()
         resume = getattr(interrupt, "result_csv", None)  # errors.RunInterrupted
-        print("{}: interrupted{}".format(command, ": resume with -csv_path " + shlex.quote(resume) if resume else ""),
+        print(f"{command}: interrupted{': resume with -csv_path ' + shlex.quote(resume) if resume else ''}",
               file=sys.stderr)
         return 130
     except PtdbgError as error:
         if debug:
             traceback.print_exc()
-        print("{}: error: {}".format(command, _one_line(error)), file=sys.stderr)
+        print(f"{command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
     except Exception as error:  # noqa: BLE001 -- the CLI boundary: no traceback unless asked for
         if debug:
@@ -91,7 +91,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             hint = ""
         else:
             hint = " (an unexpected error; rerun with --debug for the traceback)"
-        print("{}: error: {}: {}{}".format(command, type(error).__name__, _one_line(error), hint), file=sys.stderr)
+        print(f"{command}: error: {type(error).__name__}: {_one_line(error)}{hint}", file=sys.stderr)
         return 2
 
 

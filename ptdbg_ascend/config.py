@@ -146,11 +146,11 @@ class DebuggerConfig(NamedTuple):
         else:
             section["overflow_nums"] = self.overflow_nums
             section["check_mode"] = self.check_mode
-        result = {
+        result: Dict[str, Any] = {
             "task": self.task, "dump_path": self.dump_path, "rank": list(self.rank), "step": list(self.step),
             "level": self.level, "seed": self.seed, "is_deterministic": self.is_deterministic,
             "enable_dataloader": self.enable_dataloader, "acl_config": self.acl_config, self.task: section,
-        }  # type: Dict[str, Any]
+        }
         if self.extra_apis:  # an extension field: only when set
             result["extra_apis"] = True
         return result
@@ -169,7 +169,7 @@ def load_config(config_path: Optional[str] = None, task: Optional[str] = None, d
         FileFormatError: the file is missing, unreadable, not JSON or not a JSON object (names the path).
         ParameterError: a value is invalid (names the key, the value and what is allowed).
     """
-    raw = {}  # type: Dict[str, Any]
+    raw: Dict[str, Any] = {}
     if config_path is not None:
         raw = read_config_file(config_path)
     return config_from_dict(raw, task=task, dump_path=dump_path, level=level, step=step, source=config_path)
@@ -181,8 +181,7 @@ def read_config_file(config_path: str) -> Dict[str, Any]:
         raise ParameterError("config_path", config_path, "must be the path of a config.json file")
     raw = load_json(config_path, "config file", duplicates=ERROR)  # a repeated key is an error, not a guess
     if not isinstance(raw, dict):
-        raise FileFormatError("The config file {} must hold a JSON object, not {}.".format(
-            config_path, type(raw).__name__))
+        raise FileFormatError(f"The config file {config_path} must hold a JSON object, not {type(raw).__name__}.")
     return raw
 
 
@@ -193,14 +192,14 @@ def config_from_dict(raw: Mapping[str, Any], task: Optional[str] = None, dump_pa
 
     ``source`` (a file name) is only used in warnings.
     """
-    where = " in {}".format(source) if source else ""
+    where = f" in {source}" if source else ""
     for key in raw:
         if key not in TOP_LEVEL_KEYS:
-            logger.warning("Unknown key {!r}{} is ignored; known keys: {}.".format(key, where, ", ".join(TOP_LEVEL_KEYS)))
+            logger.warning(f"Unknown key {key!r}{where} is ignored; known keys: {', '.join(TOP_LEVEL_KEYS)}.")
     chosen_task = _task("task", task) if task is not None else _task("task", raw.get("task", "statistics"))
     section = raw.get(chosen_task, {})
     if not isinstance(section, dict):
-        raise ParameterError(chosen_task, section, "must be a JSON object (the {} task's section)".format(chosen_task))
+        raise ParameterError(chosen_task, section, f"must be a JSON object (the {chosen_task} task's section)")
     for key in section:
         if key not in SECTION_KEYS[chosen_task]:
             logger.warning("Unknown key {!r} in the {!r} section{} is ignored; known keys: {}.".format(
@@ -225,7 +224,7 @@ def config_from_dict(raw: Mapping[str, Any], task: Optional[str] = None, dump_pa
     data_mode = _str_list(prefix + "data_mode", section.get("data_mode", ["all"]))
     for item in data_mode:
         if item not in DATA_MODES:
-            raise ParameterError(prefix + "data_mode", list(data_mode), "every item must be one of {}".format(list(DATA_MODES)))
+            raise ParameterError(prefix + "data_mode", list(data_mode), f"every item must be one of {list(DATA_MODES)}")
     values["data_mode"] = data_mode or ("all",)
     if chosen_task == "statistics":
         values["summary_mode"] = _choice(prefix + "summary_mode", section.get("summary_mode", "statistics"), SUMMARY_MODES)
@@ -263,14 +262,14 @@ def _run_ut_section(prefix: str, section: Mapping[str, Any]) -> Dict[str, Any]:
 # -- value checks (each names the key) -----------------------------------------------------------
 def _task(key: str, value: Any) -> str:
     if value in UNSUPPORTED_TASKS:
-        raise ParameterError(key, value, "must be one of {}".format(list(TASKS)),
-                             "The msprobe task {!r} is not implemented by ptdbg_ascend.".format(value))
+        raise ParameterError(key, value, f"must be one of {list(TASKS)}",
+                             f"The msprobe task {value!r} is not implemented by ptdbg_ascend.")
     return _choice(key, value, TASKS)
 
 
 def _choice(key: str, value: Any, allowed: Tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in allowed:
-        raise ParameterError(key, value, "must be one of {}".format(list(allowed)))
+        raise ParameterError(key, value, f"must be one of {list(allowed)}")
     return value
 
 
@@ -295,7 +294,7 @@ def _integer(key: str, value: Any) -> int:
 def _seed(value: Any) -> int:
     seed = _integer("seed", value)
     if not 0 <= seed <= MAX_SEED:
-        raise ParameterError("seed", seed, "must be an integer in [0, {}]".format(MAX_SEED))
+        raise ParameterError("seed", seed, f"must be an integer in [0, {MAX_SEED}]")
     return seed
 
 
@@ -311,7 +310,7 @@ def _dump_path(value: Any) -> str:
 
 def _int_list(key: str, value: Any) -> Tuple[int, ...]:
     if not isinstance(value, (list, tuple)):
-        raise ParameterError(key, value, "must be a list of integers >= 0", "Example: {}: [0, 1]".format(key))
+        raise ParameterError(key, value, "must be a list of integers >= 0", f"Example: {key}: [0, 1]")
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int) or item < 0:
             raise ParameterError(key, value, "every item must be an integer >= 0 (ranges such as '3-5' are "
@@ -331,7 +330,7 @@ def _str_list(key: str, value: Any) -> Tuple[str, ...]:
 def _scope(key: str, names: Tuple[str, ...]) -> Tuple[str, ...]:
     if len(names) > 2:
         raise ParameterError(key, list(names), "must hold 0, 1 or 2 names (a start and an end, inclusive)",
-                             "Got {} names.".format(len(names)))
+                             f"Got {len(names)} names.")
     if len(names) == 1:
         names = (names[0], names[0])
     if names and names[0].startswith("Module") != names[1].startswith("Module"):
@@ -342,7 +341,7 @@ def _scope(key: str, names: Tuple[str, ...]) -> Tuple[str, ...]:
 def _check_l2(config: DebuggerConfig, prefix: str) -> None:
     if config.level != "L2":
         if config.acl_config:
-            logger.warning("acl_config is only used at level L2; ignored at level {}.".format(config.level))
+            logger.warning(f"acl_config is only used at level L2; ignored at level {config.level}.")
         return
     if len(set(config.scope)) != 1:
         raise ParameterError(prefix + "scope", list(config.scope), "at level L2 must hold exactly one API name",

@@ -74,7 +74,7 @@ def restore_dict(row: Mapping[Optional[str], Any]) -> Dict[Optional[str], Any]:
     return restored
 
 
-class SafeWriter(object):
+class SafeWriter:
     """A ``csv.writer`` whose every cell goes through :func:`safe_cell`."""
 
     def __init__(self, handle: IO[str], **fmtparams: Any) -> None:

@@ -28,7 +28,7 @@ from ptdbg_ascend.errors import ParameterError
 from ptdbg_ascend.log import logger
 
 
-class PrecisionDebugger(object):
+class PrecisionDebugger:
     """Dump a training run in msprobe 1.0.4's format.
 
     Args:
@@ -55,12 +55,12 @@ class PrecisionDebugger(object):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise ParameterError("model", type(model).__name__, "must be a torch.nn.Module or None")
         if config.level in ("L0", "mix") and model is None:
-            raise ParameterError("model", None, "a torch.nn.Module is required at level {}".format(config.level),
+            raise ParameterError("model", None, f"a torch.nn.Module is required at level {config.level}",
                                  "Pass PrecisionDebugger(..., model=model), or use level L1 (APIs only).")
         if config.module_range and config.level not in ("L0", "mix"):
-            raise ParameterError("{}.scope".format(config.task), list(config.scope),
-                                 "module names (Module....) need level L0 or mix, not {}".format(config.level))
-        self._l2 = None  # type: Optional[Any]
+            raise ParameterError(f"{config.task}.scope", list(config.scope),
+                                 f"module names (Module....) need level L0 or mix, not {config.level}")
+        self._l2: Optional[Any] = None
         if config.level == "L2":
             from ptdbg_ascend.msprobe.level_l2 import AclLevelDump
 
@@ -71,13 +71,13 @@ class PrecisionDebugger(object):
         from ptdbg_ascend.seed import seed_all
 
         seed_all(config.seed, config.is_deterministic)
-        self.config = config  # type: DebuggerConfig
+        self.config: DebuggerConfig = config
         self.model = model
         self.current_step = 0
-        self._recorder = None  # type: Optional[Any]
-        self._module_hooks = None  # type: Optional[Any]
-        self._background = None  # type: Optional[Any]
-        self._writer_step = None  # type: Optional[int]
+        self._recorder: Optional[Any] = None
+        self._module_hooks: Optional[Any] = None
+        self._background: Optional[Any] = None
+        self._writer_step: Optional[int] = None
         self._rank_checked = False
         self._rank_selected = True
         self._told_past_last_step = False
@@ -111,7 +111,7 @@ class PrecisionDebugger(object):
         if self._writer_step != self.current_step:
             recorder.begin_step(self._new_writer())
             self._writer_step = self.current_step
-            logger.info("Dump data will be saved in {}.".format(recorder.writer.directory))
+            logger.info(f"Dump data will be saved in {recorder.writer.directory}.")
         # One writer per step/rank directory: a second process gets a DumpPathError here.
         try:
             recorder.writer.claim()
@@ -121,7 +121,7 @@ class PrecisionDebugger(object):
         recorder.step = self.current_step
         recorder.switch(True)
         self._started = True
-        logger.info("Dump switch is turned on at step {}.".format(self.current_step))
+        logger.info(f"Dump switch is turned on at step {self.current_step}.")
 
     def stop(self) -> None:
         """Turn dumping off and write dump.json, stack.json and construct.json of this step. Raises
@@ -183,7 +183,7 @@ class PrecisionDebugger(object):
             rank = get_session().resolve_rank()
             self._rank_selected = not self.config.rank or rank in self.config.rank
             if not self._rank_selected:
-                logger.info("Rank {} is not in rank {}; this process dumps nothing.".format(rank, list(self.config.rank)))
+                logger.info(f"Rank {rank} is not in rank {list(self.config.rank)}; this process dumps nothing.")
         return self._rank_selected
 
     def _ensure_recorder(self) -> Any:

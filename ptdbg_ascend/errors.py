@@ -31,7 +31,7 @@ class ParameterError(PtdbgError, TypeError, ValueError):
         self.value = value
         self.allowed = allowed
         # the value may come from a file (a list of a billion shared items, a 5000-digit int): quoted in part
-        message = "Invalid {}={}: {}.".format(parameter, excerpt(value, VALUE_SHOWN), allowed)
+        message = f"Invalid {parameter}={excerpt(value, VALUE_SHOWN)}: {allowed}."
         if hint:
             message += " " + hint
         super().__init__(message)
@@ -116,4 +116,4 @@ class RunInterrupted(KeyboardInterrupt):
 
     def __init__(self, result_csv: str) -> None:
         self.result_csv = result_csv
-        super().__init__("interrupted: resume with -csv_path {}".format(result_csv))
+        super().__init__(f"interrupted: resume with -csv_path {result_csv}")

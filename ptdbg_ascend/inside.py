@@ -20,7 +20,7 @@ class Inside:
 
     __slots__ = ("previous",)
 
-    def __enter__(self) -> "Inside":
+    def __enter__(self) -> Inside:
         self.previous = getattr(THREAD_STATE, "inside", False)
         THREAD_STATE.inside = True
         return self

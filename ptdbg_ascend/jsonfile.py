@@ -58,9 +58,9 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
     if not isinstance(path, (str, os.PathLike)):
         raise ParameterError(what, path, "must be the path of a JSON file")
     if duplicates not in (WARN, ERROR):
-        raise ParameterError("duplicates", duplicates, "one of {!r}, {!r}".format(WARN, ERROR))
+        raise ParameterError("duplicates", duplicates, f"one of {WARN!r}, {ERROR!r}")
     if not os.path.isfile(path):
-        raise FileFormatError("The {} {} does not exist (or is not a file).".format(what, path))
+        raise FileFormatError(f"The {what} {path} does not exist (or is not a file).")
     found: List[Tuple[Dict[str, Any], List[str]]] = []
     try:
         data = read_regular(path, what, max_bytes)
@@ -70,16 +70,16 @@ def load_json(path: str, what: str, not_json_hint: str = "", duplicates: str = W
     except FileFormatError:  # not a regular file, too big: said as it is (a ValueError, not "not JSON")
         raise
     except OSError as error:
-        raise FileFormatError("Cannot read the {} {}: {}".format(what, path, error)) from None
+        raise FileFormatError(f"Cannot read the {what} {path}: {error}") from None
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
         raise FileFormatError("Cannot read the {} {}: it is not UTF-8 text (byte 0x{:02x} at line {}, column {})."
                               .format(what, path, data[error.start], line, column)) from None
     except ValueError as error:
-        raise FileFormatError("The {} {} is not valid JSON{}: {}".format(what, path, not_json_hint, error)) from None
+        raise FileFormatError(f"The {what} {path} is not valid JSON{not_json_hint}: {error}") from None
     except RecursionError:
-        raise FileFormatError("The {} {} is not valid JSON: it is nested too deeply.".format(what, path)) from None
+        raise FileFormatError(f"The {what} {path} is not valid JSON: it is nested too deeply.") from None
     if found:
         _report_duplicates(value, found, path, what, duplicates)
     return value
@@ -93,7 +93,7 @@ def read_regular(path: str, what: str, max_bytes: Optional[int]) -> bytes:
     with os.fdopen(descriptor, "rb") as handle:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
-            raise FileFormatError("The {} {} is not a regular file; it is not read.".format(what, path))
+            raise FileFormatError(f"The {what} {path} is not a regular file; it is not read.")
         if max_bytes is not None and info.st_size > max_bytes:
             raise FileFormatError("The {} {} holds {} bytes, more than the {} bytes such a file can hold; it is not "
                                   "read.".format(what, path, info.st_size, max_bytes))
@@ -128,17 +128,16 @@ def _report_duplicates(value: Any, found: List[Tuple[Dict[str, Any], List[str]]]
     places = _places(value, {id(obj) for obj, _ in found})
     # an object missing from the result sat inside a value that a later duplicate replaced
     # a key, and the keys of the objects around it, may be megabytes long: each shown in part
-    items = ["{} {}".format(excerpt(key), shorten(places.get(id(obj), "in an object that a later duplicate replaced")))
+    items = [f"{excerpt(key)} {shorten(places.get(id(obj), 'in an object that a later duplicate replaced'))}"
              for obj, keys in found for key in keys]
-    shown = "; ".join(items[:MAX_REPORTED]) + ("; and {} more".format(len(items) - MAX_REPORTED)
+    shown = "; ".join(items[:MAX_REPORTED]) + (f"; and {len(items) - MAX_REPORTED} more"
                                                if len(items) > MAX_REPORTED else "")
     if duplicates == ERROR:
         raise FileFormatError("The {} {} has a key that appears twice in one object: {}. Keep one of each "
                               "(JSON keeps only the last, silently).".format(what, path, shown))
     from ptdbg_ascend.log import logger
 
-    logger.warning("The {} {} has a key that appears twice in one object: {}. The later value is used."
-                   .format(what, path, shown))
+    logger.warning(f"The {what} {path} has a key that appears twice in one object: {shown}. The later value is used.")
 
 
 def _places(value: Any, wanted: set) -> Dict[int, str]:
@@ -162,7 +161,7 @@ def _places(value: Any, wanted: set) -> Dict[int, str]:
 
 def _child_place(where: Optional[str], key: Any) -> str:
     if isinstance(key, int):
-        return "{}[{}]".format(where or "", key)
+        return f"{where or ''}[{key}]"
     if where is None and key.isidentifier():
         return key
-    return "{}[{}]".format(where or "", json.dumps(key, ensure_ascii=False))
+    return f"{where or ''}[{json.dumps(key, ensure_ascii=False)}]"

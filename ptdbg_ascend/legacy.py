@@ -15,7 +15,7 @@ from ptdbg_ascend.call_log import record_call as _record_call
 from ptdbg_ascend.errors import ParameterError
 
 
-class HookKind(object):
+class HookKind:
     """The two values ``register_hook`` accepts as ``hook``: :data:`acc_cmp_dump` and :data:`overflow_check`.
 
     They are markers, not functions to call: the tool installs its own wrappers.
@@ -28,7 +28,7 @@ class HookKind(object):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise ParameterError(
             self.name, "called directly", "pass it to register_hook",
-            "Example: register_hook(model, {})".format(self.name),
+            f"Example: register_hook(model, {self.name})",
         )
 
     def __repr__(self) -> str:

@@ -42,20 +42,20 @@ def set_dump_path(fpath: Optional[str] = None, dump_tag: str = "ptdbg_dump") -> 
         if not stem:
             raise ParameterError("fpath", fpath, "the .pkl file needs a name, e.g. './dump_path/npu_dump.pkl'")
         if os.path.isdir(path):
-            raise DumpPathError("The dump file {} is a directory. Use another name.".format(path))
+            raise DumpPathError(f"The dump file {path} is a directory. Use another name.")
     else:
         directory, stem = path, "dump"
     _check_directory(directory, fpath)
     settings = get_session().legacy
     settings.directory, settings.stem, settings.tag = directory, stem, dump_tag
-    logger.info("Dump path is set to {} (tag {}).".format(layout.tag_dir(directory, dump_tag, __version__), dump_tag))
+    logger.info(f"Dump path is set to {layout.tag_dir(directory, dump_tag, __version__)} (tag {dump_tag}).")
 
 
 def _check_directory(directory: str, fpath: str) -> None:
     if os.path.islink(directory):
-        raise DumpPathError("The dump directory {} (from fpath={!r}) is a symlink; give the real path.".format(directory, fpath))
+        raise DumpPathError(f"The dump directory {directory} (from fpath={fpath!r}) is a symlink; give the real path.")
     if os.path.exists(directory) and not os.path.isdir(directory):
-        raise DumpPathError("The dump directory {} (from fpath={!r}) is a file, not a directory.".format(directory, fpath))
+        raise DumpPathError(f"The dump directory {directory} (from fpath={fpath!r}) is a file, not a directory.")
     existing = directory
     while not os.path.exists(existing):
         parent = os.path.dirname(existing)
@@ -63,9 +63,9 @@ def _check_directory(directory: str, fpath: str) -> None:
             break
         existing = parent
     if not os.path.isdir(existing):
-        raise DumpPathError("Cannot create the dump directory {}: {} is a file.".format(directory, existing))
+        raise DumpPathError(f"Cannot create the dump directory {directory}: {existing} is a file.")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise DumpPathError("The dump directory {} is not writable (no write permission on {}).".format(directory, existing))
+        raise DumpPathError(f"The dump directory {directory} is not writable (no write permission on {existing}).")
 
 
 def register_dump(model: Any, overflow_nums: Optional[int] = None, dump_mode: str = "api",
@@ -126,7 +126,7 @@ def set_dump_switch(switch: str, mode: str = "all", scope: Optional[Sequence[str
         settings.recorder = None
         recorder.close()
         if recorder.config.mode == "list":
-            logger.info("The number of matched dump is {}".format(recorder.matched))
+            logger.info(f"The number of matched dump is {recorder.matched}")
         logger.info("Dump switch is turned off. ")
         return
     if not settings.registered:
@@ -146,4 +146,4 @@ def set_dump_switch(switch: str, mode: str = "all", scope: Optional[Sequence[str
         recorder.claim(known)
     settings.recorder = recorder
     session.add_observer(recorder)
-    logger.info("Dump switch is turned on. Dump data will be saved to {}. ".format(location.tag_dir))
+    logger.info(f"Dump switch is turned on. Dump data will be saved to {location.tag_dir}. ")

@@ -22,7 +22,7 @@ class _LegacyFormatter(logging.Formatter):
         # Messages quote names and lines from dumps: their control characters are escaped here as well
         # (defence in depth), keeping the newlines of our own multi-line messages.
         message = printable(record.getMessage(), keep_newlines=True)
-        return "{}({})-[{}]{}".format(stamp, os.getpid(), record.levelname, message)
+        return f"{stamp}({os.getpid()})-[{record.levelname}]{message}"
 
 
 class _StdoutHandler(logging.StreamHandler):

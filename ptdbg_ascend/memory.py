@@ -124,9 +124,9 @@ def format_size(size: int) -> str:
     value = float(size)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(value) < 1024 or unit == "TiB":
-            return "{:.0f} B".format(value) if unit == "B" else "{:.1f} {}".format(value, unit)
+            return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return "{:.1f} TiB".format(value)  # not reached
+    return f"{value:.1f} TiB"  # not reached
 
 
 # How allocators word a failed allocation: torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory"),
@@ -154,4 +154,4 @@ def out_of_memory_reason(error: BaseException) -> str:
     text = " ".join(str(error).split())
     if len(text) > REASON_LENGTH:
         text = text[:REASON_LENGTH - 3] + "..."
-    return "out of memory while copying the tensor ({}: {})".format(type(error).__name__, text)
+    return f"out of memory while copying the tensor ({type(error).__name__}: {text})"

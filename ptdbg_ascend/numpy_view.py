@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-_WIDER = {}  # type: Dict[Any, Any]
+_WIDER: Dict[Any, Any] = {}
 _FLOAT8_NAMES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
 
 

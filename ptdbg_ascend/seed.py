@@ -23,9 +23,9 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
             original tool did this silently). Default False.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ParameterError("seed", seed, "must be an int in [0, {}]".format(MAX_SEED))
+        raise ParameterError("seed", seed, f"must be an int in [0, {MAX_SEED}]")
     if not 0 <= seed <= MAX_SEED:
-        raise ParameterError("seed", seed, "must be between 0 and {}".format(MAX_SEED))
+        raise ParameterError("seed", seed, f"must be between 0 and {MAX_SEED}")
     if not isinstance(mode, bool):
         raise ParameterError("mode", mode, "must be a bool (True enables deterministic algorithms)")
     if not isinstance(rm_dropout, bool):
@@ -57,7 +57,7 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
         torch_npu.npu.manual_seed_all(seed)
     if rm_dropout:
         _remove_dropout()
-    logger.info("Random seed is set to {} (deterministic algorithms: {}).".format(seed, mode))
+    logger.info(f"Random seed is set to {seed} (deterministic algorithms: {mode}).")
 
 
 def _remove_dropout() -> None:

@@ -74,7 +74,7 @@ def tool_stream(module: Any, device: Any, purpose: str) -> Any:
     return stream
 
 
-class LaunchStreams(object):
+class LaunchStreams:
     """The streams the tool's device work was launched on, per device, for reads to wait for.
 
     At most ``MAX_STREAMS`` distinct streams are kept per device; a script that makes more (a new stream

@@ -35,10 +35,10 @@ from typing import Any, List, Optional, Set, Tuple
 
 from ptdbg_ascend.log import logger
 
-_WARNED = set()  # type: Set[str]
+_WARNED: Set[str] = set()
 
 
-class _Functorch(object):
+class _Functorch:
     """The torch._C._functorch helpers, looked up once (None where this torch lacks them)."""
 
     def __init__(self) -> None:
@@ -61,7 +61,7 @@ class _Functorch(object):
         self.fake_type = fake
 
 
-_STATE = []  # type: List[_Functorch]
+_STATE: List[_Functorch] = []
 
 
 def _functorch() -> _Functorch:
@@ -127,7 +127,7 @@ def _unwrap_transforms(tensor: Any, state: _Functorch) -> Tuple[Any, str]:
     vmap first), grad/jvp wrappers give their value, functionalize wrappers their synced value."""
     torch = state.torch
     labels = list(range(tensor.dim()))  # the dims of the current physical tensor: ints are per-sample dims
-    batch = []  # type: List[Any]
+    batch: List[Any] = []
     kind = "grad"
     while state.is_wrapped(tensor):
         if state.is_batched(tensor):

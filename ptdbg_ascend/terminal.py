@@ -27,8 +27,8 @@ _UNICODE_CONTROLS = list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A)) + 
 
 
 def _table(keep: str) -> Dict[int, str]:
-    table = {code: "\\x{:02x}".format(code) for code in _CONTROLS}
-    table.update({code: "\\u{:04x}".format(code) for code in _UNICODE_CONTROLS})
+    table = {code: f"\\x{code:02x}" for code in _CONTROLS}
+    table.update({code: f"\\u{code:04x}" for code in _UNICODE_CONTROLS})
     for character in keep:
         del table[ord(character)]
     return table
@@ -56,7 +56,7 @@ def excerpt(value: object, limit: int = EXCERPT_LIMIT) -> str:
     characters and ``...``, with the length of a long string (``'aaaa...'... (5000 characters)``). Only
     the part shown is formatted: a list of a billion items or a 5000-digit int costs no more than a short one."""
     if isinstance(value, str) and len(value) > limit:
-        return "{!r}... ({} characters)".format(value[:limit], len(value))
+        return f"{value[:limit]!r}... ({len(value)} characters)"
     pieces, length = [], 0
     for piece in _pieces(value, 0, limit):
         pieces.append(piece)
@@ -69,7 +69,7 @@ def excerpt(value: object, limit: int = EXCERPT_LIMIT) -> str:
 def shorten(text: str, limit: int = EXCERPT_LIMIT) -> str:
     """``text`` itself (no quotes) when it has at most ``limit`` characters (default 255), else its first
     ``limit`` and ``... (5000 characters)``: a name from a file, shown in running text."""
-    return text if len(text) <= limit else "{}... ({} characters)".format(text[:limit], len(text))
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _pieces(value: object, depth: int, limit: int) -> Iterator[str]:
@@ -97,7 +97,7 @@ def _pieces(value: object, depth: int, limit: int) -> Iterator[str]:
     elif isinstance(value, str):
         yield repr(value[:limit + 1])  # never more than is shown
     elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _BIG_INT_BITS:
-        yield "<an integer of about {} digits>".format(int(value.bit_length() * 0.30103) + 1)
+        yield f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
     else:
         yield repr(value)
 

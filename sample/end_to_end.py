@@ -35,7 +35,7 @@ def run_training(out_dir: str, name: str, planted: bool) -> str:
     subprocess.run(command, check=True, cwd=run_dir)
     pkls = glob.glob(os.path.join(run_dir, "ptdbg_dump_v*", "rank0", "api_stack_dump.pkl"))
     if len(pkls) != 1:
-        raise SystemExit("expected one api_stack pkl for {}, found {}".format(name, pkls))
+        raise SystemExit(f"expected one api_stack pkl for {name}, found {pkls}")
     return pkls[0]
 
 
@@ -71,7 +71,7 @@ def main() -> int:
     print("\nReports in {}:\n  {}".format(report_dir, "\n  ".join(reports)))
     with open(outcome.advisor_path, encoding="utf-8") as handle:
         print("\nAdvisor:\n" + handle.read())
-    print("Outcome: {}".format(outcome))
+    print(f"Outcome: {outcome}")
     return 0
 
 

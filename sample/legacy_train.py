@@ -97,7 +97,7 @@ def main() -> None:
         loss.backward()
         optimizer.step()
     set_dump_switch("OFF")
-    print("loss {:.6f}".format(loss.item()))
+    print(f"loss {loss.item():.6f}")
 
 
 if __name__ == "__main__":

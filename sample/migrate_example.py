@@ -74,7 +74,7 @@ def main() -> None:
     with open(outcome.csv_path, newline="") as handle:
         rows = [row for row in csv.DictReader(handle) if row["NPU Name"] != "Nan"]
     verdicts = sorted({row["Accuracy Reached or Not"] for row in rows})
-    print("{} legacy rows compared with the migrated run's dump: {}".format(len(rows), ", ".join(verdicts)))
+    print(f"{len(rows)} legacy rows compared with the migrated run's dump: {', '.join(verdicts)}")
     sys.exit(0 if verdicts == ["Yes"] else 1)
 
 

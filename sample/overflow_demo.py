@@ -51,24 +51,24 @@ def main() -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            print("step {}: loss {:.4f}".format(step, loss.item()))
+            print(f"step {step}: loss {loss.item():.4f}")
     except ValueError as error:
-        print("training stopped: {}".format(error))
+        print(f"training stopped: {error}")
     rank_dir = os.path.join(options.out, "overflow_v1.0", "rank0")
     pkls = sorted(name for name in os.listdir(rank_dir) if name.endswith(".pkl")) if os.path.isdir(rank_dir) else []
-    print("\n{} overflow dump(s) in {}:".format(len(pkls), rank_dir))
+    print(f"\n{len(pkls)} overflow dump(s) in {rank_dir}:")
     for name in pkls:
-        print("  {}  ({} npy)".format(name, len(os.listdir(os.path.join(rank_dir, name[:-4])))))
+        print(f"  {name}  ({len(os.listdir(os.path.join(rank_dir, name[:-4])))} npy)")
     if pkls:
         first = sorted(pkls, key=lambda name: int(name[:-4].rsplit("_", 1)[1]))[0]
-        print("\n{} (one JSON array per line; statistics are [max, min, mean, l2norm]):".format(first))
+        print(f"\n{first} (one JSON array per line; statistics are [max, min, mean, l2norm]):")
         with open(os.path.join(rank_dir, first), encoding="utf-8") as handle:
             for line in handle:
                 record = json.loads(line)
                 if record[0].endswith("_stack_info"):
-                    print("  {}: innermost frame {}".format(record[0], record[1][0][:3]))
+                    print(f"  {record[0]}: innermost frame {record[1][0][:3]}")
                 else:
-                    print("  {}".format(record))
+                    print(f"  {record}")
 
 if __name__ == "__main__":
     main()

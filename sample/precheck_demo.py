@@ -91,7 +91,7 @@ def main() -> int:
     for planted in (False, True):
         PLANTED["on"] = planted
         train_step(debugger)
-    bench_json, npu_json = (os.path.join(out, "dump", "step{}".format(step), "rank", "dump.json") for step in (0, 1))
+    bench_json, npu_json = (os.path.join(out, "dump", f"step{step}", "rank", "dump.json") for step in (0, 1))
 
     print("== 1. run_ut on the NPU run's dump alone ==")
     outcome = run_ut(npu_json, os.path.join(out, "run_ut"), progress=False, dumped_outputs=True)

@@ -77,11 +77,11 @@ def main() -> None:
     pkl = os.path.join(rank_dir, "api_stack_npu_dump.pkl")
     with open(pkl, encoding="utf-8") as handle:
         records = [json.loads(line) for line in handle]
-    print("\nFiles in {}: {}".format(rank_dir, sorted(os.listdir(rank_dir))))
-    print("{} pkl lines ({} stack lines)".format(len(records), sum(1 for r in records if r[0].endswith("_stack_info"))))
+    print(f"\nFiles in {rank_dir}: {sorted(os.listdir(rank_dir))}")
+    print(f"{len(records)} pkl lines ({sum((1 for r in records if r[0].endswith('_stack_info')))} stack lines)")
     for record in records:
         if record[0].startswith("Functional_conv2d_0_") and not record[0].endswith("_stack_info"):
-            print("  {}".format(record))
+            print(f"  {record}")
 
 
 if __name__ == "__main__":

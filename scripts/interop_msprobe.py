@@ -73,7 +73,7 @@ def run(command, **kwargs):
     result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
     if result.returncode != 0:
         sys.stdout.write(result.stdout.decode(errors="replace")[-4000:])
-        raise SystemExit("FAILED: {}".format(" ".join(command)))
+        raise SystemExit(f"FAILED: {' '.join(command)}")
     return result.stdout.decode(errors="replace")
 
 
@@ -100,7 +100,7 @@ def msprobe_compare(npu_dir, bench_dir, out):
     run([sys.executable, "-c", code, "-f", "pytorch", "compare", "-i", compare_json, "-o", out, "-s"])
     reports = glob.glob(os.path.join(out, "compare_result_*.xlsx"))
     if len(reports) != 1:
-        raise SystemExit("FAILED: msprobe wrote {} compare_result xlsx files in {}".format(len(reports), out))
+        raise SystemExit(f"FAILED: msprobe wrote {len(reports)} compare_result xlsx files in {out}")
     table = pandas.read_excel(reports[0])
     rows = {}
     for _, row in table.iterrows():
@@ -122,7 +122,7 @@ def our_compare(npu_dir, bench_dir, out):
                       out, stack_mode=True, auto_analyze=False)
     reports = glob.glob(os.path.join(out, "compare_result_*.csv"))
     if len(reports) != 1:
-        raise SystemExit("FAILED: our compare wrote {} compare_result csv files in {}".format(len(reports), out))
+        raise SystemExit(f"FAILED: our compare wrote {len(reports)} compare_result csv files in {out}")
     table = pandas.read_csv(reports[0])
     return {to_dotted(row["NPU Name"]): (_number(row["Cosine"]), _verdict(row["Accuracy Reached or Not"]))
             for _, row in table.iterrows()}
@@ -153,9 +153,9 @@ def same_rows(label, theirs, ours, check_accuracy=True):
         (cos_a, acc_a), (cos_b, acc_b) = theirs[name], ours[name]
         numbers = isinstance(cos_a, float) and isinstance(cos_b, float)
         if numbers and not (math.isclose(cos_a, cos_b, rel_tol=1e-5, abs_tol=1e-6) or (math.isnan(cos_a) and math.isnan(cos_b))):
-            problems.append("{}: {} Cosine msprobe {} ours {}".format(label, name, cos_a, cos_b))
+            problems.append(f"{label}: {name} Cosine msprobe {cos_a} ours {cos_b}")
         if check_accuracy and acc_a != acc_b:
-            problems.append("{}: {} Accuracy msprobe {} ours {}".format(label, name, acc_a, acc_b))
+            problems.append(f"{label}: {name} Accuracy msprobe {acc_a} ours {acc_b}")
     return problems
 
 
@@ -186,7 +186,7 @@ def main(out):
     with open(os.path.join(their_npu, "dump.json")) as handle:
         their_names = list(json.load(handle)["data"])
     if our_names != their_names:
-        problems.append("dump.json entries differ: ours {} msprobe {}".format(our_names, their_names))
+        problems.append(f"dump.json entries differ: ours {our_names} msprobe {their_names}")
     summary["entries"] = len(our_names)
     summary["problems"] = problems
     print(json.dumps(summary))

@@ -47,7 +47,7 @@ def _descendants(pid):
         if not entry.isdigit():
             continue
         try:
-            with open("/proc/{}/stat".format(entry)) as handle:
+            with open(f"/proc/{entry}/stat") as handle:
                 # the command name (field 2) may hold spaces: the parent pid follows its closing paren
                 parent = int(handle.read().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):

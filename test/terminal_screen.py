@@ -48,7 +48,7 @@ def run_on_terminal(argv: Sequence[str], env: Optional[dict] = None, cwd: Option
         while True:
             if time.time() > deadline:
                 process.kill()
-                raise AssertionError("{} ran past {} s; it showed: {!r}".format(argv, timeout, b"".join(chunks)[-2000:]))
+                raise AssertionError(f"{argv} ran past {timeout} s; it showed: {b''.join(chunks)[-2000:]!r}")
             ready, _, _ = select.select([master], [], [], 0.5)
             if not ready:
                 if process.poll() is not None:

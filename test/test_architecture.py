@@ -41,7 +41,7 @@ PACKAGE_LAYERS = (
                           "checkout", "inside", "tensor_kinds")),
 )
 # (importing package, imported module) pairs the package rules let pass, each with why (none today).
-KNOWN_PACKAGE_EXCEPTIONS = {}  # type: Dict[Tuple[str, str], str]
+KNOWN_PACKAGE_EXCEPTIONS: Dict[Tuple[str, str], str] = {}
 # The only modules of the package that formats/ and fs/ (the ground floor) may import, besides their own:
 # numpy_view (a tensor as numpy, widened exactly) and terminal (text from files made safe and short to
 # print) import nothing of the package either.
@@ -150,11 +150,11 @@ def test_every_package_has_its_layer_and_every_layer_names_packages_that_exist()
     assert len(listed) == len(set(listed)), "a package is in two layers"
     missing = sorted(set(PACKAGE_GRAPH) - set(listed))
     gone = sorted(set(listed) - set(PACKAGE_GRAPH))
-    assert not missing, "packages with no layer in PACKAGE_LAYERS (give each its place): {}".format(missing)
-    assert not gone, "PACKAGE_LAYERS names packages that do not exist: {}".format(gone)
+    assert not missing, f"packages with no layer in PACKAGE_LAYERS (give each its place): {missing}"
+    assert not gone, f"PACKAGE_LAYERS names packages that do not exist: {gone}"
     assert set(ABOVE_THE_ENGINE) <= set(listed), "ABOVE_THE_ENGINE names packages that do not exist"
     stale = sorted(key for key in KNOWN_PACKAGE_EXCEPTIONS if key[1] not in _imported_by(key[0]))
-    assert not stale, "known exceptions that no longer happen (remove them): {}".format(stale)
+    assert not stale, f"known exceptions that no longer happen (remove them): {stale}"
 
 
 def test_packages_import_only_their_layer_and_below():
@@ -162,7 +162,7 @@ def test_packages_import_only_their_layer_and_below():
                                                    PACKAGE_LAYERS[LAYER_OF[target]][0])
                    for importer, targets in PACKAGE_GRAPH.items() for target in targets
                    if importer in LAYER_OF and target in LAYER_OF and LAYER_OF[target] < LAYER_OF[importer])
-    assert not wrong, "imports upward between packages (PACKAGE_LAYERS): {}".format("; ".join(wrong))
+    assert not wrong, f"imports upward between packages (PACKAGE_LAYERS): {'; '.join(wrong)}"
 
 
 def test_no_two_packages_import_each_other():
@@ -172,17 +172,17 @@ def test_no_two_packages_import_each_other():
 
 
 def test_the_engine_imports_nothing_above_it():
-    wrong = sorted("{} imports {}".format(_short(module), _short(imported))
+    wrong = sorted(f"{_short(module)} imports {_short(imported)}"
                    for module, imports in GRAPH.items() if _inside(module, "ptdbg_ascend.dump")
                    for imported in imports
                    if any(_inside(imported, "ptdbg_ascend." + above) for above in ABOVE_THE_ENGINE))
-    assert not wrong, "dump/ (the engine) must not import {}: {}".format("/".join(ABOVE_THE_ENGINE), "; ".join(wrong))
+    assert not wrong, f"dump/ (the engine) must not import {'/'.join(ABOVE_THE_ENGINE)}: {'; '.join(wrong)}"
 
 
 @pytest.mark.parametrize("floor", ["formats", "fs"])
 def test_the_ground_floor_imports_only_the_ground_floor(floor):
     allowed = ["ptdbg_ascend." + name for name in (floor,) + GROUND_FLOOR]
-    wrong = sorted("{} imports {}".format(_short(module), _short(imported))
+    wrong = sorted(f"{_short(module)} imports {_short(imported)}"
                    for module, imports in GRAPH.items() if _inside(module, "ptdbg_ascend." + floor)
                    for imported in imports if not any(_inside(imported, name) for name in allowed))
     assert not wrong, "{}/ may import only itself and {} of the package: {}".format(
@@ -191,11 +191,10 @@ def test_the_ground_floor_imports_only_the_ground_floor(floor):
 
 def test_statistics_imports_only_what_sits_below_it():
     allowed = ["ptdbg_ascend." + name for name in ("statistics",) + STATISTICS_MAY_IMPORT]
-    wrong = sorted("{} imports {}".format(_short(module), _short(imported))
+    wrong = sorted(f"{_short(module)} imports {_short(imported)}"
                    for module, imports in GRAPH.items() if _inside(module, "ptdbg_ascend.statistics")
                    for imported in imports if not any(_inside(imported, name) for name in allowed))
-    assert not wrong, "statistics/ may import only itself and {}: {}".format(
-        ", ".join(STATISTICS_MAY_IMPORT), "; ".join(wrong))
+    assert not wrong, f"statistics/ may import only itself and {', '.join(STATISTICS_MAY_IMPORT)}: {'; '.join(wrong)}"
 
 
 def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
@@ -259,5 +258,5 @@ def test_no_module_over_450_lines():
         with open(path, encoding="utf-8") as handle:
             lines = sum(1 for _ in handle)
         if lines > MAX_LINES:
-            long.append("{} ({} lines)".format(os.path.relpath(path, ROOT), lines))
-    assert not long, "modules over {} lines (split them by concern): {}".format(MAX_LINES, ", ".join(long))
+            long.append(f"{os.path.relpath(path, ROOT)} ({lines} lines)")
+    assert not long, f"modules over {MAX_LINES} lines (split them by concern): {', '.join(long)}"

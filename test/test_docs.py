@@ -73,7 +73,7 @@ class Block(NamedTuple):
 
     @property
     def where(self) -> str:
-        return "{}:{}".format(self.doc, self.line)
+        return f"{self.doc}:{self.line}"
 
 
 def parse_blocks(doc: str) -> Tuple[List[Block], List[str]]:
@@ -90,24 +90,24 @@ def parse_blocks(doc: str) -> Tuple[List[Block], List[str]]:
             end += 1
         indent = len(fence.group(1))
         body = "\n".join(line[indent:] for line in lines[i + 1:end]) + "\n"
-        where = "{}:{}".format(doc, i + 1)
+        where = f"{doc}:{i + 1}"
         marker = MARKER.match(lines[i - 1].strip()) if i > 0 else None
         if marker is None:
             problems.append("{}: code block without a <!-- run --> or <!-- no-run: reason --> marker on the line "
                             "before it".format(where))
         elif marker.group(1) == "no-run":
             if not (marker.group(2) or "").strip():
-                problems.append("{}: <!-- no-run: --> needs a reason".format(where))
+                problems.append(f"{where}: <!-- no-run: --> needs a reason")
             blocks.append(Block(doc, i + 1, fence.group(2), body, False, {"reason": [marker.group(2) or ""]}))
         else:
             options: Dict[str, List[str]] = {}
             for item in shlex.split(marker.group(2) or ""):
                 key, _, value = item.partition("=")
                 if key not in RUN_KEYS or not value:
-                    problems.append("{}: unknown or empty run option {!r}".format(where, item))
+                    problems.append(f"{where}: unknown or empty run option {item!r}")
                 options.setdefault(key, []).append(value)
             if fence.group(2) not in ("bash", "sh", "python"):
-                problems.append("{}: a run block must be ```bash or ```python, not {!r}".format(where, fence.group(2)))
+                problems.append(f"{where}: a run block must be ```bash or ```python, not {fence.group(2)!r}")
             blocks.append(Block(doc, i + 1, fence.group(2), body, True, options))
         i = end + 1
     return blocks, problems
@@ -126,16 +126,16 @@ def _run_block(block: Block, workdir: str, index: int) -> Tuple[int, str]:
     env.pop("PYTHONPATH", None)
     if block.lang == "python":
         source = (MODEL_FIXTURE if "model" in block.options.get("fixture", []) else "") + block.body
-        path = os.path.join(workdir, "_doc_block_{}.py".format(index))
+        path = os.path.join(workdir, f"_doc_block_{index}.py")
         command = [sys.executable, path]
     else:
         source = block.body
-        path = os.path.join(workdir, "_doc_block_{}.sh".format(index))
+        path = os.path.join(workdir, f"_doc_block_{index}.sh")
         command = ["bash", "-e", "-o", "pipefail", path]
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(source)
     result = subprocess.run(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            universal_newlines=True, timeout=BLOCK_TIMEOUT_S)
+                            text=True, timeout=BLOCK_TIMEOUT_S)
     return result.returncode, result.stdout
 
 
@@ -144,13 +144,13 @@ def _check(block: Block, workdir: str, code: int, output: str) -> List[str]:
     failures = []
     expected = int(block.options.get("exit", ["0"])[0])
     if code != expected:
-        failures.append("exit status {} (expected {})".format(code, expected))
+        failures.append(f"exit status {code} (expected {expected})")
     for text in block.options.get("prints", []):
         if text not in output:
-            failures.append("the output does not contain {!r}".format(text))
+            failures.append(f"the output does not contain {text!r}")
     for pattern in block.options.get("creates", []):
         if not glob.glob(os.path.join(workdir, pattern)):
-            failures.append("no file {} in the working folder".format(pattern))
+            failures.append(f"no file {pattern} in the working folder")
     return failures
 
 
@@ -167,7 +167,7 @@ def test_runnable_blocks_do_what_the_text_says(doc, tmp_path):
         code, output = _run_block(block, workdir, index)
         problems = _check(block, workdir, code, output)
         if problems and block.options.get("needs"):
-            pending.append("{} (needs {})".format(block.where, ", ".join(block.options["needs"])))
+            pending.append(f"{block.where} (needs {', '.join(block.options['needs'])})")
         elif problems:
             failures.append("{}: {}\n--- block ---\n{}--- output (last 3000 chars) ---\n{}".format(
                 block.where, "; ".join(problems), block.body, output[-3000:]))

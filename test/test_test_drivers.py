@@ -96,7 +96,7 @@ def test_the_watchdog_stops_a_hung_test_with_its_stack_and_kills_its_subprocesse
 def _alive(pid):
     """Whether ``pid`` runs (a killed orphan may stay a zombie until init reaps it)."""
     try:
-        with open("/proc/{}/stat".format(pid)) as handle:
+        with open(f"/proc/{pid}/stat") as handle:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False

@@ -20,7 +20,7 @@ def mount(path, options):
     result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if result.returncode != 0:
-        pytest.skip("cannot mount a tmpfs ({}) here: {}".format(options, result.stdout.decode().strip()))
+        pytest.skip(f"cannot mount a tmpfs ({options}) here: {result.stdout.decode().strip()}")
     return path
 
 

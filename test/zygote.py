@@ -23,7 +23,7 @@ from typing import Iterator, Tuple
 LINE_TIMEOUT = 120.0
 
 
-class Zygote(object):
+class Zygote:
     """``Zygote(script_path, *args)`` runs the zygote script; use it as a context manager.
 
     The zygote and every run it forks live in their own process group, which ``__exit__`` kills
@@ -37,8 +37,8 @@ class Zygote(object):
         self.process = subprocess.Popen([sys.executable, script] + list(args), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
         # A reader thread turns the pipe into a queue, so that each wait can have a deadline.
-        self._lines: "queue.Queue[str]" = queue.Queue()
-        self._recent: "collections.deque[str]" = collections.deque(maxlen=5)  # for the timeout's message
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._recent: collections.deque[str] = collections.deque(maxlen=5)  # for the timeout's message
         self._reader = threading.Thread(target=self._read_lines, daemon=True)
         self._reader.start()
 
@@ -57,7 +57,7 @@ class Zygote(object):
         self._recent.append(line)
         return line
 
-    def __enter__(self) -> "Zygote":
+    def __enter__(self) -> Zygote:
         return self
 
     def __exit__(self, *exc: object) -> None:

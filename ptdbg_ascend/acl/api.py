@@ -108,21 +108,22 @@ def set_backward_input(backward_input: Any) -> None:
     if observer is None or observer.target is None or not observer.target.backward:
         raise CallOrderError("set_backward_input must come after register_hook(model, acc_cmp_dump, dump_mode='acl', "
                              "dump_config=...) and set_dump_switch('ON', mode='acl', scope=['..._backward']).")
-    paths = list(backward_input)  # type: List[Any]
+    paths: List[Any] = list(backward_input)
     if len(paths) != 1:
         raise ParameterError("backward_input", backward_input,
-                             "needs exactly one .npy file, one per name in the acl scope {}".format([observer.target.scope_name]))
+                             "needs exactly one .npy file, one per name in the acl scope "
+                             f"{[observer.target.scope_name]}")
     path = os.fspath(paths[0]) if isinstance(paths[0], os.PathLike) else paths[0]
     if not isinstance(path, str) or not path.endswith(".npy"):
         raise ParameterError("backward_input", backward_input, "items must be paths of .npy files")
     path = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(path):
-        raise FileFormatError("The backward input {} does not exist.".format(path))
+        raise FileFormatError(f"The backward input {path} does not exist.")
     try:
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as error:
-        raise FileFormatError("The backward input {} is not a readable .npy file: {}".format(path, error)) from error
+        raise FileFormatError(f"The backward input {path} is not a readable .npy file: {error}") from error
     import torch
 
     observer.backward_input = (path, torch.from_numpy(np.ascontiguousarray(array)))
-    logger.info("Backward input of {} is {}.".format(observer.target.scope_name, path))
+    logger.info(f"Backward input of {observer.target.scope_name} is {path}.")

@@ -26,7 +26,7 @@ def _acl_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(subparsers: "argparse._SubParsersAction") -> None:
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "acl-config", help="write (or --check) the dump.json of an ACL dump",
         description="Write a correct ACL dump.json for register_hook(..., dump_mode='acl', dump_config=...), "

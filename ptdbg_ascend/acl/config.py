@@ -66,18 +66,18 @@ def _validate(path: str, content: Any) -> AclDumpConfig:
         raise _bad(path, "dump", dump, "it must be an object")
     missing = [key for key in REQUIRED_KEYS if key not in dump]
     if missing:
-        raise _bad(path, "dump", sorted(dump), "the keys {} are missing".format(missing))
+        raise _bad(path, "dump", sorted(dump), f"the keys {missing} are missing")
     unknown = sorted(set(dump) - set(REQUIRED_KEYS))
     if unknown:
-        raise _bad(path, "dump", sorted(dump), "unknown keys {} (allowed: {})".format(unknown, list(REQUIRED_KEYS)))
+        raise _bad(path, "dump", sorted(dump), f"unknown keys {unknown} (allowed: {list(REQUIRED_KEYS)})")
     if not isinstance(dump["dump_list"], list):
         raise _bad(path, "dump.dump_list", dump["dump_list"], "it must be a list (usually [])")
     if not isinstance(dump["dump_path"], str) or not dump["dump_path"]:
         raise _bad(path, "dump.dump_path", dump["dump_path"], "it must be a non-empty directory path")
     if dump["dump_mode"] not in DUMP_MODES:
-        raise _bad(path, "dump.dump_mode", dump["dump_mode"], "allowed: {}".format(list(DUMP_MODES)))
+        raise _bad(path, "dump.dump_mode", dump["dump_mode"], f"allowed: {list(DUMP_MODES)}")
     if dump["dump_op_switch"] not in OP_SWITCHES:
-        raise _bad(path, "dump.dump_op_switch", dump["dump_op_switch"], "allowed: {}".format(list(OP_SWITCHES)))
+        raise _bad(path, "dump.dump_op_switch", dump["dump_op_switch"], f"allowed: {list(OP_SWITCHES)}")
     return AclDumpConfig(path, dump["dump_path"], dump["dump_mode"], dump["dump_op_switch"], list(dump["dump_list"]))
 
 
@@ -97,13 +97,13 @@ def write_acl_dump_config(config_path: str, dump_path: str, dump_mode: str = "al
     if not isinstance(dump_path, str) or not dump_path:
         raise ParameterError("dump_path", dump_path, "must be a non-empty directory path")
     if dump_mode not in DUMP_MODES:
-        raise ParameterError("dump_mode", dump_mode, "must be one of {}".format(list(DUMP_MODES)))
+        raise ParameterError("dump_mode", dump_mode, f"must be one of {list(DUMP_MODES)}")
     if dump_op_switch not in OP_SWITCHES:
-        raise ParameterError("dump_op_switch", dump_op_switch, "must be one of {}".format(list(OP_SWITCHES)))
+        raise ParameterError("dump_op_switch", dump_op_switch, f"must be one of {list(OP_SWITCHES)}")
     if dump_list is not None and not isinstance(dump_list, list):
         raise ParameterError("dump_list", dump_list, "must be None or a list")
-    content = {"dump": {"dump_list": list(dump_list or []), "dump_path": dump_path, "dump_mode": dump_mode,
-                        "dump_op_switch": dump_op_switch}}  # type: Dict[str, Any]
+    content: Dict[str, Any] = {"dump": {"dump_list": list(dump_list or []), "dump_path": dump_path,
+                                        "dump_mode": dump_mode, "dump_op_switch": dump_op_switch}}
     with open(config_path, "w", encoding="utf-8") as handle:
         json.dump(content, handle, indent=4)
         handle.write("\n")

@@ -40,10 +40,10 @@ class AclObserver(CallObserver):
     def __init__(self, torch_npu: Any, config: AclDumpConfig) -> None:
         self.torch_npu = torch_npu
         self.config = config
-        self.target = None  # type: Optional[AclTarget]
+        self.target: Optional[AclTarget] = None
         # set_backward_input: (npy path, gradient tensor) for a backward target.
-        self.backward_input = None  # type: Optional[Tuple[str, Any]]
-        self.dumped = []  # type: list  # call names dumped so far (for the log and tests)
+        self.backward_input: Optional[Tuple[str, Any]] = None
+        self.dumped: list = []  # call names dumped so far (for the log and tests)
 
     def switch_on(self, scope_name: str) -> None:
         self.target = acl_target(scope_name)

@@ -39,7 +39,7 @@ def _copies(value: Any, keep_grad: bool) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_copies(item, keep_grad) for item in value)
     if isinstance(value, dict):
-        return dict((key, _copies(item, keep_grad)) for key, item in value.items())
+        return {key: _copies(item, keep_grad) for key, item in value.items()}
     return value
 
 
@@ -68,7 +68,7 @@ def rerun_forward(torch_npu: Any, call: ApiCall, args: Any, kwargs: Any, config_
         return output
 
     _synchronized(torch_npu, config_file, run)
-    logger.info("Dump {} op file.".format(call.forward_name))
+    logger.info(f"Dump {call.forward_name} op file.")
 
 
 def backward_target(call: ApiCall, output: Any) -> Optional[Any]:
@@ -105,12 +105,12 @@ def rerun_backward(torch_npu: Any, call: ApiCall, args: Any, kwargs: Any, gradie
         raise ParameterError("backward_input", gradient_file,
                              "its shape {} is not the shape {} of the output of {}".format(
                                  list(gradient.shape), list(target.shape), call.forward_name),
-                             "Use the {}_input.0.npy file of the same run.".format(call.backward_name))
+                             f"Use the {call.backward_name}_input.0.npy file of the same run.")
     if not target.requires_grad:
         raise ParameterError("scope", [call.backward_name],
-                             "the output of {} does not require grad, so it has no backward to dump".format(call.forward_name))
+                             f"the output of {call.forward_name} does not require grad, so it has no backward to dump")
     # bf16 tensors are dumped as float32 npy: cast back to the output's own dtype and device.
     grad = gradient.to(device=target.device, dtype=target.dtype)
     _synchronized(torch_npu, config_file, lambda: target.backward(grad))
-    logger.info("Dump {} op file.".format(call.backward_name))
+    logger.info(f"Dump {call.backward_name} op file.")
     return True

@@ -44,7 +44,7 @@ def _same_tensor(a: TensorRecord, b: TensorRecord) -> bool:
         and all(v is not None for v in a.statistics[:3])
 
 
-class _Report(object):
+class _Report:
     """The rows with the lookups the advisor needs."""
 
     def __init__(self, rows: Sequence[CompareRow]) -> None:

@@ -39,7 +39,7 @@ def render(reason: Reason, rows: Sequence[CompareRow], counts: Counts) -> Advice
         logger.warning(incomplete)
         return Advice("NA", "NA", incomplete, (_tally(counts),))
     logger.info("All data from api input/output accuracy reached")
-    verdict = ALL_REACHED + (" ({}.)".format(STATISTICS_ONLY.capitalize()) if reason.statistics_only else "")
+    verdict = ALL_REACHED + (f" ({STATISTICS_ONLY.capitalize()}.)" if reason.statistics_only else "")
     body = [_tally(counts)]
     mismatch = reason.mismatch
     if mismatch is not None:
@@ -52,11 +52,10 @@ def render(reason: Reason, rows: Sequence[CompareRow], counts: Counts) -> Advice
     warning = Finding(record=reason.record, line=reason.line, kind=CAUSE, call=reason.suspect,
                       api=split_call_name(reason.suspect).api, user_line=user_line(reduced.call.stack),
                       dtype_mismatch=None, one_sided=(), level=WARNING, precision=reduced.label, reason=reason)
-    logger.warning("Reduced precision: {}".format(reduced.text()))
-    body.append("Warning: {}. Nothing fails because of it here. {}".format(reduced.text(),
-                                                                         next_steps.reduced_hint(reduced)))
+    logger.warning(f"Reduced precision: {reduced.text()}")
+    body.append(f"Warning: {reduced.text()}. Nothing fails because of it here. {next_steps.reduced_hint(reduced)}")
     if warning.user_line:
-        body.append("Code: {}".format(warning.user_line))
+        body.append(f"Code: {warning.user_line}")
     return Advice("NA", "NA", verdict, tuple(body), warning)
 
 
@@ -79,21 +78,21 @@ def _failure_advice(reason: Reason, rows: Sequence[CompareRow], counts: Counts,
                       dtype_mismatch=reason.mismatch.text() if reason.mismatch else None, one_sided=reason.one_sided,
                       precision=reason.reduced.label if reason.reduced else None, reason=reason)
     advice = "\n".join(_advice_paragraphs(reason, rows, calls))
-    logger.warning("Find {} accuracy not reached, the line is {}".format(finding.record, finding.line))
+    logger.warning(f"Find {finding.record} accuracy not reached, the line is {finding.line}")
     body = ["Suspect API: {} ({}: {}){}".format(finding.call, finding.kind.capitalize(), _KIND_TEXT[finding.kind],
-                                                " [{}]".format(STATISTICS_ONLY) if reason.statistics_only else "")]
+                                                f" [{STATISTICS_ONLY}]" if reason.statistics_only else "")]
     if finding.user_line:
-        body.append("Code: {}".format(finding.user_line))
+        body.append(f"Code: {finding.user_line}")
     message = rows[reason.line - 2].judgement.message
     if message:
-        body.append("First failure: {}".format(message))
+        body.append(f"First failure: {message}")
     body.extend(modules.advice_lines(rows))  # L0/mix: the first diverging module and the API inside it
     if reason.incomplete:
         body.append(_incomplete(rows, counts))
     if finding.dtype_mismatch:
-        body.append("First dtype mismatch before it: {}".format(finding.dtype_mismatch))
+        body.append(f"First dtype mismatch before it: {finding.dtype_mismatch}")
     if finding.one_sided:
-        body.append("Calls present in one run only before it: {}".format(", ".join(finding.one_sided)))
+        body.append(f"Calls present in one run only before it: {', '.join(finding.one_sided)}")
     body.append(_tally(counts))
     return Advice(str(finding.line), finding.record, advice, tuple(body), finding)
 
@@ -134,7 +133,7 @@ def _lower_precision_text(reason: Reason, rows: Sequence[CompareRow], calls: Dic
 
 def _reduced_text(reason: Reason, rows: Sequence[CompareRow], calls: Dict[str, CallRecord]) -> str:
     root = _reduced(reason, calls)
-    return "{}. {}".format(root.text(), next_steps.reduced_hint(root))
+    return f"{root.text()}. {next_steps.reduced_hint(root)}"
 
 
 def _amplified_text(reason: Reason, rows: Sequence[CompareRow], calls: Dict[str, CallRecord]) -> str:
@@ -220,7 +219,7 @@ def _not_compared_reasons(rows: Sequence[CompareRow]) -> List[str]:
             elif "cannot be read" in message:
                 message = "a tensor file cannot be read"
             reasons[message] += 1
-    return ["{} rows: {}".format(count, reason) for reason, count in reasons.most_common(3)]
+    return [f"{count} rows: {reason}" for reason, count in reasons.most_common(3)]
 
 
 def _tally(counts: Counts) -> str:

@@ -48,10 +48,10 @@ class Advice(NamedTuple):
         head = "First failure: "
         if not line.startswith(head) or self.line == "NA":
             return line
-        return "{}{} (CSV line {}): {}".format(head, self.suspect, self.line, line[len(head):])
+        return f"{head}{self.suspect} (CSV line {self.line}): {line[len(head):]}"
 
     def _legacy_head(self) -> str:
-        return "Line: {}\nSuspect Nodes: {}\nExpert Advice: {}\n".format(self.line, self.suspect, self.advice)
+        return f"Line: {self.line}\nSuspect Nodes: {self.suspect}\nExpert Advice: {self.advice}\n"
 
 
 def write_advice(advice: Advice, output_path: str, stem: str) -> str:
@@ -73,5 +73,5 @@ def write_advice(advice: Advice, output_path: str, stem: str) -> str:
             handle.write(finding_file.encode(advice.finding))
     elif os.path.lexists(finding_path):
         os.remove(finding_path)
-    logger.info("The advisor summary is saved in: {}".format(path))
+    logger.info(f"The advisor summary is saved in: {path}")
     return path

@@ -86,7 +86,7 @@ def exit_status(outcomes: Sequence) -> int:
         return FAILED
     short = [outcome for outcome in outcomes if not outcome]
     for outcome in short:
-        print(printable("ptdbg compare: incomplete: {}: {}".format(outcome.csv_path, outcome)), file=sys.stderr)
+        print(printable(f"ptdbg compare: incomplete: {outcome.csv_path}: {outcome}"), file=sys.stderr)
     return INCOMPLETE if short else PASSED
 
 
@@ -104,7 +104,7 @@ def _distributed_status(outcomes) -> int:
     status = exit_status(outcomes)
     missing = outcomes.not_compared()
     if missing:  # a rank that was not compared cannot be said to agree: incomplete unless a compared rank failed
-        print(printable("ptdbg compare-distributed: {}".format(missing)), file=sys.stderr)
+        print(printable(f"ptdbg compare-distributed: {missing}"), file=sys.stderr)
         return status or INCOMPLETE
     return status
 

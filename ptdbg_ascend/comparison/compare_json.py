@@ -110,13 +110,12 @@ def _check_kind(path: str, key: str, value: str) -> None:
     try:
         mode = os.stat(value).st_mode  # follows links: what the compare would open
     except OSError:
-        link = " (a symlink to {})".format(os.readlink(value)) if os.path.islink(value) else ""
-        raise FileFormatError("The {} {}: {!r} names {}, which does not exist{}.".format(WHAT, path, key, value,
-                                                                                      link)) from None
+        link = f" (a symlink to {os.readlink(value)})" if os.path.islink(value) else ""
+        raise FileFormatError(f"The {WHAT} {path}: {key!r} names {value}, which does not exist{link}.") from None
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return
     what = next((name for test, name in _SPECIAL if test(mode)), "not a regular file")
-    link = " (a symlink to {})".format(os.readlink(value)) if os.path.islink(value) else ""
+    link = f" (a symlink to {os.readlink(value)})" if os.path.islink(value) else ""
     raise FileFormatError("The {} {}: {!r} names {}{}, which is {}, not a regular file or a directory; it is not "
                           "read.".format(WHAT, path, key, value, link, what))
 

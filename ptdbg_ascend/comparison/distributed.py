@@ -35,7 +35,7 @@ def rank_dirs(dump_dir: str, parameter: str) -> List[Tuple[int, str, str]]:
         raise ParameterError(parameter, dump_dir, "must be a path (str) of a dump tag directory")
     dump_dir = os.fspath(dump_dir)
     if not os.path.isdir(dump_dir):
-        raise CompareError("{} {} is not a directory.".format(parameter, dump_dir))
+        raise CompareError(f"{parameter} {dump_dir} is not a directory.")
     ranks = []
     for entry in sorted(os.listdir(dump_dir)):
         match = RANK_DIR.match(entry)
@@ -45,7 +45,7 @@ def rank_dirs(dump_dir: str, parameter: str) -> List[Tuple[int, str, str]]:
                                .format(entry, dump_dir))
         ranks.append((int(match.group(1)) if match.group(1) else PLAIN_RANK, entry, os.path.join(dump_dir, entry)))
     if not ranks:
-        raise CompareError("No rank directory is found in {} ({}).".format(dump_dir, parameter))
+        raise CompareError(f"No rank directory is found in {dump_dir} ({parameter}).")
     ranks.sort()
     for (number, first, _), (next_number, second, _) in zip(ranks, ranks[1:]):
         if number == next_number:
@@ -84,11 +84,11 @@ class RankOutcomes(list):
         """One line naming the ranks that were not compared ("" when every rank was)."""
         parts = []
         if self.npu_only:
-            parts.append("{} only in the NPU dump".format(", ".join(self.npu_only)))
+            parts.append(f"{', '.join(self.npu_only)} only in the NPU dump")
         if self.bench_only:
-            parts.append("{} only in the bench dump".format(", ".join(self.bench_only)))
+            parts.append(f"{', '.join(self.bench_only)} only in the bench dump")
         if self.skipped:
-            parts.append("{} skipped (files outside the dump directories)".format(", ".join(self.skipped)))
+            parts.append(f"{', '.join(self.skipped)} skipped (files outside the dump directories)")
         return "not compared: " + "; ".join(parts) if parts else ""
 
 
@@ -107,7 +107,7 @@ def rank_files(rank_dir: str) -> Tuple[str, Optional[str], Optional[str]]:
 
         note = missing_dump_note(dump_file(rank_dir))
         raise CompareError("No file is found in dump dir {}. {}".format(
-            rank_dir, "There is no {}: {}".format(DUMP_FILE, note) if note else ""))
+            rank_dir, f"There is no {DUMP_FILE}: {note}" if note else ""))
     if len(pkls) > 1:
         raise CompareError("Several pkl files ({}) in dump dir {}: keep one dump per rank directory."
                            .format(", ".join(pkls), rank_dir))
@@ -145,20 +145,20 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
                                npu_dump_dir, ", ".join(n for _, n, _ in npu_ranks), bench_dump_dir,
                                ", ".join(n for _, n, _ in bench_ranks)))
     if npu_only or bench_only:
-        sides = (["{} only in npu_dump_dir {}".format(", ".join(npu_only), npu_dump_dir)] if npu_only else []) + \
-                (["{} only in bench_dump_dir {}".format(", ".join(bench_only), bench_dump_dir)] if bench_only else [])
+        sides = ([f"{', '.join(npu_only)} only in npu_dump_dir {npu_dump_dir}"] if npu_only else []) + \
+                ([f"{', '.join(bench_only)} only in bench_dump_dir {bench_dump_dir}"] if bench_only else [])
         logger.warning("Ranks present on one side only are not compared: {}. Ranks pair by number, not by "
                        "position.".format("; ".join(sides)))
     outcomes = []
     skipped = []
     options: Optional[CompareOptions] = None
     for (_, npu_name, npu_dir), (_, bench_name, bench_dir) in pairs:
-        pair = "{}-{}".format(npu_name, bench_name)
+        pair = f"{npu_name}-{bench_name}"
         try:
             npu_dump, npu_data, npu_stack = confined_rank_files(npu_dir, npu_dump_dir, "npu_dump_dir")
             bench_dump, bench_data, _ = confined_rank_files(bench_dir, bench_dump_dir, "bench_dump_dir")
         except OutsideDumpDir as error:
-            logger.warning("Skipped the rank pair {}: {}. Nothing of this pair was read.".format(pair, error))
+            logger.warning(f"Skipped the rank pair {pair}: {error}. Nothing of this pair was read.")
             skipped.append(pair)
             continue
         if options is None:  # checked once, at the first pair compared: where compare() checked them before
@@ -181,7 +181,7 @@ def confined_rank_files(rank_dir: str, dump_dir: str, parameter: str) -> Tuple[s
     :raises OutsideDumpDir: a path resolves outside ``dump_dir``; the message names it.
     :raises CompareError: the rank directory does not hold one dump (see :func:`rank_files`).
     """
-    what = "{} (the dump directory given)".format(parameter)
+    what = f"{parameter} (the dump directory given)"
 
     def inside(path: str) -> str:
         try:

@@ -76,15 +76,15 @@ def check_output_path(output_path: Any) -> str:
         return path
     if os.path.lexists(path):
         raise ParameterError("output_path", path, "must be a directory (created if absent)",
-                             "It is a symlink to {}.".format("nothing" if not os.path.exists(path) else "a file")
+                             f"It is a symlink to {'nothing' if not os.path.exists(path) else 'a file'}."
                              if os.path.islink(path) else "It is a file.")
     ancestor = os.path.dirname(os.path.abspath(path))
     while not os.path.lexists(ancestor):
         ancestor = os.path.dirname(ancestor)
     if not os.path.isdir(ancestor):
-        raise ParameterError("output_path", path, "cannot be created", "{} is not a directory.".format(ancestor))
+        raise ParameterError("output_path", path, "cannot be created", f"{ancestor} is not a directory.")
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ParameterError("output_path", path, "cannot be created", "{} is not writable.".format(ancestor))
+        raise ParameterError("output_path", path, "cannot be created", f"{ancestor} is not writable.")
     return path
 
 
@@ -96,10 +96,10 @@ def make_output_dir(path: str) -> None:
     try:
         os.makedirs(path, mode=0o750, exist_ok=True)
     except OSError as error:
-        raise DumpWriteError("Cannot create the output directory {}: {}".format(path, error)) from None
+        raise DumpWriteError(f"Cannot create the output directory {path}: {error}") from None
     from ptdbg_ascend.log import logger
 
-    logger.info("Created the output directory {}".format(path))
+    logger.info(f"Created the output directory {path}")
 
 
 def check_options(output_path: Any, *, stack_mode: Any = False, auto_analyze: Any = True, suffix: Any = "",
@@ -133,7 +133,7 @@ def check_dump_file(side: str, dump: str) -> str:
     if not os.path.isfile(dump):
         from ptdbg_ascend.readers import check_dump_json_exists
 
-        check_dump_json_exists(dump, "{} dump file".format(side.upper() if side == "npu" else "Bench"))
+        check_dump_json_exists(dump, f"{side.upper() if side == 'npu' else 'Bench'} dump file")
         raise FileFormatError("{} dump file {} does not exist or is not a file. Please check the pkl path is "
                               "valid.".format(side.upper() if side == "npu" else "Bench", dump))
     return dump
@@ -150,12 +150,12 @@ def parse_input_param(input_param: Any) -> CompareInputs:
         if key in OPTIONS:
             continue
         if key not in KEYS:
-            raise ParameterError("input_param[{!r}]".format(key), value, "unknown key; allowed keys are "
+            raise ParameterError(f"input_param[{key!r}]", value, "unknown key; allowed keys are "
                                  + ", ".join(list(KEYS) + list(OPTIONS)))
         if value is None:
             continue
         if not isinstance(value, (str, os.PathLike)):
-            raise ParameterError("input_param[{!r}]".format(key), value, "must be a path (str)")
+            raise ParameterError(f"input_param[{key!r}]", value, "must be a path (str)")
         found.setdefault(KEYS[key], os.fspath(value))
         if key in MSPROBE_DUMP_KEYS:
             msprobe_keys.add(KEYS[key][0])
@@ -182,7 +182,7 @@ def parse_input_param(input_param: Any) -> CompareInputs:
         beside = stack_file(os.path.dirname(os.path.abspath(dumps["npu"])))
         stack = beside if os.path.isfile(beside) else None
     elif stack is not None and not os.path.isfile(stack):
-        raise FileFormatError("Stack file {} does not exist.".format(stack))
+        raise FileFormatError(f"Stack file {stack} does not exist.")
     return CompareInputs(dumps["npu"], dumps["bench"], data_dirs["npu"], data_dirs["bench"], stack, print_log)
 
 
@@ -204,7 +204,7 @@ def check_api_mapping(api_mapping: Any) -> Dict[str, str]:
     source = "api_mapping"
     if isinstance(api_mapping, (str, os.PathLike)):
         path = os.fspath(api_mapping)
-        source = "api_mapping file {}".format(path)
+        source = f"api_mapping file {path}"
         api_mapping = _load_mapping_file(path)
     if not isinstance(api_mapping, dict):
         raise ParameterError("api_mapping", api_mapping, "must be a dict of NPU API name -> bench API name, or "
@@ -213,7 +213,7 @@ def check_api_mapping(api_mapping: Any) -> Dict[str, str]:
     for npu_api, bench_api in api_mapping.items():
         for value in (npu_api, bench_api):
             if not isinstance(value, str) or not is_api_name(value):
-                raise ParameterError("api_mapping[{}]".format(excerpt(npu_api)), bench_api,
+                raise ParameterError(f"api_mapping[{excerpt(npu_api)}]", bench_api,
                                      "names must look like 'Functional_rms_norm' (prefix and API, without the call "
                                      "counter and direction; in {})".format(source))
         checked[npu_api] = bench_api
@@ -222,7 +222,7 @@ def check_api_mapping(api_mapping: Any) -> Dict[str, str]:
 
 def _load_mapping_file(path: str) -> Any:
     if not os.path.isfile(path):
-        raise FileFormatError("api_mapping file {} does not exist.".format(path))
+        raise FileFormatError(f"api_mapping file {path} does not exist.")
     from ptdbg_ascend.jsonfile import ERROR, load_json, read_regular
 
     if path.endswith((".yaml", ".yml")):
@@ -235,7 +235,7 @@ def _load_mapping_file(path: str) -> Any:
             text = read_regular(path, "api_mapping file", MAX_MAPPING_BYTES).decode("utf-8")
             return yaml.load(text, Loader=_unique_key_loader(yaml, path))  # a SafeLoader
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-            raise FileFormatError("api_mapping file {} cannot be read: {}".format(path, error)) from None
+            raise FileFormatError(f"api_mapping file {path} cannot be read: {error}") from None
     return load_json(path, "api_mapping file", duplicates=ERROR, max_bytes=MAX_MAPPING_BYTES)
 
 

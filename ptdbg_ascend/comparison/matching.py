@@ -72,7 +72,7 @@ def _family(dtype: str) -> str:
     return "float" if dtype in FLOAT_FAMILY else dtype
 
 
-class _Side(object):
+class _Side:
     """One run's calls split by direction, with the keys the alignment uses."""
 
     def __init__(self, calls: Sequence[CallRecord], mapping: Mapping[str, str]) -> None:
@@ -206,7 +206,7 @@ def _backward_start_key(call: CallRecord) -> Tuple:
     return split_call_name(call.name).api, tuple((r.name[len(call.name):], tuple(r.shape or ())) for r in call.records)
 
 
-def _distrust_shifted_counters(npu_side: "_Side", bench_side: "_Side") -> None:
+def _distrust_shifted_counters(npu_side: _Side, bench_side: _Side) -> None:
     """An API whose calls differ between the runs in number or structure has counters that do not line up:
     ``Functional_relu_1`` on NPU may be bench's ``Functional_relu_0``. Only APIs with the same sequence of
     calls on both sides keep their counters as anchors."""

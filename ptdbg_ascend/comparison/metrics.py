@@ -64,7 +64,7 @@ LEGACY_FIELDS = ("cosine", "max_abs_err", "max_relative_err", "one_thousandth_ra
 EXTRA_FIELDS = ("accumulated_relative_err", "euclidean_relative_distance", "kl_divergence")
 
 
-class Status(object):
+class Status:
     """Why a pair has (or lacks) numbers."""
 
     COMPARED = "compared"  # numbers computed (some metrics may still be None: one element, all zero)
@@ -75,7 +75,7 @@ class Status(object):
     NOT_READ = "not read"  # a file is missing or unreadable
 
 
-class Metrics(object):
+class Metrics:
     """One pair's metrics (None where a number cannot be given; ``status`` says why)."""
 
     __slots__ = ("status", "cosine", "max_abs_err", "max_relative_err", "one_thousandth_ratio",
@@ -90,7 +90,7 @@ class Metrics(object):
             if name not in ("status", "messages"):
                 setattr(self, name, values.pop(name, None))
         if values:
-            raise TypeError("unknown metrics: {}".format(", ".join(values)))
+            raise TypeError(f"unknown metrics: {', '.join(values)}")
 
     def __getstate__(self):
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -100,7 +100,7 @@ class Metrics(object):
             setattr(self, name, value)
 
     def __repr__(self) -> str:
-        return "Metrics({})".format(", ".join("{}={!r}".format(n, getattr(self, n)) for n in self.__slots__))
+        return f"Metrics({', '.join((f'{n}={getattr(self, n)!r}' for n in self.__slots__))})"
 
     @property
     def compared(self) -> bool:
@@ -250,7 +250,7 @@ def _tensor_metrics(norms: _Norms, b_abs: np.ndarray, relative: np.ndarray, max_
     negligible = norms.npu_unit_norm * norms.unit < EPS64 and norms.bench_norm < EPS64
     cosine = _cosine(norms.n_unit, norms.b_unit, norms.npu_unit_norm, norms.bench_unit_norm, messages, negligible)
     if math.isnan(max_rel):
-        max_rel_value = None  # type: Optional[float]
+        max_rel_value: Optional[float] = None
         messages.append(MSG_REL_NAN)
     else:
         max_rel_value = max_rel

@@ -99,7 +99,7 @@ class Divergence(NamedTuple):
     has_apis: bool
 
 
-def diverging_module(rows: Sequence["CompareRow"]) -> Optional[Divergence]:
+def diverging_module(rows: Sequence[CompareRow]) -> Optional[Divergence]:
     """The first module call (NPU side) with a failing row, or, when the first failing row is an API call's
     (level mix: a module's output carries what its calls made, and passes when they explain it), the module
     that call ran in; and what failed inside it. None when neither is known (an L1 or legacy comparison, or
@@ -134,7 +134,7 @@ def diverging_module(rows: Sequence["CompareRow"]) -> Optional[Divergence]:
                       api, api_row, tuple(one_sided), any(call.module is None for call in npu_calls))
 
 
-def advice_lines(rows: Sequence["CompareRow"]) -> Tuple[str, ...]:
+def advice_lines(rows: Sequence[CompareRow]) -> Tuple[str, ...]:
     """The advisor's module line, e.g. ``Diverging module: Module.layers.1.mlp.GPTNeoXMLP.forward.0 (first
     failing module: its inputs match, its output does not; first failing API inside it:
     Functional_linear_6_forward)``; nothing when no module row fails. A line that cannot be made (a dump
@@ -145,7 +145,7 @@ def advice_lines(rows: Sequence["CompareRow"]) -> Tuple[str, ...]:
         return ()
     if found is None:
         return ()
-    return (DIVERGING + "{} ({})".format(found.module.module, "; ".join(_parts(found))),)
+    return (DIVERGING + f"{found.module.module} ({'; '.join(_parts(found))})",)
 
 
 def _module_named(calls: Sequence[CallRecord], name: Optional[str]) -> Optional[CallRecord]:
@@ -167,19 +167,18 @@ def _parts(found: Divergence) -> List[str]:
         how = "first failing module: its output fails"
     parts = [how]
     if found.api is not None:
-        parts.append("first failing API inside it: {}".format(found.api.name))
+        parts.append(f"first failing API inside it: {found.api.name}")
     elif found.has_apis:
-        parts.append("no API inside it fails" + ("; in one run only inside it: {}".format(", ".join(found.one_sided))
+        parts.append("no API inside it fails" + (f"; in one run only inside it: {', '.join(found.one_sided)}"
                                                  if found.one_sided else ""))
     else:
         parsed = parse_module_call(found.module.module)
-        scope = ' with "scope": ["{}"]'.format(found.module.module) if parsed and parsed.direction == FORWARD else ""
-        parts.append('no API records are compared: dump both runs at level "mix"{} to see the APIs inside it'
-                     .format(scope))
+        scope = f' with "scope": ["{found.module.module}"]' if parsed and parsed.direction == FORWARD else ""
+        parts.append(f'no API records are compared: dump both runs at level "mix"{scope} to see the APIs inside it')
     return parts
 
 
-def _npu_calls(rows: Sequence["CompareRow"]) -> List[CallRecord]:
+def _npu_calls(rows: Sequence[CompareRow]) -> List[CallRecord]:
     """The NPU calls of the rows, each once, in row order."""
     seen, calls = set(), []
     for row in rows:

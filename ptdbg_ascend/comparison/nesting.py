@@ -31,7 +31,7 @@ class PairedRow(Protocol):
 Row = TypeVar("Row", bound=PairedRow)
 
 
-class Nesting(object):
+class Nesting:
     """The module tree of one dump's calls: ``parent_of(call)`` is the module call (of ``calls``) it ran
     inside, None at top level. ``calls`` are one dump's calls (any order); duplicate module names keep the
     first call of that name."""

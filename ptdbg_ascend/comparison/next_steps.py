@@ -67,7 +67,7 @@ def backward_advice(rows: Sequence[CompareRow], call: CallRecord) -> str:
                 "it is unknown; {}. Check the gradients reaching it and its forward call's arguments that are not "
                 "tensors (a keyword such as label_smoothing or reduction is not in a legacy dump), then the backward "
                 "implementation of this API.".format(call.name, _forward_state(forward, forward_outputs)))
-    judged = "The gradients arriving at {}".format(call.name)
+    judged = f"The gradients arriving at {call.name}"
     if forward:
         judged += " and its forward inputs"
     text = ("{} are within what their precision explains, but the gradients it computes are not: check the backward "

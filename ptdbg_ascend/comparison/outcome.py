@@ -53,7 +53,7 @@ class Counts(NamedTuple):
     npu_unpaired: int = 0
 
     @classmethod
-    def of(cls, rows: Sequence[CompareRow], statistics_only: bool = False) -> "Counts":
+    def of(cls, rows: Sequence[CompareRow], statistics_only: bool = False) -> Counts:
         paired = [row for row in rows if not row.one_sided]
         by_direction = {(side, direction): 0 for side in ("npu", "bench", "paired")
                         for direction in (FORWARD, BACKWARD)}
@@ -109,9 +109,9 @@ class Counts(NamedTuple):
                                                                               self.npu_unpaired / self.npu_rows))
         if not self.enough_compared:
             if self.compared == 0:
-                problems.append("none of the {} paired tensors was judged".format(self.paired))
+                problems.append(f"none of the {self.paired} paired tensors was judged")
             else:
-                problems.append("only {} of {} paired tensors were judged".format(self.compared, self.paired))
+                problems.append(f"only {self.compared} of {self.paired} paired tensors were judged")
         return tuple(problems)
 
     @property
@@ -165,28 +165,28 @@ class CompareOutcome(NamedTuple):
             counts.compared, counts.paired, " by their statistics" if counts.statistics_only else "", counts.failed)
         if counts is not None and not counts.complete:
             tally += "; incomplete: " + "; ".join(counts.coverage_problems())
-        torn = "".join(" [{} dump torn: {}]".format(dump.side, _torn_summary(dump)) for dump in self.torn)
+        torn = "".join(f" [{dump.side} dump torn: {_torn_summary(dump)}]" for dump in self.torn)
         finding = self.finding
         reduced = "" if finding is None or finding.precision is None else \
-            ", computing below its dtype's precision ({})".format(finding.precision)
+            f", computing below its dtype's precision ({finding.precision})"
         if finding is not None and finding.level == WARNING_LEVEL:  # nothing failed: a warning only
             head = "all compared tensors reached the accuracy" if self.complete else \
                 "nothing failed, but the run was not compared in full"
-            return "{}{}{}; warning: {} at {}{}".format(head, tally, torn, finding.kind, finding.call, reduced)
+            return f"{head}{tally}{torn}; warning: {finding.kind} at {finding.call}{reduced}"
         if finding is not None:
             return "first failure {} (line {}): {} at {}{}{}{}".format(
                 finding.record, finding.line, finding.kind, finding.call, reduced, tally, torn)
         if self.first_failure is not None:
-            return "first failure {}{}{}".format(self.first_failure, tally, torn)
+            return f"first failure {self.first_failure}{tally}{torn}"
         if counts is not None and not counts.enough_compared:
-            return "not enough could be compared{}{}".format(tally, torn)
+            return f"not enough could be compared{tally}{torn}"
         if counts is not None and not counts.complete:
-            return "nothing failed, but the run was not compared in full{}{}".format(tally, torn)
-        return "all compared tensors reached the accuracy{}{}".format(tally, torn)
+            return f"nothing failed, but the run was not compared in full{tally}{torn}"
+        return f"all compared tensors reached the accuracy{tally}{torn}"
 
 
 def _torn_summary(dump: TornDump) -> str:
     state = {RUNNING: "still being written", ENDED: "ended without a clean close"}.get(dump.state,
                                                                                  "lock of another host")
-    last = ", last {}".format(dump.last_call) if dump.last_call else ""
-    return "{}, {} calls read{}".format(state, dump.calls, last)
+    last = f", last {dump.last_call}" if dump.last_call else ""
+    return f"{state}, {dump.calls} calls read{last}"

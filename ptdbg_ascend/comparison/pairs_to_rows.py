@@ -30,7 +30,7 @@ def workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-class _CallScales(object):
+class _CallScales:
     """Precision and largest magnitude of each paired call (both sides), computed once per call. A module
     call (levels L0 and mix) computes in the lowest precision of the calls inside it too (construct.json's
     nesting, both sides): a layer under bfloat16 autocast records float32 inputs and outputs, but its
@@ -85,7 +85,7 @@ def _structure_messages(pair: RowPair, fuzzy_match: bool, log: bool = True) -> L
     if not dtypes_compatible(pair.npu.dtype, pair.bench.dtype):
         messages.append(met.MSG_DTYPE)
         if log:
-            logger.warning("Dtype of NPU and bench Tensor do not match: {}".format(pair.npu.name))
+            logger.warning(f"Dtype of NPU and bench Tensor do not match: {pair.npu.name}")
     if fuzzy_match and pair.npu_call is not None and pair.bench_call is not None \
             and pair.npu_call.name != pair.bench_call.name:
         messages.append(MSG_FUZZY_ROW)
@@ -149,7 +149,7 @@ def full_rows(pairs: Sequence[RowPair], print_log: bool, fuzzy_match: bool = Fal
     progress = _progress(len(pairs))
     for pair, tolerance_, metrics in _metrics_in_order(pairs, tolerances):
         if print_log and pair.npu is not None:
-            logger.info("start compare: {}".format(pair.npu.name))
+            logger.info(f"start compare: {pair.npu.name}")
         measured.append(_full_row(pair, metrics, tolerance_, False, fuzzy_match, log=False))
         all_metrics.append(metrics)
         if progress is not None:
@@ -174,8 +174,7 @@ def _metrics_of_records(job) -> Optional[met.Metrics]:
     try:
         return tensor_pairs.compare_records(npu, bench, tolerance_)
     except Exception as error:  # noqa: BLE001 -- one bad pair must never lose the rest of the report
-        return met.not_compared(met.Status.NOT_READ, "Cannot compare {}: {}: {}".format(
-            npu.name, type(error).__name__, error))
+        return met.not_compared(met.Status.NOT_READ, f"Cannot compare {npu.name}: {type(error).__name__}: {error}")
 
 
 def _metrics_in_order(pairs: Sequence[RowPair], tolerances: Sequence[Optional[Tolerance]]) -> Iterator:

@@ -40,7 +40,7 @@ def parse_lines(pkl_file: str, module_name_prefix: str) -> List[str]:
         if not _matches(call.name, module_name_prefix):
             continue
         if call.stack:
-            lines.append("\nTrace back({}):".format(printable(call.name)))
+            lines.append(f"\nTrace back({printable(call.name)}):")
             frames = tuple(tuple(None if part is None else printable(part) for part in frame) for frame in call.stack)
             lines.extend("  " + line for line in format_stack(frames).split("\n"))
         if call.records:
@@ -65,16 +65,16 @@ def _nearby(wanted: str, names: List[str], limit: int = 5) -> str:
 
     legacy = to_legacy(wanted) if "." in wanted else None  # msprobe's dotted name of a call
     if legacy is not None and legacy in names:
-        return "The dump names calls the legacy way: {}.".format(printable(legacy))
+        return f"The dump names calls the legacy way: {printable(legacy)}."
     unique = list(dict.fromkeys(names))
     api = api_of(legacy or wanted)
     same_api = [name for name in unique if api_of(name) == api]
     close = same_api or difflib.get_close_matches(legacy or wanted, unique, n=limit, cutoff=0.6)
     if close:
-        return "Nearby names in the dump: {}.".format(printable(", ".join(close[:limit])))
+        return f"Nearby names in the dump: {printable(', '.join(close[:limit]))}."
     if not unique:
         return "The dump holds no call."
-    return "The dump holds {} calls, e.g. {}.".format(len(unique), printable(", ".join(unique[:limit])))
+    return f"The dump holds {len(unique)} calls, e.g. {printable(', '.join(unique[:limit]))}."
 
 
 def parse(pkl_file: str, module_name_prefix: str) -> None:

@@ -89,8 +89,8 @@ def _with(row: CompareRow, judgement: Judgement, tolerance=None) -> CompareRow:
 
 
 def _inherit(row: CompareRow, producer: CompareRow, line: int) -> CompareRow:
-    said = producer.judgement.message or "it {}.".format("passes" if producer.passed else "fails")
-    message = "Same tensor as {} (CSV line {}), judged there: {}".format(producer.name, line, said)
+    said = producer.judgement.message or f"it {'passes' if producer.passed else 'fails'}."
+    message = f"Same tensor as {producer.name} (CSV line {line}), judged there: {said}"
     judgement = producer.judgement._replace(message=message)
     return _with(row, judgement, producer.tolerance)
 
@@ -150,7 +150,7 @@ def _carries_flips(row: CompareRow, inputs: Sequence[CompareRow],
     reason = explained_by_inputs(row, inputs)
     if reason is None:
         return None
-    message = "Carries the branch flips of {}: {}.".format(flipped[0].name, reason)
+    message = f"Carries the branch flips of {flipped[0].name}: {reason}."
     return _with(row, Judgement(PASS, row.judgement.relative_error, None, message))
 
 

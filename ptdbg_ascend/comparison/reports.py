@@ -48,7 +48,7 @@ def claim_report(output_path: str, tail: str, others: Sequence[str] = (),
     ``stem`` replaces ``compare_result_`` for other reports (the pre-check's ``api_precision_compare_result_``).
     """
     for number in range(MAX_SAME_SECOND):
-        candidate = tail if number == 0 else "{}_{}".format(tail, number)
+        candidate = tail if number == 0 else f"{tail}_{number}"
         if any(os.path.lexists(os.path.join(output_path, prefix + candidate + extension))
                for prefix, extension in others):
             continue
@@ -58,7 +58,7 @@ def claim_report(output_path: str, tail: str, others: Sequence[str] = (),
         except FileExistsError:
             continue
         except OSError as error:
-            raise DumpWriteError("Cannot write the compare result {}: {}".format(path, error)) from None
+            raise DumpWriteError(f"Cannot write the compare result {path}: {error}") from None
         return candidate, path, os.fdopen(descriptor, "w", newline="", encoding="utf-8")
     raise DumpWriteError("Cannot write the compare result in {}: {}{}.csv and {} more of that name "
                          "exist already.".format(output_path, stem, tail, MAX_SAME_SECOND - 1))
@@ -124,7 +124,7 @@ def table_of(rows: Sequence[CompareRow], columns: Sequence[str], stack_mode: boo
 
 def _csv_cell(name: str, value: object) -> object:
     if isinstance(value, float) and name in FIXED_DECIMALS:
-        return "{:.12f}".format(value)
+        return f"{value:.12f}"
     return value
 
 
@@ -141,7 +141,7 @@ def write_csv(path: str, columns: Sequence[str], table: Sequence[Sequence[object
             for cells in table:
                 writer.writerow([_csv_cell(name, value) for name, value in zip(columns, cells)])
     except OSError as error:
-        raise DumpWriteError("Cannot write the compare result {}: {}".format(path, error)) from None
+        raise DumpWriteError(f"Cannot write the compare result {path}: {error}") from None
 
 
 def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[object]], rows: Sequence[CompareRow],

@@ -45,7 +45,7 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     if torn:
         advice = advice._replace(body=advice.body + tuple("Note: " + dump.describe() for dump in torn))
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
-    tail = "{}_{}".format(options.suffix, stamp) if options.suffix else stamp
+    tail = f"{options.suffix}_{stamp}" if options.suffix else stamp
     table = reports.table_of(rows, column_names, options.stack_mode)
     others = ([(COMPARE_RESULT_STEM, ".xlsx")] if options.xlsx else []) + \
         ([(ADVISOR_STEM, ".txt")] if options.auto_analyze else [])
@@ -54,7 +54,7 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     tail, csv_path, handle = reports.claim_report(output_path, tail, others)
     stem = COMPARE_RESULT_STEM + tail
     reports.write_csv(csv_path, column_names, table, handle)
-    logger.info("Compare result is {}".format(csv_path))
+    logger.info(f"Compare result is {csv_path}")
     xlsx_path = None
     if options.xlsx:
         xlsx_path = os.path.join(output_path, stem + ".xlsx")
@@ -64,7 +64,7 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
         advisor_path = answer_text.write_advice(advice, output_path, ADVISOR_STEM + tail)
     first = None if failing is None else rows[failing].name
     outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts, torn)
-    logger.info("Compare outcome: {}".format(outcome))
+    logger.info(f"Compare outcome: {outcome}")
     return outcome
 
 

@@ -53,13 +53,13 @@ def compare_records(npu: TensorRecord, bench: TensorRecord, tolerance: Optional[
 
 def _load_or_message(path: Optional[str], root: Optional[str]):
     if path is None:
-        return not_compared(Status.NOT_READ, "Dump file: {} not found.".format(path))
+        return not_compared(Status.NOT_READ, f"Dump file: {path} not found.")
     try:
         return load_tensor(path, root)
     except FileNotFoundError:
-        return not_compared(Status.NOT_READ, "Dump file: {} not found{}.".format(path, _why_missing(path, root)))
+        return not_compared(Status.NOT_READ, f"Dump file: {path} not found{_why_missing(path, root)}.")
     except (OSError, ValueError, RuntimeError, EOFError) as error:
-        return not_compared(Status.NOT_READ, "Dump file: {} cannot be read ({}).".format(path, error))
+        return not_compared(Status.NOT_READ, f"Dump file: {path} cannot be read ({error}).")
 
 
 def _why_missing(path: str, root: Optional[str]) -> str:
@@ -68,7 +68,7 @@ def _why_missing(path: str, root: Optional[str]) -> str:
     if not name.endswith(NPY_SUFFIX):
         return ""
     why = no_npy.reason(root, name[:-len(NPY_SUFFIX)])
-    return ": the dump wrote no npy for it: {}".format(why) if why else ""
+    return f": the dump wrote no npy for it: {why}" if why else ""
 
 
 def _dtype_kinds(dtype: str) -> Optional[str]:

@@ -130,7 +130,7 @@ class Tolerance(NamedTuple):
         return needed
 
     def with_carried(self, reference: float, carried: float, carried_worst: float, rule: str,
-                     gain: float = GAIN) -> "Tolerance":
+                     gain: float = GAIN) -> Tolerance:
         """This tolerance with what the inputs bring in (norms before the margin ``gain``, default
         :data:`GAIN`, applied here)."""
         if self.exact:

@@ -36,7 +36,7 @@ NARROW_RANGE = frozenset(("torch.float16", "torch.half", "torch.float8_e4m3fn", 
                           "torch.float8_e5m2", "torch.float8_e5m2fnuz"))
 
 
-class Measured(object):
+class Measured:
     """The numbers of one judged row that propagation uses."""
 
     __slots__ = ("row", "error", "norm", "npu_norm", "size", "worst", "scale", "relative_rms", "max_relative",
@@ -118,7 +118,7 @@ def record_index(row: CompareRow) -> int:
     return int(first) if first.isdigit() and len(first) < 6 else -1
 
 
-class CallTensors(object):
+class CallTensors:
     """The judged rows of one NPU call, by side and index."""
 
     def __init__(self) -> None:

@@ -57,7 +57,7 @@ class Judgement(NamedTuple):
 
 
 def _format_index(index: Sequence[int]) -> str:
-    return "({})".format(", ".join(str(i) for i in index)) if len(index) != 1 else "({},)".format(index[0])
+    return f"({', '.join((str(i) for i in index))})" if len(index) != 1 else f"({index[0]},)"
 
 
 def judge_tensors(metrics: Metrics, tolerance: Tolerance, legacy: str) -> Judgement:
@@ -68,7 +68,7 @@ def judge_tensors(metrics: Metrics, tolerance: Tolerance, legacy: str) -> Judgem
         return Judgement(NOT_COMPARED, None, None, "")
     if metrics.status == Status.INF_NAN:
         where = _format_index(metrics.worst_index or ())
-        return Judgement(ERROR, None, math.inf, "inf/nan differ first at index {}.".format(where), math.inf)
+        return Judgement(ERROR, None, math.inf, f"inf/nan differ first at index {where}.", math.inf)
     if metrics.status == Status.EMPTY:
         return Judgement(PASS, 0.0, None, "", 0.0)
     size = metrics.size or 1
@@ -92,7 +92,7 @@ def judge_tensors(metrics: Metrics, tolerance: Tolerance, legacy: str) -> Judgem
     if tolerance.exact:
         message = "Values differ (exact comparison for {} data){}.".format(
             "integer/bool", "" if exact_equal is False and metrics.max_abs_err == 0 else
-            ": greatest difference {:.6g} at index {}".format(metrics.max_abs_err, where))
+            f": greatest difference {metrics.max_abs_err:.6g} at index {where}")
         return Judgement(ERROR, relative, None, message, share)
     needed = tolerance.needed_rtol(error_norm, bench_norm, size, worst, scale)
     mismatched = "" if metrics.mismatched is None else "; mismatched elements {} / {} ({})".format(
@@ -102,12 +102,12 @@ def judge_tensors(metrics: Metrics, tolerance: Tolerance, legacy: str) -> Judgem
         head = "Relative error {:.2e} > {:.1e} allowed for {}{}".format(
             relative, tolerance.norm_allowed(bench_norm, size) / bench_norm if bench_norm > 0 else tolerance.rtol,
             precision, _allowance_parts(tolerance, bench_norm))
-        tail = "greatest difference {:.6g} at index {}".format(worst, where)
+        tail = f"greatest difference {worst:.6g} at index {where}"
     else:  # the bulk passes; one element is far off
         head = "Greatest difference {:.6g} at index {} > {:.3g} allowed ({:.1e} of the largest magnitude {:.6g}, " \
                "for {})".format(worst, where, tolerance.worst_allowed(scale), tolerance.worst_rtol, scale, precision)
-        tail = "relative error {:.2e} (within {:.1e})".format(relative, tolerance.rtol)
-    message = "{}{}; {}; would pass with rtol >= {:.2e}.".format(head, mismatched, tail, needed)
+        tail = f"relative error {relative:.2e} (within {tolerance.rtol:.1e})"
+    message = f"{head}{mismatched}; {tail}; would pass with rtol >= {needed:.2e}."
     return Judgement(ERROR, relative, needed, message, share)
 
 
@@ -193,7 +193,7 @@ def judge_statistics(npu: TensorRecord, bench: TensorRecord, tolerance: Toleranc
         judged += 1
         if not (math.isfinite(n_value) and math.isfinite(b_value)):
             if not (n_value == b_value or (math.isnan(n_value) and math.isnan(b_value))):
-                return Judgement(ERROR, None, math.inf, "{}: {} against {}.".format(name, n_value, b_value), math.inf)
+                return Judgement(ERROR, None, math.inf, f"{name}: {n_value} against {b_value}.", math.inf)
             continue
         difference = abs(n_value - b_value)
         allowed = 0.0 if tolerance.exact else _statistic_allowed(name, reference, atol_times, size, tolerance)
@@ -225,7 +225,7 @@ def _allowance_parts(tolerance: Tolerance, bench_norm: float) -> str:
 def _percent(part: int, whole: int) -> str:
     """``"20.0%"``; small shares keep two significant digits (``"0.01%"``), never ``"0.0%"``."""
     share = 100.0 * part / whole
-    return "{:.1f}%".format(share) if share >= 0.1 or share == 0 else "{:.2g}%".format(share)
+    return f"{share:.1f}%" if share >= 0.1 or share == 0 else f"{share:.2g}%"
 
 
 def _short(dtype: str) -> str:

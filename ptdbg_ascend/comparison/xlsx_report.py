@@ -65,12 +65,11 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
     :raises DumpWriteError: the file cannot be written (the message names ``path``).
     """
     if len(results) != len(table):
-        raise ValueError("write_xlsx: {} results for {} rows".format(len(results), len(table)))
+        raise ValueError(f"write_xlsx: {len(results)} results for {len(table)} rows")
     if points is not None and len(points) != len(table):
-        raise ValueError("write_xlsx: {} chart points for {} rows".format(len(points), len(table)))
+        raise ValueError(f"write_xlsx: {len(points)} chart points for {len(table)} rows")
     if first_failure is not None and not 0 <= first_failure < len(table):
-        raise ValueError("write_xlsx: first_failure={} is not a row index of a {}-row table".format(
-            first_failure, len(table)))
+        raise ValueError(f"write_xlsx: first_failure={first_failure} is not a row index of a {len(table)}-row table")
     order = sheet_order(columns)
     if order != list(range(len(columns))):
         columns = [columns[index] for index in order]
@@ -115,11 +114,11 @@ def _write_table(sheet, columns: Sequence[str], table: Sequence[Sequence[object]
     if first_failure is not None:
         line = first_failure + 2
         pane = sheet.sheet_view.pane
-        pane.topLeftCell = "C{}".format(max(2, line - CONTEXT_ROWS))
+        pane.topLeftCell = f"C{max(2, line - CONTEXT_ROWS)}"
         row_range = "A{0}:{1}{0}".format(line, last_letter)
         sheet.sheet_view.selection = [Selection(pane="topRight", activeCell="C1", sqref="C1"),
-                                      Selection(pane="bottomLeft", activeCell="A{}".format(line), sqref=row_range),
-                                      Selection(pane="bottomRight", activeCell="A{}".format(line), sqref=row_range)]
+                                      Selection(pane="bottomLeft", activeCell=f"A{line}", sqref=row_range),
+                                      Selection(pane="bottomRight", activeCell=f"A{line}", sqref=row_range)]
 
     header = []
     for name in columns:
@@ -151,7 +150,7 @@ def _write_table(sheet, columns: Sequence[str], table: Sequence[Sequence[object]
             else:
                 cells.append(templates.cell(value, kind, wrapped))
         sheet.append(cells)
-    sheet.auto_filter.ref = "A1:{}{}".format(last_letter, len(table) + 1)
+    sheet.auto_filter.ref = f"A1:{last_letter}{len(table) + 1}"
 
 
 class _StyleTemplates:
@@ -201,7 +200,7 @@ def _fit_stack_row(sheet, line: int, stack: object) -> None:
 def _cell_value(value: object) -> object:
     if isinstance(value, str):
         if len(value) > MAX_CELL_TEXT:
-            marker = "... [cut: {} characters]".format(len(value))
+            marker = f"... [cut: {len(value)} characters]"
             return _printable(value[:MAX_CELL_TEXT - len(marker)]) + marker
         return _printable(value)
     if value is None or type(value) is int or type(value) is bool:
@@ -266,14 +265,14 @@ def _write_chart(sheet, columns: Sequence[str], table: Sequence[Sequence[object]
                              direction, failing_here)
         chart = _direction_chart(sheet, number, title, last_row,
                                  first_failure if failure_direction == direction else None)
-        sheet.add_chart(chart, "{}{}".format(_letter(width + 2), anchor_rows[direction]))
+        sheet.add_chart(chart, f"{_letter(width + 2)}{anchor_rows[direction]}")
 
 
 def _write_chart_data(sheet, results: Sequence[str], first_failure: Optional[int],
                       points: Sequence[Tuple[Optional[float], str]]) -> int:
     """The chart's data block: a row's share lands in the column of its direction and grade (a row without a
     grade is left out; one of neither direction counts as forward); returns the number of columns."""
-    header = ["CSV line"] + ["{} {}".format(direction, grade) for direction in DIRECTIONS for grade in GRADES] + \
+    header = ["CSV line"] + [f"{direction} {grade}" for direction in DIRECTIONS for grade in GRADES] + \
         ["allowed (1)", "first failure"]
     for index in range(len(header)):
         sheet.column_dimensions[_letter(index + 1)].width = 12
@@ -320,7 +319,7 @@ def _direction_chart(sheet, number: int, title: str, last_row: int, first_failur
     chart.series.append(limit)
     if first_failure is not None:
         marker = Series(Reference(sheet, min_col=3 + 2 * len(GRADES), min_row=2, max_row=last_row), x_values,
-                        title="first failure (CSV line {})".format(first_failure + 2))
+                        title=f"first failure (CSV line {first_failure + 2})")
         marker.marker.symbol = "diamond"
         marker.marker.size = 14
         marker.marker.graphicalProperties.solidFill = "C00000"
@@ -346,10 +345,10 @@ def _letter(number: int) -> str:
 
 def _chart_title(columns: Sequence[str], table: Sequence[Sequence[object]], first_failure: Optional[int],
                  direction: str, failing: bool) -> str:
-    title = "{} calls: error / allowed along execution order".format(direction.capitalize())
+    title = f"{direction.capitalize()} calls: error / allowed along execution order"
     if first_failure is None:
         return title + (": failing rows after the first failure" if failing else ": no failure")
-    title += " - first failure: CSV line {}".format(first_failure + 2)
+    title += f" - first failure: CSV line {first_failure + 2}"
     if col.NPU_NAME in columns:
-        title += ", {}".format(table[first_failure][columns.index(col.NPU_NAME)])
+        title += f", {table[first_failure][columns.index(col.NPU_NAME)]}"
     return title

@@ -34,7 +34,7 @@ Deliver = Callable[[List[Optional[Any]], List[Optional[Any]]], None]
 def input_edges(tensors: Sequence[Any]) -> List[Optional[Tuple[Any, int]]]:
     """The gradient edge of each input tensor, taken *before* the call runs (an in-place op replaces
     its input's grad_fn). None for a tensor that does not require grad."""
-    edges = []  # type: List[Optional[Tuple[Any, int]]]
+    edges: List[Optional[Tuple[Any, int]]] = []
     for tensor in tensors:
         if not tensor.requires_grad:
             edges.append(None)
@@ -54,7 +54,7 @@ def _accumulate_grad_node(leaf: Any) -> Any:
     return leaf.view_as(leaf).grad_fn.next_functions[0][0]
 
 
-class BackwardCapture(object):
+class BackwardCapture:
     """The hooks of one call. ``deliver(backward_input, backward_output)`` runs once per backward pass."""
 
     __slots__ = ("outputs", "n_inputs", "deliver", "output_grads", "input_grads", "pending", "hooked", "armed_pass", "on_done")
@@ -63,8 +63,8 @@ class BackwardCapture(object):
         self.deliver = deliver
         self.n_inputs = n_inputs
         self.outputs = [(t.grad_fn, t.output_nr) if t.grad_fn is not None else None for t in outputs]
-        self.output_grads = [None] * len(outputs)  # type: List[Optional[Any]]
-        self.input_grads = [None] * n_inputs  # type: List[Optional[Any]]
+        self.output_grads: List[Optional[Any]] = [None] * len(outputs)
+        self.input_grads: List[Optional[Any]] = [None] * n_inputs
         self.hooked = 0
         self.pending = 0
         self.armed_pass = False
@@ -93,7 +93,7 @@ def arm(deliver: Deliver, n_inputs: int, edges: Sequence[Optional[Tuple[Any, int
     if not output_nodes:
         return None
     capture = BackwardCapture(deliver, n_inputs, list(outputs))
-    edge_owner = {}  # type: Dict[Tuple[int, int], List[int]]  (id(node), nr) -> input indices
+    edge_owner: Dict[Tuple[int, int], List[int]] = {}  # (id(node), nr) -> input indices
     keep_alive = []  # the nodes, so their ids stay unique while we walk
     for index, edge in enumerate(edges):
         if edge is not None:
@@ -102,8 +102,8 @@ def arm(deliver: Deliver, n_inputs: int, edges: Sequence[Optional[Tuple[Any, int
     input_nodes = set(key[0] for key in edge_owner)
 
     # node -> [(edge position k, input index)]
-    node_edges = {}  # type: Dict[int, Tuple[Any, List[Tuple[int, int]]]]
-    claimed = {}  # type: Dict[Tuple[int, int], int]  how many occurrences of an input edge were seen
+    node_edges: Dict[int, Tuple[Any, List[Tuple[int, int]]]] = {}
+    claimed: Dict[Tuple[int, int], int] = {}  # how many occurrences of an input edge were seen
     seen = set()
     frontier = list(output_nodes)
     visited = 0
@@ -128,7 +128,7 @@ def arm(deliver: Deliver, n_inputs: int, edges: Sequence[Optional[Tuple[Any, int
 
     for node in output_nodes:
         node_edges.setdefault(id(node), (node, []))
-    output_slots = {}  # type: Dict[int, List[Tuple[int, int]]]  id(node) -> [(output_nr, output index)]
+    output_slots: Dict[int, List[Tuple[int, int]]] = {}  # id(node) -> [(output_nr, output index)]
     for out_index, spec in enumerate(capture.outputs):
         if spec is not None:
             output_slots.setdefault(id(spec[0]), []).append((spec[1], out_index))

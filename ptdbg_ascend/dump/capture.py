@@ -56,7 +56,7 @@ def _collect(value: Any, name: str, filter_switch: bool, out: List[Record]) -> N
 def input_records(call_name: str, args: Sequence[Any], kwargs: Dict[str, Any], filter_switch: bool) -> List[Record]:
     """``{call_name}_input.{i}...`` records of positional then keyword arguments (tensor keyword
     arguments continue the positional numbering)."""
-    records = []  # type: List[Record]
+    records: List[Record] = []
     prefix = call_name + "_input."
     index = 0
     for index, value in enumerate(args):
@@ -72,15 +72,15 @@ def input_records(call_name: str, args: Sequence[Any], kwargs: Dict[str, Any], f
 
 def output_records(call_name: str, output: Any, filter_switch: bool) -> List[Record]:
     """``{call_name}_output`` for a single value, ``{call_name}_output.{i}...`` for a list/tuple."""
-    records = []  # type: List[Record]
+    records: List[Record] = []
     _collect(output, call_name + "_output", filter_switch, records)
     return records
 
 
 def gradient_records(call_name: str, side: str, gradients: Sequence[Any], filter_switch: bool) -> List[Record]:
     """``{call_name}_{side}.{i}`` for each gradient that is not None (None leaves an index gap)."""
-    records = []  # type: List[Record]
-    prefix = "{}_{}.".format(call_name, side)
+    records: List[Record] = []
+    prefix = f"{call_name}_{side}."
     for index, gradient in enumerate(gradients):
         if gradient is not None and keep_value(gradient, filter_switch):
             records.append((prefix + str(index), gradient))
@@ -126,7 +126,7 @@ def _has_tensor(value: Any) -> bool:
 
 def tensors_in(value: Any) -> List[Any]:
     """Every tensor in ``value`` (lists/tuples/dict values, depth first), in argument order."""
-    found = []  # type: List[Any]
+    found: List[Any] = []
     stack = [value]
     while stack:
         item = stack.pop()

@@ -45,14 +45,14 @@ NOT_DUMPED_MESSAGE = ("calls inside torch.compile'd code ({}) are not dumped: co
 
 _LOCK = threading.Lock()
 # The thread dicts marked by a start callback and what their "inside" flag was (nested compiles).
-_MARKED = []  # type: List[Tuple[Dict[str, Any], Any]]
-_TOLD = []  # type: List[bool]  # the one-line message was logged (once per process)
-GRAPH_CODES = {}  # type: Dict[Any, bool]  # code object -> whether it is a dynamo graph's generated code
+_MARKED: List[Tuple[Dict[str, Any], Any]] = []
+_TOLD: List[bool] = []  # the one-line message was logged (once per process)
+GRAPH_CODES: Dict[Any, bool] = {}  # code object -> whether it is a dynamo graph's generated code
 GRAPH_CODES_LIMIT = 4096
 _TORCH_DIR = os.path.dirname(os.path.abspath(sys.modules["torch"].__file__)) + os.sep if "torch" in sys.modules else None
 
 
-class NoCompileFlag(object):
+class NoCompileFlag:
     """Stands in for ``torch.compiler`` in a torch without ``_is_compiling_flag``."""
 
     _is_compiling_flag = False
@@ -163,13 +163,13 @@ def _compiled_region() -> str:
                 if type(owner).__name__ == "OptimizedModule":
                     module = type(getattr(owner, "_orig_mod", owner)).__name__
             elif user is None and not filename.startswith("<") and not _is_library(filename):
-                user = "{}:{}".format(os.path.basename(filename), frame.f_lineno)
+                user = f"{os.path.basename(filename)}:{frame.f_lineno}"
             frame = frame.f_back
         if compiled_code is not None and not _is_library(compiled_code.co_filename):
             return "{} at {}:{}".format(getattr(compiled_code, "co_qualname", compiled_code.co_name),
                                         os.path.basename(compiled_code.co_filename), compiled_code.co_firstlineno)
-        what = "forward of {}".format(module) if module else "the compiled function"
-        return what + (" called at {}".format(user) if user else "")
+        what = f"forward of {module}" if module else "the compiled function"
+        return what + (f" called at {user}" if user else "")
     except Exception:  # noqa: BLE001 - the message must never break a compile
         return "the compiled functions"
 

@@ -27,7 +27,7 @@ ALWAYS = -2
 KEYWORDS = -1
 
 # __i{op}__ is the in-place form of the binary operator __{op}__.
-_AUGMENTED = frozenset("__i{}__".format(op) for op in (
+_AUGMENTED = frozenset(f"__i{op}__" for op in (
     "add", "sub", "mul", "div", "truediv", "floordiv", "mod", "pow", "matmul",
     "and", "or", "xor", "lshift", "rshift"))
 

@@ -30,7 +30,7 @@ EXTRA_APIS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrap
 def read_wrapped_names(path: str = WRAPPED_APIS_FILE) -> Dict[str, List[str]]:
     """``{prefix: [api, ...]}`` from the data file ``path`` (default: the default list, :data:`WRAPPED_APIS_FILE`):
     ``[Prefix]`` headers, one name per line, # comments."""
-    names = {}  # type: Dict[str, List[str]]
+    names: Dict[str, List[str]] = {}
     current = None
     with open(path, encoding="utf-8") as handle:
         for line in handle:
@@ -61,12 +61,12 @@ def namespaces() -> List[Tuple[str, List[Any]]]:
     import torch
     import torch.nn.functional
 
-    result = [
+    result: List[Tuple[str, List[Any]]] = [
         ("Tensor", [torch.Tensor]),
         ("Torch", [torch]),
         ("Functional", [torch.nn.functional]),
         ("VF", [torch._VF]),
-    ]  # type: List[Tuple[str, List[Any]]]
+    ]
     if torch.distributed.is_available():
         import torch.distributed.distributed_c10d as c10d
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, List, Sequence
 
-_REGISTERED = []  # type: List[Any]  # the wrappers entered (kept alive, so their ids stay theirs)
+_REGISTERED: List[Any] = []  # the wrappers entered (kept alive, so their ids stay theirs)
 
 
 def _builtins() -> Any:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD, call_name
 
 
-class ApiCall(object):
+class ApiCall:
     """One top-level call of a wrapped API.
 
     ``prefix``/``api``/``index`` give the legacy names (``Tensor___add___0_forward``); ``original``
@@ -49,18 +49,18 @@ class ApiCall(object):
         self.index = index
         self.original = original
         self.forward_name = call_name(prefix, api, index, FORWARD)
-        self._backward_name = None  # type: Optional[str]
+        self._backward_name: Optional[str] = None
         # Whether the call changes its arguments in place (set by the session before before_forward).
         self.inplace = False
-        self._kept = None  # type: Optional[Dict[Any, Any]]
+        self._kept: Optional[Dict[Any, Any]] = None
 
-    def keep(self, observer: "CallObserver", value: Any) -> None:
+    def keep(self, observer: CallObserver, value: Any) -> None:
         """Keep what ``observer`` took in ``before_forward`` (its inputs) until its ``on_forward``."""
         if self._kept is None:
             self._kept = {}
         self._kept[observer] = value
 
-    def kept(self, observer: "CallObserver") -> Any:
+    def kept(self, observer: CallObserver) -> Any:
         """What ``observer`` kept for this call, or None."""
         return self._kept.get(observer) if self._kept is not None else None
 
@@ -73,16 +73,16 @@ class ApiCall(object):
         return self._backward_name
 
     def __repr__(self) -> str:
-        return "ApiCall({})".format(self.forward_name)
+        return f"ApiCall({self.forward_name})"
 
 
 def dotted(call: ApiCall, direction: str) -> str:
     """``Tensor.__add__.0.forward``: the call's name in the msprobe format, for ``direction`` ("forward" or
     "backward")."""
-    return "{}.{}.{}.{}".format(call.prefix, call.api, call.index, direction)
+    return f"{call.prefix}.{call.api}.{call.index}.{direction}"
 
 
-class CallObserver(object):
+class CallObserver:
     """Base class of observers; every method is a no-op so subclasses override what they need."""
 
     def wants_forward(self, call: ApiCall) -> bool:

@@ -27,15 +27,15 @@ from ptdbg_ascend.statistics.cache import StatisticsCache
 from ptdbg_ascend.formats.naming import BACKWARD, FORWARD
 
 
-class RecordSink(object):
+class RecordSink:
     """The output format of a :class:`Recorder`. Every method is called by the recorder only for
     selected calls, except :meth:`seen` (every event the recorder sees while recording).
 
     ``bind`` gives the sink the recorder's statistics cache and lock (hold it while touching files
     or the cache)."""
 
-    statistics = None  # type: Optional[StatisticsCache]
-    lock = None  # type: Any
+    statistics: Optional[StatisticsCache] = None
+    lock: Any = None
     uses_statistics = True  # False: the recorder need not age the cache on every call
     sees_events = False  # True: call seen() on every event (else it is skipped: no call per event)
 

@@ -59,7 +59,8 @@ def _names(parameter: str, value: Any) -> Tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ParameterError(parameter, value, "must be a list of API names", 'Example: {}=["Tensor_permute_1_forward"]'.format(parameter))
+        raise ParameterError(parameter, value, "must be a list of API names",
+                             f'Example: {parameter}=["Tensor_permute_1_forward"]')
     for item in value:
         if not isinstance(item, str) or not item:
             raise ParameterError(parameter, value, "every item must be a non-empty str")
@@ -73,7 +74,7 @@ def _check_call_names(scope: Tuple[str, ...]) -> None:
                 "scope", list(scope),
                 "items must be API names such as 'Tensor_permute_1_forward' (or without the direction: "
                 "'Tensor_permute_1'); {!r} is not one".format(item),
-                "Prefixes: {}.".format(", ".join(PREFIXES)),
+                f"Prefixes: {', '.join(PREFIXES)}.",
             )
 
 
@@ -86,7 +87,7 @@ def parse_dump_mode(dump_mode: Union[str, Sequence[str], None]) -> Tuple[FrozenS
         words = ["all"]
     if not isinstance(words, (list, tuple)) or not words or any(word not in DUMP_MODE_WORDS for word in words):
         raise ParameterError("dump_mode", dump_mode,
-                             "must be 'all', 'forward', 'backward' or a non-empty list from {}".format(list(DUMP_MODE_WORDS)))
+                             f"must be 'all', 'forward', 'backward' or a non-empty list from {list(DUMP_MODE_WORDS)}")
     directions = frozenset(word for word in words if word in (FORWARD, BACKWARD)) or frozenset((FORWARD, BACKWARD))
     sides = frozenset(word for word in words if word in ("input", "output")) or frozenset(("input", "output"))
     return directions, sides
@@ -96,7 +97,7 @@ def make_switch_config(mode: Any, scope: Any, api_list: Any, filter_switch: Any,
                        summary_only: Any) -> SwitchConfig:
     """Validate the ``set_dump_switch`` arguments (ParameterError names the bad one)."""
     if mode not in MODES:
-        raise ParameterError("mode", mode, "must be one of {}".format(list(MODES)))
+        raise ParameterError("mode", mode, f"must be one of {list(MODES)}")
     scope_names = _names("scope", scope)
     api_names = _names("api_list", api_list)
     if filter_switch not in ("ON", "OFF"):
@@ -115,9 +116,9 @@ def make_switch_config(mode: Any, scope: Any, api_list: Any, filter_switch: Any,
     if mode == "api_list" and not api_names:
         raise ParameterError("api_list", api_list, "mode 'api_list' needs a non-empty list of API names, e.g. ['relu']")
     if mode not in ("list", "range", "stack", "acl") and scope_names:
-        raise ParameterError("scope", scope, "is only used by modes list, range, stack and acl (mode is {!r})".format(mode))
+        raise ParameterError("scope", scope, f"is only used by modes list, range, stack and acl (mode is {mode!r})")
     if mode != "api_list" and api_names:
-        raise ParameterError("api_list", api_list, "is only used by mode 'api_list' (mode is {!r})".format(mode))
+        raise ParameterError("api_list", api_list, f"is only used by mode 'api_list' (mode is {mode!r})")
     _check_call_names(scope_names)
     return SwitchConfig(mode, scope_names, tuple(item.lower() for item in api_names), filter_switch == "ON",
                         directions, sides, summary_only)
@@ -143,7 +144,7 @@ def api_list_matches(api_list: Tuple[str, ...], prefix: str, api: str) -> bool:
     return False
 
 
-class RangeState(object):
+class RangeState:
     """Position in a ``[start, end]`` range, endpoints included; once ``end`` passed, the range stays closed."""
 
     __slots__ = ("start", "end", "state")
@@ -194,7 +195,7 @@ class Unmatched(NamedTuple):
         return bool(self.items) or self.start is not None or self.end is not None
 
 
-class SelectionPolicy(object):
+class SelectionPolicy:
     """Which calls a recorder records (the protocol; see ``dump/recorder.py`` for when each is asked).
 
     ``forward``/``backward``: whether any data of that direction is recorded (fixed per policy).

@@ -42,36 +42,36 @@ def check_extra_apis(extra_apis: Optional[bool]) -> None:
                              "False (only the original 4.0's list) or None (keep the list already installed)")
 
 
-class LegacyDumpSettings(object):
+class LegacyDumpSettings:
     """What ``set_dump_path`` / ``register_hook`` configured for the legacy recorder."""
 
     def __init__(self) -> None:
-        self.directory = None  # type: Optional[str]  # dir of fpath (where the tag dir goes)
+        self.directory: Optional[str] = None  # dir of fpath (where the tag dir goes)
         self.stem = "dump"  # the pkl file name without .pkl
         self.tag = "ptdbg_dump"
-        self.rank = None  # type: Optional[int]  # register_hook(rank=)
+        self.rank: Optional[int] = None  # register_hook(rank=)
         self.registered = False
-        self.recorder = None  # type: Optional[Any]  # the LegacyRecorder observer, once registered
+        self.recorder: Optional[Any] = None  # the LegacyRecorder observer, once registered
 
 
-class DumpSession(object):
+class DumpSession:
     """Process-wide dump state. Use :func:`get_session`; do not build one yourself."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         # Set in a forked child (DataLoader worker): wrappers then only call the original.
         self.in_forked_child = False
-        self.counters = {}  # type: Dict[str, int]
+        self.counters: Dict[str, int] = {}
         # A tuple, replaced on change: the wrappers read it without a lock.
-        self.observers = ()  # type: Tuple[CallObserver, ...]
+        self.observers: Tuple[CallObserver, ...] = ()
         self.wrapped_count = 0
         self.extra_apis = False  # whether wrapped_apis_extra.txt is wrapped too (see ensure_wrapped)
-        self.patches = []  # type: List[Tuple[Any, str, Any, bool]]  # (namespace, name, original, own attribute)
+        self.patches: List[Tuple[Any, str, Any, bool]] = []  # (namespace, name, original, own attribute)
         # Counts uninstall()s: the patch list is refilled to the same length with new wrappers after one.
         self.patch_generation = 0
         self.legacy = LegacyDumpSettings()
         # Files opened by this process (first open truncates, later windows append).
-        self.opened_files = set()  # type: set
+        self.opened_files: set = set()
         self._lock = threading.Lock()
 
     # -- wrappers and observers ---------------------------------------------------------------
@@ -148,7 +148,7 @@ class DumpSession(object):
                 else:
                     observer.close_cut(cut)
             except Exception as error:  # noqa: BLE001 - reported, other observers still close
-                logger.error("Closing {!r} failed: {}".format(observer, error))
+                logger.error(f"Closing {observer!r} failed: {error}")
 
     # -- rank ----------------------------------------------------------------------------------
     def resolve_rank(self, explicit: Optional[int] = None, sample_tensors: Sequence[Any] = ()) -> int:
@@ -263,7 +263,7 @@ def uncaught_exception() -> Optional[str]:
     if len(text) > 160:
         text = text[:157] + "..."
     return "the process exited on an uncaught {}{} with the dump window on".format(
-        getattr(kind, "__name__", "exception"), " ({})".format(text) if text else "")
+        getattr(kind, "__name__", "exception"), f" ({text})" if text else "")
 
 
 def environment_rank() -> Optional[int]:
@@ -281,12 +281,12 @@ def environment_rank() -> Optional[int]:
             return value
         if variable not in _WARNED_ENVIRONMENT:
             _WARNED_ENVIRONMENT.add(variable)
-            logger.warning("Ignoring the environment variable {}={!r}: not an int >= 0.".format(variable, text))
+            logger.warning(f"Ignoring the environment variable {variable}={text!r}: not an int >= 0.")
     return None
 
 
-_WARNED_ENVIRONMENT = set()  # type: set
-_SESSION = []  # type: List[DumpSession]
+_WARNED_ENVIRONMENT: set = set()
+_SESSION: List[DumpSession] = []
 
 
 def get_session() -> DumpSession:

@@ -28,13 +28,13 @@ def _is_tool_file(filename: str) -> bool:
 # past the limit.
 FrameRender = Callable[[str, int, str, Optional[str]], str]
 _FRAME_TEXT_LIMIT = 65536
-_LEGACY_FRAMES = {}  # type: Dict[Tuple[Any, int], str]
-_MSPROBE_FRAMES = {}  # type: Dict[Tuple[Any, int], str]
+_LEGACY_FRAMES: Dict[Tuple[Any, int], str] = {}
+_MSPROBE_FRAMES: Dict[Tuple[Any, int], str] = {}
 
 
 def _frame_texts(first: Any, cache: Dict[Tuple[Any, int], str], render: FrameRender) -> List[str]:
     """The rendered user frames from ``first`` outwards (innermost first), through ``cache``."""
-    parts = []  # type: List[str]
+    parts: List[str] = []
     frame = first
     while frame is not None:
         code = frame.f_code

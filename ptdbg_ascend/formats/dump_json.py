@@ -100,14 +100,14 @@ def call_values(call: str, entry: Dict[str, Any],
     inputs = entry.get(INPUT_ARGS, entry.get(BACKWARD_INPUT, [])) or []
     if not isinstance(inputs, list):
         if problem is not None:
-            problem("input_args is not a list ({}); its positional inputs are skipped".format(type(inputs).__name__))
+            problem(f"input_args is not a list ({type(inputs).__name__}); its positional inputs are skipped")
         inputs = []
     inputs = list(inputs)
     kwargs = entry.get(INPUT_KWARGS) or {}
     if isinstance(kwargs, dict):
         inputs.extend(kwargs.values())
     elif problem is not None:
-        problem("input_kwargs is not an object ({}); skipped".format(type(kwargs).__name__))
+        problem(f"input_kwargs is not an object ({type(kwargs).__name__}); skipped")
     values = [(call + "_input." + str(index), "input", value) for index, value in enumerate(inputs)]
     outputs = entry.get(OUTPUT) or []
     if not isinstance(outputs, list):
@@ -158,7 +158,7 @@ def inferred_autocast(api: str, entry: Mapping[str, Any]) -> Optional[str]:
 
 def _float_dtypes(value: Any) -> List[str]:
     """The dtypes of the floating tensor leaves in ``value`` (an entry block), in order."""
-    found = []  # type: List[str]
+    found: List[str] = []
     todo = [value]
     while todo:
         item = todo.pop()
@@ -174,7 +174,7 @@ def _float_dtypes(value: Any) -> List[str]:
 
 def stack_line(file: str, line: Any, function: str, code: Optional[str]) -> str:
     """One stack.json line: ``"File {file}, line {line}, in {function}, \\n {code}"`` (None code: empty)."""
-    return "File {}, line {}, in {}, \n {}".format(file, line, function, "" if code is None else code)
+    return f"File {file}, line {line}, in {function}, \n {'' if code is None else code}"
 
 
 def stack_line_literal(file: str, line: Any, function: str, code: Optional[str]) -> str:
@@ -198,7 +198,7 @@ def parse_construct(document: Any) -> Tuple[Dict[str, Optional[str]], int]:
     Not a JSON object: no links, none counted."""
     if not isinstance(document, dict):
         return {}, 0
-    links = {}  # type: Dict[str, Optional[str]]
+    links: Dict[str, Optional[str]] = {}
     dropped = 0
     for call, parent in document.items():
         if parent is None or (isinstance(parent, str) and parse_module_call(parent) is not None):

@@ -135,14 +135,14 @@ def decode(value: Any, path: str) -> Finding:
                                "write it again.".format(path, FORMAT, shown, problem))
 
     if not isinstance(value, dict):
-        raise refuse("it holds a JSON {}, not an object".format(type(value).__name__))
+        raise refuse(f"it holds a JSON {type(value).__name__}, not an object")
     if value.get("format") != FORMAT or not known:
-        raise refuse("it says format {} version {}".format(excerpt(value.get("format")), excerpt(version)))
+        raise refuse(f"it says format {excerpt(value.get('format'))} version {excerpt(version)}")
     fields = _checked(value, _FIELDS, refuse, "")
     if fields["kind"] not in KINDS:
-        raise refuse("the kind {} is none of {}".format(excerpt(fields["kind"]), ", ".join(KINDS)))
+        raise refuse(f"the kind {excerpt(fields['kind'])} is none of {', '.join(KINDS)}")
     if fields["level"] not in LEVELS:
-        raise refuse("the level {} is none of {}".format(excerpt(fields["level"]), ", ".join(LEVELS)))
+        raise refuse(f"the level {excerpt(fields['level'])} is none of {', '.join(LEVELS)}")
     fields["one_sided"] = _names(fields["one_sided"], "one_sided", refuse)
     if version >= 3:
         reason = _checked(value, {"reason": (dict, True)}, refuse, "")["reason"]
@@ -154,14 +154,14 @@ def _reason(value: Dict[str, Any], refuse: Callable[[str], FileFormatError]) -> 
     fields = _checked(value, _REASON_FIELDS, refuse, "reason.")
     decisions = [decision.value for decision in Decision]
     if fields["decision"] not in decisions:
-        raise refuse("the decision {} is none of {}".format(excerpt(fields["decision"]), ", ".join(decisions)))
+        raise refuse(f"the decision {excerpt(fields['decision'])} is none of {', '.join(decisions)}")
     fields["decision"] = Decision(fields["decision"])
     for name in ("via", "one_sided", "unjudged"):
         fields[name] = _names(fields[name], "reason." + name, refuse)
     for name, kind, table in (("reduced", ReducedPrecision, _REDUCED_FIELDS), ("carried", Carried, _CARRIED_FIELDS),
                               ("mismatch", Mismatch, _MISMATCH_FIELDS)):
         if fields[name] is not None:
-            fields[name] = kind(**_checked(fields[name], table, refuse, "reason.{}.".format(name)))
+            fields[name] = kind(**_checked(fields[name], table, refuse, f"reason.{name}."))
     return Reason(**fields)
 
 
@@ -172,7 +172,7 @@ def _checked(value: Dict[str, Any], table: Dict[str, Tuple[type, bool]], refuse:
     fields: Dict[str, Any] = {}
     for name, (kind, nullable) in table.items():
         if name not in value:
-            raise refuse("the field {!r} is missing".format(prefix + name))
+            raise refuse(f"the field {prefix + name!r} is missing")
         field = value[name]
         allowed = (int, float) if kind is float else kind
         if (field is None and not nullable) or (field is not None and (
@@ -185,5 +185,5 @@ def _checked(value: Dict[str, Any], table: Dict[str, Tuple[type, bool]], refuse:
 
 def _names(value: list, name: str, refuse: Callable[[str], FileFormatError]) -> Tuple[str, ...]:
     if not all(isinstance(item, str) for item in value):
-        raise refuse("the field {!r} holds something else than names".format(name))
+        raise refuse(f"the field {name!r} holds something else than names")
     return tuple(value)

@@ -23,7 +23,7 @@ MAX_DIGITS = 309  # float64's largest finite value has 309 digits: more is alway
 _SHOWN = 24  # a literal up to this long is quoted in messages; a longer one is described by its length
 
 
-class OutOfRange(object):
+class OutOfRange:
     """A JSON number literal beyond float64's range (``1e400``, a 400-digit integer). Not an int or a float,
     so no reader takes it for a number; ``str()`` describes it (``"1e400"``, ``"a 401-digit integer"``)
     without ever holding more than a few characters of it."""
@@ -33,9 +33,9 @@ class OutOfRange(object):
     def __init__(self, literal: str) -> None:
         digits = len(literal.lstrip("-"))
         if literal.lstrip("-").isdigit() and digits > _SHOWN:
-            self.description = "a {}-digit integer".format(digits)
+            self.description = f"a {digits}-digit integer"
         elif len(literal) > _SHOWN:
-            self.description = "a {}-character number".format(len(literal))
+            self.description = f"a {len(literal)}-character number"
         else:
             self.description = literal
 
@@ -43,7 +43,7 @@ class OutOfRange(object):
         return self.description
 
     def __repr__(self) -> str:
-        return "<{}, beyond float64's range>".format(self.description)
+        return f"<{self.description}, beyond float64's range>"
 
 
 def parse_int(literal: str) -> Union[int, OutOfRange]:

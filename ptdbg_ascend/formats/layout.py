@@ -46,12 +46,12 @@ ADVISOR_STEM = "advisor_"  # .txt: the advisor's prose (formats/finding.py names
 
 def rank_dir_name(rank: Optional[int]) -> str:
     """``rank{rank}``; None (msprobe without torch.distributed) gives plain ``rank``."""
-    return "rank" if rank is None else "rank{}".format(rank)
+    return "rank" if rank is None else f"rank{rank}"
 
 
 def step_rank_dir(dump_path: str, step: int, rank: Optional[int]) -> str:
     """``{dump_path}/step{step}/rank{rank}``; ``rank`` None (no torch.distributed) gives plain ``rank``."""
-    return os.path.join(dump_path, "step{}".format(step), rank_dir_name(rank))
+    return os.path.join(dump_path, f"step{step}", rank_dir_name(rank))
 
 
 def is_dump_json(path: str) -> bool:
@@ -94,7 +94,7 @@ def default_data_dir(dump_path: str) -> str:
 
 def tag_dir(directory: str, tag: str, version: str) -> str:
     """``{directory}/{tag}_v{version}``: a legacy dump's tag directory."""
-    return os.path.join(directory, "{}_v{}".format(tag, version))
+    return os.path.join(directory, f"{tag}_v{version}")
 
 
 def legacy_rank_dir(directory: str, tag: str, version: str, rank: int) -> str:
@@ -116,5 +116,5 @@ def overflow_stem(stamp: str, k: int, microseconds: Optional[int] = None) -> str
     """``Overflow_info_{stamp}_{k}``, or ``Overflow_info_{stamp}_{microseconds:06d}_{k}`` (a second file in
     the same second)."""
     if microseconds is None:
-        return "{}{}_{}".format(OVERFLOW_PREFIX, stamp, k)
-    return "{}{}_{:06d}_{}".format(OVERFLOW_PREFIX, stamp, microseconds, k)
+        return f"{OVERFLOW_PREFIX}{stamp}_{k}"
+    return f"{OVERFLOW_PREFIX}{stamp}_{microseconds:06d}_{k}"

@@ -56,7 +56,7 @@ def number_problem(name: object) -> str:
     digits = long_number(name) if isinstance(name, str) else None
     if digits is None:
         return ""
-    return ": it holds a number of {} digits (a call counter or index has at most {})".format(digits, MAX_NUMBER_DIGITS)
+    return f": it holds a number of {digits} digits (a call counter or index has at most {MAX_NUMBER_DIGITS})"
 
 CALL_NAME = re.compile(
     r"^(?P<prefix>" + "|".join(PREFIXES) + r")_(?P<api>.+)_(?P<index>\d+)_(?P<direction>forward|backward)$"
@@ -123,7 +123,7 @@ def to_dotted_without_direction(name: str) -> Optional[str]:
     match = _CALL_NAME_WITHOUT_DIRECTION.match(name)
     if match is None:
         return None
-    return "{}.{}.{}".format(match.group("prefix"), match.group("api"), match.group("index"))
+    return f"{match.group('prefix')}.{match.group('api')}.{match.group('index')}"
 
 
 # --- tolerant legacy names (any prefix) --------------------------------------------------------------
@@ -206,7 +206,7 @@ def to_dotted(legacy_name: str) -> Optional[str]:
     call = parse_call_name(legacy_name)
     if call is not None:
         prefix, api, index, direction = call
-        return "{}.{}.{}.{}".format(prefix, api, index, direction)
+        return f"{prefix}.{api}.{index}.{direction}"
     record = parse_record_name(legacy_name)
     if record is None or record.side == "stack":
         return None
@@ -311,7 +311,7 @@ def ut_api_of_record(name: str) -> Optional[Tuple[str, str, str]]:
     if record is not None:
         if record.side == "stack":
             return None
-        return "{}.{}.{}".format(record.prefix, record.api, record.index), record.direction, record.side
+        return f"{record.prefix}.{record.api}.{record.index}", record.direction, record.side
     match = _DOTTED_ROW_NAME.match(name)
     if match is None:
         return None
@@ -325,11 +325,11 @@ def ut_api_of_call(name: str) -> Optional[Tuple[str, str]]:
     parsed = parse_call_name(name)
     if parsed is not None:
         prefix, api, index, direction = parsed
-        return "{}.{}.{}".format(prefix, api, index), direction
+        return f"{prefix}.{api}.{index}", direction
     dotted = parse_dotted_call_name(name)
     if dotted is None:
         return None
-    return "{}.{}.{}".format(dotted.prefix, dotted.api, dotted.index), dotted.direction
+    return f"{dotted.prefix}.{dotted.api}.{dotted.index}", dotted.direction
 
 
 def ut_api_of_row(name: str) -> str:

@@ -50,7 +50,7 @@ def record_line(name: str, dtype: str, shape: Any, statistics: Sequence[Any], du
 
 def line_head(dump_step: int) -> str:
     """The text between a record line's name and its dtype: ``", {dump_step}, [], "``."""
-    return '", {}, [], "'.format(dump_step)
+    return f'", {dump_step}, [], "'
 
 
 def record_text(name: str, dtype: str, shape_text: str, statistics: List[Optional[float]], head: str) -> str:
@@ -87,7 +87,7 @@ def numbers_text(statistics: List[Optional[float]]) -> str:
     # repr() is JSON for Python floats, except None, nan and inf, each spelled with an "n"; anything
     # that is not a float (a numpy scalar from a caller) shows a "(" and takes the slow path too.
     if "n" in numbers or "(" in numbers:
-        numbers = "[{}]".format(", ".join(_number(value) for value in statistics))
+        numbers = f"[{', '.join((_number(value) for value in statistics))}]"
     return numbers
 
 

@@ -88,7 +88,7 @@ class Mismatch:
     lower: bool
 
     def text(self) -> str:
-        return "{} (NPU {}, bench {})".format(self.call, self.npu_dtype, self.bench_dtype)
+        return f"{self.call} (NPU {self.npu_dtype}, bench {self.bench_dtype})"
 
 
 @dataclass(frozen=True)

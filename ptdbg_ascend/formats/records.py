@@ -53,7 +53,7 @@ class CallRecord(NamedTuple):
 def _frames_text(frames: Iterable[Frame]) -> str:
     lines = []
     for file, line, func, code in frames:
-        lines.append('File "{}", line {}, in {}'.format(file, line, func))
+        lines.append(f'File "{file}", line {line}, in {func}')
         if code:
             lines.append("    " + str(code))
     return "\n".join(lines)
@@ -72,8 +72,7 @@ def format_stack(frames: Tuple[Frame, ...]) -> str:
 #   dumped (which may not be this one);
 # Python's frozen bootstrap modules are no one's code either.
 _LIBRARY_PACKAGES = ("torch", "torch_npu", "functorch", "msprobe", "ptdbg_ascend")
-_INSTALLED_LIBRARY = re.compile(r"[/\\](site|dist)-packages[/\\]({})[/\\]|^<frozen "
-                                .format("|".join(_LIBRARY_PACKAGES)))
+_INSTALLED_LIBRARY = re.compile(rf"[/\\](site|dist)-packages[/\\]({'|'.join(_LIBRARY_PACKAGES)})[/\\]|^<frozen ")
 
 
 @functools.lru_cache(maxsize=1)
@@ -124,7 +123,7 @@ def user_line(frames: Tuple[Frame, ...]) -> Optional[str]:
         return None
     file, line, _func, code = kept[0]
     # normpath: a script run as ``python ../sample/train.py`` records ``…/npu/../sample/train.py``
-    return "{}:{}  {}".format(os.path.normpath(file) if file else file, line, code or "").rstrip()
+    return f"{os.path.normpath(file) if file else file}:{line}  {code or ''}".rstrip()
 
 
 def call_user_line(call: CallRecord, calls: Mapping[str, CallRecord]) -> Optional[str]:
@@ -133,7 +132,7 @@ def call_user_line(call: CallRecord, calls: Mapping[str, CallRecord]) -> Optiona
     and counter, ``..._forward``) from ``calls`` (call name -> record, one dump's) when that has one."""
     name = split_call_name(call.name)
     if name.direction == BACKWARD and name.index >= 0:
-        forward = calls.get("{}_{}_{}".format(name.api, name.index, FORWARD))
+        forward = calls.get(f"{name.api}_{name.index}_{FORWARD}")
         if forward is not None and forward.stack:
             return user_line(forward.stack)
     return user_line(call.stack)
@@ -184,7 +183,7 @@ def as_shape(value: object) -> Tuple[int, ...]:
     """
     if isinstance(value, (list, tuple)):
         if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_SIZE for v in value):
-            raise ValueError("shape {} is not a list of non-negative integers (below 2**63)".format(_short(value)))
+            raise ValueError(f"shape {_short(value)} is not a list of non-negative integers (below 2**63)")
         return tuple(value)
     return ()
 
@@ -202,9 +201,9 @@ def file_name_problem(name: object) -> Optional[str]:
     """Why ``name`` (from a dump file) cannot be a tensor file name inside the data directory; None when
     it can: a str of letters, digits, ``_ . + -``, not starting with a dot, without ``..``."""
     if not isinstance(name, str):
-        return "file name {} is not a string".format(_short(name))
+        return f"file name {_short(name)} is not a string"
     if not _FILE_NAME.match(name) or ".." in name or len(name) > 255:
-        return "file name {} is not a plain file name inside the data directory".format(_short(name))
+        return f"file name {_short(name)} is not a plain file name inside the data directory"
     return None
 
 
@@ -215,4 +214,4 @@ def data_file(data_dir: str, file_name: object, field: str) -> Tuple[Optional[st
     problem = file_name_problem(file_name)
     if problem is None:
         return os.path.join(data_dir, file_name), None
-    return None, "Not compared: the {} {}; nothing was read.".format(field, problem)
+    return None, f"Not compared: the {field} {problem}; nothing was read."

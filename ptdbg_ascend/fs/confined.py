@@ -26,7 +26,7 @@ def resolve_inside(path: str, root: str, what: str = "the data directory") -> st
     real = os.path.realpath(path)
     real_root = os.path.realpath(root)
     if os.path.commonpath([real, real_root]) != real_root:
-        raise OutsideRoot("{} resolves to {}, outside {} {}; it is not read".format(path, real, what, root))
+        raise OutsideRoot(f"{path} resolves to {real}, outside {what} {root}; it is not read")
     return real
 
 
@@ -43,7 +43,7 @@ def open_inside(path: str, root: Optional[str] = None):
     descriptor = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OutsideRoot("{} is not a regular file; it is not read".format(path))
+            raise OutsideRoot(f"{path} is not a regular file; it is not read")
         return os.fdopen(descriptor, "rb")
     except BaseException:
         os.close(descriptor)

@@ -54,7 +54,7 @@ class LockHolder(NamedTuple):
     cut: str = ""
 
 
-class DumpLock(object):
+class DumpLock:
     """``{directory}/.ptdbg.lock`` holding ``"{pid} {host}"``: one writing process per rank directory.
 
     :meth:`acquire` opens (or creates) the file and takes an exclusive ``flock`` on it without waiting; the
@@ -117,7 +117,7 @@ class DumpLock(object):
                 elif previous is not None and previous.pid < 0:  # empty: its creator died before writing it
                     remove_leftover_temporaries(self.directory)
                 try:
-                    _write_text(descriptor, "{} {}\n".format(os.getpid(), host), self.path)
+                    _write_text(descriptor, f"{os.getpid()} {host}\n", self.path)
                 except DumpWriteError:  # a full disk: the file we created must not stay (empty, it reads as taken)
                     if previous is None or previous.pid < 0:
                         os.unlink(self.path)
@@ -126,7 +126,7 @@ class DumpLock(object):
                 os.close(descriptor)
                 raise
             return descriptor
-        raise DumpPathError("Cannot take the dump lock {}: it keeps changing (another process?).".format(self.path))
+        raise DumpPathError(f"Cannot take the dump lock {self.path}: it keeps changing (another process?).")
 
     def holder(self) -> Optional[LockHolder]:
         """What the lock says (read with O_NOFOLLOW): ``LockHolder(-1, ...)`` while its creator writes it,
@@ -137,7 +137,7 @@ class DumpLock(object):
         except FileNotFoundError:
             return None
         except OSError as error:
-            raise DumpPathError("The dump lock {} cannot be read ({}); remove it.".format(self.path, error)) from error
+            raise DumpPathError(f"The dump lock {self.path} cannot be read ({error}); remove it.") from error
         try:
             _check_regular(descriptor, self.path)
             return _parse_holder(self.path, _read_text(descriptor, self.path))
@@ -152,7 +152,7 @@ class DumpLock(object):
             return
         try:
             if held.cut:
-                _write_text(held.descriptor, "{} {}\ncut: {}\n".format(held.pid, host_name(), held.cut), self.path)
+                _write_text(held.descriptor, f"{held.pid} {host_name()}\ncut: {held.cut}\n", self.path)
             elif self._is_at_path(held.descriptor):
                 os.unlink(self.path)
         except (OSError, DumpPathError):  # a full disk: the lock stays as it was ("not closed cleanly" too)
@@ -170,7 +170,7 @@ class DumpLock(object):
                 held.cut = held.cut or " ".join(why.split())
         self.release()
 
-    def _let_go(self) -> "Optional[_HeldLock]":
+    def _let_go(self) -> Optional[_HeldLock]:
         """Drop this object's hold; the shared record when it was the last one (then forgotten)."""
         if not self.held:
             return None
@@ -193,12 +193,11 @@ class DumpLock(object):
             descriptor = os.open(self.path, flags, FILE_MODE)
         except OSError as error:
             if error.errno == errno.ELOOP:
-                raise DumpPathError("{} is a symlink; ptdbg_ascend does not write through links.".format(
-                    self.path)) from error
+                raise DumpPathError(f"{self.path} is a symlink; ptdbg_ascend does not write through links.") from error
             if error.errno == errno.EISDIR:
                 raise DumpPathError("The dump lock {} is not a regular file (a directory); remove it, or choose "
                                     "another dump path.".format(self.path)) from error
-            raise DumpWriteError("Cannot create the dump lock {}: {}".format(self.path, error)) from error
+            raise DumpWriteError(f"Cannot create the dump lock {self.path}: {error}") from error
         try:
             _check_regular(descriptor, self.path)
         except BaseException:
@@ -211,7 +210,7 @@ class DumpLock(object):
         try:
             return try_flock(descriptor)
         except OSError as error:
-            raise DumpWriteError("Cannot lock the dump lock {}: {}".format(self.path, error)) from error
+            raise DumpWriteError(f"Cannot lock the dump lock {self.path}: {error}") from error
 
     def _is_at_path(self, descriptor: int) -> bool:
         """Whether the file we hold open is still the one named by the path (its holder may have removed
@@ -221,7 +220,7 @@ class DumpLock(object):
         except FileNotFoundError:
             return False
         except OSError as error:
-            raise DumpWriteError("Cannot read the dump lock {}: {}".format(self.path, error)) from error
+            raise DumpWriteError(f"Cannot read the dump lock {self.path}: {error}") from error
         held = os.fstat(descriptor)
         return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
@@ -241,7 +240,7 @@ class DumpLock(object):
             time.sleep(0.01)
 
     def _held_by_another(self, holder: LockHolder) -> DumpPathError:
-        who = ("pid {} on host {}".format(holder.pid, holder.host) if holder.pid >= 0
+        who = (f"pid {holder.pid} on host {holder.host}" if holder.pid >= 0
                else "a process that has not written its pid yet")
         return DumpPathError(
             "Another process writes to {}: the lock {} is held by {}. Use another dump path or rank; if that "
@@ -251,7 +250,7 @@ class DumpLock(object):
 HOLDER_WAIT = 1.0  # seconds a refused process waits for the holder's pid, for its message
 
 
-class _HeldLock(object):
+class _HeldLock:
     """A lock this process holds: its flocked descriptor, shared by every :class:`DumpLock` of the same path
     in the process (``holders``; a second flock of the same file from one process would be refused), and
     the cut note the last one writes (:meth:`DumpLock.leave_cut`)."""
@@ -265,7 +264,7 @@ class _HeldLock(object):
         self.cut = ""
 
 
-_HELD = {}  # type: Dict[str, _HeldLock]  # by the lock's absolute path
+_HELD: Dict[str, _HeldLock] = {}  # by the lock's absolute path
 
 
 def try_flock(descriptor: int) -> bool:
@@ -293,7 +292,7 @@ def _read_text(descriptor: int, path: str) -> str:
     try:
         return os.pread(descriptor, 4096, 0).decode("utf-8", "replace")
     except OSError as error:
-        raise DumpPathError("The dump lock {} cannot be read ({}); remove it.".format(path, error)) from error
+        raise DumpPathError(f"The dump lock {path} cannot be read ({error}); remove it.") from error
 
 
 def _write_text(descriptor: int, text: str, path: str) -> None:
@@ -304,7 +303,7 @@ def _write_text(descriptor: int, text: str, path: str) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         os.ftruncate(descriptor, len(data))
     except OSError as error:
-        raise DumpWriteError("Cannot write the dump lock {}: {}".format(path, error)) from error
+        raise DumpWriteError(f"Cannot write the dump lock {path}: {error}") from error
 
 
 def _parse_holder(path: str, text: str) -> Optional[LockHolder]:
@@ -315,7 +314,7 @@ def _parse_holder(path: str, text: str) -> Optional[LockHolder]:
     lines = text.split("\n")
     parts = lines[0].split()
     if len(parts) != 2 or not parts[0].isdigit():
-        raise DumpPathError("The dump lock {} holds {!r}, not 'pid host'; remove it.".format(path, text[:200]))
+        raise DumpPathError(f"The dump lock {path} holds {text[:200]!r}, not 'pid host'; remove it.")
     cut = ""
     if len(lines) > 1 and lines[1].startswith("cut: "):
         cut = lines[1][len("cut: "):]
@@ -355,15 +354,15 @@ def remove_leftover_temporaries(rank_dir: str) -> int:
     return removed
 
 
-class RankDirectoryClaim(object):
+class RankDirectoryClaim:
     """The rank directory one writer owns: created with its parent (or checked, never a symlink) and
     locked (:class:`DumpLock`), so a second process writing there gets a DumpPathError naming the holder.
     :meth:`release` unlocks it and removes the directories the claim created if they stayed empty (a
     window that wrote nothing leaves nothing behind)."""
 
     def __init__(self) -> None:
-        self.lock = None  # type: Optional[DumpLock]
-        self._created = []  # type: List[str]
+        self.lock: Optional[DumpLock] = None
+        self._created: List[str] = []
 
     def claim(self, rank_dir: str, levels: int = 2) -> None:
         """Own ``rank_dir`` (and its ``levels - 1`` parents); a claim of another directory is released

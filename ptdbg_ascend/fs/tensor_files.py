@@ -45,13 +45,13 @@ def check_npy(handle: IO[bytes], path: str, max_bytes: int) -> None:
         elif version == (2, 0):
             shape, _, dtype = npy_format.read_array_header_2_0(handle)
         else:
-            raise TensorFileRefused("{}: .npy format version {} is not read (1.0 and 2.0 are)".format(path, version))
+            raise TensorFileRefused(f"{path}: .npy format version {version} is not read (1.0 and 2.0 are)")
     except (ValueError, EOFError, OSError) as error:
         if isinstance(error, TensorFileRefused):
             raise
-        raise TensorFileRefused("{} is not a readable .npy file: {}".format(path, error)) from None
+        raise TensorFileRefused(f"{path} is not a readable .npy file: {error}") from None
     if dtype.hasobject:
-        raise TensorFileRefused("{} holds Python objects; it is not unpickled".format(path))
+        raise TensorFileRefused(f"{path} holds Python objects; it is not unpickled")
     declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
     held = os.fstat(handle.fileno()).st_size - handle.tell()
     if declared > max_bytes:
@@ -79,8 +79,7 @@ def check_pt(handle: IO[bytes], path: str, max_bytes: int) -> None:
         with zipfile.ZipFile(handle) as archive:
             members = archive.infolist()
             if len(members) > MAX_MEMBERS:
-                raise TensorFileRefused("{} has {} archive members; a tensor file has a handful".format(
-                    path, len(members)))
+                raise TensorFileRefused(f"{path} has {len(members)} archive members; a tensor file has a handful")
             declared = sum(member.file_size for member in members)
     except zipfile.BadZipFile:
         raise TensorFileRefused("{} is not a zip-format .pt file (torch.save has written zip files since torch "
@@ -107,9 +106,9 @@ def load_pt(handle: IO[bytes], path: str, max_bytes: int) -> Any:
                                     .format(path, torch.__version__)) from None
         raise
     except pickle.UnpicklingError:
-        raise TensorFileRefused("{} holds Python objects besides tensors; it is not unpickled".format(path)) from None
+        raise TensorFileRefused(f"{path} holds Python objects besides tensors; it is not unpickled") from None
     if not isinstance(tensor, torch.Tensor):
-        raise TensorFileRefused("{} does not hold a tensor".format(path))
+        raise TensorFileRefused(f"{path} does not hold a tensor")
     logical = tensor.numel() * tensor.element_size()
     if logical > max_bytes:
         raise TensorFileRefused("{} holds a tensor of shape {} ({} once copied), over the {} a tensor may take "

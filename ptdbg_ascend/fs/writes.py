@@ -45,7 +45,7 @@ def check_path_text(parameter: str, value: Any) -> str:
     try:
         encoded = os.fsencode(value)
     except UnicodeError as error:
-        raise ParameterError(parameter, value, "must be encodable as a file name ({})".format(error)) from error
+        raise ParameterError(parameter, value, f"must be encodable as a file name ({error})") from error
     if len(encoded) > PATH_MAX:
         raise ParameterError(parameter, _short(value), "is {} bytes long; a path has at most {} bytes".format(
             len(encoded), PATH_MAX))
@@ -71,7 +71,7 @@ def own_dir(path: str) -> bool:
     except FileExistsError:
         pass
     except OSError as error:
-        raise DumpWriteError("Cannot create the dump directory {}: {}".format(path, error)) from error
+        raise DumpWriteError(f"Cannot create the dump directory {path}: {error}") from error
     check_real_dir(path)
     return False
 
@@ -81,12 +81,12 @@ def check_real_dir(path: str) -> None:
     try:
         mode = os.lstat(path).st_mode
     except OSError as error:
-        raise DumpWriteError("Cannot read the dump directory {}: {}".format(path, error)) from error
+        raise DumpWriteError(f"Cannot read the dump directory {path}: {error}") from error
     if stat.S_ISLNK(mode):
         raise DumpPathError("{} is a symlink; ptdbg_ascend does not write through links. Remove it, or choose "
                             "another dump path.".format(path))
     if not stat.S_ISDIR(mode):
-        raise DumpPathError("{} exists and is not a directory; remove it, or choose another dump path.".format(path))
+        raise DumpPathError(f"{path} exists and is not a directory; remove it, or choose another dump path.")
 
 
 def own_dirs(path: str, levels: int) -> List[str]:
@@ -100,7 +100,7 @@ def own_dirs(path: str, levels: int) -> List[str]:
     try:
         os.makedirs(top, mode=DIR_MODE, exist_ok=True)
     except OSError as error:
-        raise DumpWriteError("Cannot create the dump directory {}: {}".format(top, error)) from error
+        raise DumpWriteError(f"Cannot create the dump directory {top}: {error}") from error
     created = []
     for directory in reversed(owned):
         if own_dir(directory):
@@ -159,7 +159,7 @@ def replace_file(path: str, write: Callable[[int], None], what: str = "") -> Non
         if temporary is not None:
             remove_quietly(temporary)
         if isinstance(error, OSError):
-            raise DumpWriteError("Cannot write {}{}: {}".format(what + " " if what else "", path, error)) from error
+            raise DumpWriteError(f"Cannot write {what + ' ' if what else ''}{path}: {error}") from error
         raise
 
 
@@ -182,7 +182,7 @@ def link_file(source: str, path: str, what: str = "") -> None:
     directory, name = os.path.split(path)
     label = what + " " if what else ""
     for _ in range(100):
-        temporary = os.path.join(directory, ".{}.{}{}".format(name, secrets.token_hex(4), TEMP_SUFFIX))
+        temporary = os.path.join(directory, f".{name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
         try:
             os.link(source, temporary)  # never replaces nor follows what is at ``temporary``: EEXIST
             break
@@ -196,12 +196,12 @@ def link_file(source: str, path: str, what: str = "") -> None:
             replace_file(path, copy, what)
             return
     else:
-        raise DumpWriteError("Cannot write {}{}: no free temporary name beside it".format(label, path))
+        raise DumpWriteError(f"Cannot write {label}{path}: no free temporary name beside it")
     try:
         os.replace(temporary, path)
     except OSError as error:
         remove_quietly(temporary)
-        raise DumpWriteError("Cannot write {}{}: {}".format(label, path, error)) from error
+        raise DumpWriteError(f"Cannot write {label}{path}: {error}") from error
 
 
 def write_all(descriptor: int, data: Any) -> None:

@@ -17,7 +17,7 @@ from ptdbg_ascend.errors import DeviceUnavailableError, FileFormatError, Paramet
 from ptdbg_ascend.formats.naming import to_legacy
 
 
-class AclLevelDump(object):
+class AclLevelDump:
     """Checks everything at construction (torch_npu, the ACL config, the scope, the gradient file), so a
     bad L2 setup fails before training starts; ``start``/``stop`` switch the ACL observer on and off."""
 
@@ -40,7 +40,7 @@ class AclLevelDump(object):
             raise ParameterError(key, list(config.scope), "must be a full API call name at level L2",
                                  'Example: ["Tensor.permute.1.forward"]')
         self.legacy_name = legacy_name
-        self.backward_input = None  # type: Optional[Tuple[str, Any]]
+        self.backward_input: Optional[Tuple[str, Any]] = None
         if legacy_name.endswith("_backward"):
             self.backward_input = _load_gradient(config.backward_input)
         self.observer = AclObserver(require_torch_npu("level L2"), acl_config_argument(config.acl_config))
@@ -63,11 +63,11 @@ def _load_gradient(paths: Tuple[str, ...]) -> Tuple[str, Any]:
         raise ParameterError("tensor.backward_input", list(paths), "must name exactly one .pt gradient file at level L2")
     path = os.path.abspath(os.path.expanduser(paths[0]))
     if not os.path.isfile(path):
-        raise FileFormatError("The backward input {} does not exist.".format(path))
+        raise FileFormatError(f"The backward input {path} does not exist.")
     try:
         gradient = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch.load raises many types for a bad file
-        raise FileFormatError("The backward input {} is not a readable tensor file: {}".format(path, error)) from error
+        raise FileFormatError(f"The backward input {path} is not a readable tensor file: {error}") from error
     if not isinstance(gradient, torch.Tensor):
-        raise FileFormatError("The backward input {} holds a {}, not a tensor.".format(path, type(gradient).__name__))
+        raise FileFormatError(f"The backward input {path} holds a {type(gradient).__name__}, not a tensor.")
     return path, gradient

@@ -31,13 +31,13 @@ from ptdbg_ascend.msprobe.selection import direction_wanted
 MODULE_MAX_NODES = 20000
 
 
-class ModuleHooks(object):
+class ModuleHooks:
     """The hooks installed on one model; :meth:`remove` takes them off again."""
 
     def __init__(self, model: Any, recorder: MsprobeRecorder) -> None:
         self.recorder = recorder
-        self.counters = {}  # type: Dict[str, int]
-        self._handles = []  # type: List[Any]
+        self.counters: Dict[str, int] = {}
+        self._handles: List[Any] = []
         self._lock = threading.Lock()
         for path, module in model.named_modules():
             if module is model:
@@ -54,11 +54,11 @@ class ModuleHooks(object):
         self._handles = []
 
     def _next_name(self, path: str, module: Any, direction: str) -> str:
-        base = "Module.{}.{}.{}".format(path, type(module).__name__, direction)
+        base = f"Module.{path}.{type(module).__name__}.{direction}"
         with self._lock:
             index = self.counters.get(base, 0)
             self.counters[base] = index + 1
-        return "{}.{}".format(base, index)
+        return f"{base}.{index}"
 
     def _install(self, path: str, module: Any) -> None:
         import torch
@@ -70,7 +70,7 @@ class ModuleHooks(object):
         wants_backward = direction_wanted(recorder.config.data_mode, BACKWARD)
         # What the pre-hook learnt, for the forward hook (a module may be re-entered recursively):
         # (forward name, gradient edges of the inputs or None, number of tensor inputs).
-        pending = []  # type: List[Tuple[str, Optional[List[Any]], int]]
+        pending: List[Tuple[str, Optional[List[Any]], int]] = []
 
         def pre_hook(mod: Any, args: Any, *rest: Any) -> None:
             if not recorder.on:
@@ -80,7 +80,7 @@ class ModuleHooks(object):
             sink.module_stack.append(name)
             selection.module_start(name)
             edges = None
-            inputs = []  # type: List[Any]
+            inputs: List[Any] = []
             if wants_backward and torch.is_grad_enabled():
                 with Inside():  # edges are taken before the forward runs (in-place ops replace grad_fn)
                     # Also when no input needs a gradient: the gradients arriving at the outputs are dumped.

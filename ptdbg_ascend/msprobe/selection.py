@@ -39,7 +39,7 @@ def direction_wanted(data_mode: Tuple[str, ...], direction: str) -> bool:
     return block_wanted(data_mode, direction, "input") or block_wanted(data_mode, direction, "output")
 
 
-class Selector(object):
+class Selector:
     """Applies one config's scope and list. Holds the only state, the position inside the range
     (reset with :meth:`reset` at every step)."""
 

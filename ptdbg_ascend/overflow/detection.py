@@ -68,7 +68,7 @@ def scalar_overflows(value: Any) -> bool:
 
 def _leaves(value: Any) -> List[Any]:
     """Tensors and Python floats in ``value`` (lists, tuples, dict values), depth first."""
-    found = []  # type: List[Any]
+    found: List[Any] = []
     stack = [value]
     while stack:
         item = stack.pop()
@@ -90,7 +90,7 @@ def overflow_flag(value: Any) -> Flag:
     """
     import torch
 
-    flags = []  # type: List[Any]
+    flags: List[Any] = []
     for leaf in _leaves(value):
         if isinstance(leaf, float):
             if scalar_overflows(leaf):
@@ -115,8 +115,8 @@ def read_flags(flags: List[Flag]) -> List[bool]:
     device (one host sync per device, however many flags)."""
     import torch
 
-    values = [flag if isinstance(flag, bool) else None for flag in flags]  # type: List[Optional[bool]]
-    by_device = {}  # type: dict
+    values: List[Optional[bool]] = [flag if isinstance(flag, bool) else None for flag in flags]
+    by_device: dict = {}
     for index, flag in enumerate(flags):
         if not isinstance(flag, bool):
             by_device.setdefault(flag.device, []).append(index)
@@ -128,7 +128,7 @@ def read_flags(flags: List[Flag]) -> List[bool]:
     return [bool(value) for value in values]
 
 
-class FloatStatus(object):
+class FloatStatus:
     """The NPU's global float-status flag (torch_npu without inf/nan support).
 
     Args:

@@ -137,7 +137,7 @@ class OverflowObserver(CallObserver):
             return
         records = [] if call.prefix == "Distributed" else input_records(call.forward_name, args, kwargs, self.filter_switch)
         records.extend(output_records(call.forward_name, output, self.filter_switch))
-        rerun = None  # type: Optional[Callable[[], None]]
+        rerun: Optional[Callable[[], None]] = None
         if self.acl_rerun is not None and call.prefix != "Distributed":  # a collective re-run on one rank would hang
             rerun = functools.partial(self.acl_rerun, call, args, kwargs)
         self._handle(call.forward_name, flag, records, rerun)
@@ -151,7 +151,7 @@ class OverflowObserver(CallObserver):
             return
         records = gradient_records(call.backward_name, "input", backward_input, self.filter_switch)
         records.extend(gradient_records(call.backward_name, "output", backward_output, self.filter_switch))
-        rerun = None  # type: Optional[Callable[[], None]]
+        rerun: Optional[Callable[[], None]] = None
         if self.acl_rerun is not None:  # a backward cannot be re-run from here: say how to dump it
             rerun = functools.partial(logger.info, "The overflow is caused by backward operator {}. You can use reverse "
                                       "acl dump(mode='acl') to get operator dump data.".format(call.backward_name))
@@ -227,7 +227,7 @@ class OverflowObserver(CallObserver):
         """The limit is reached (the policy's ``stop_message``): nothing more is written, so the rank
         directory is released now (the script may catch the stop and go on)."""
         self._release()
-        return "[overflow {} times]: dump file is saved in '{}'.".format(count, pkl_path)
+        return f"[overflow {count} times]: dump file is saved in '{pkl_path}'."
 
 
 def _new_overflow_file(rank_dir: str, k: int) -> Tuple[str, str]:

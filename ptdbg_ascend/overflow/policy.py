@@ -27,7 +27,7 @@ PENDING_CALLS = 32  # device flags read per host sync; also the most calls a sto
 UNLIMITED = -1
 
 
-class OverflowPolicy(object):
+class OverflowPolicy:
     """Counts overflowing calls against ``limit`` and batches the reads of device flags.
 
     Args:
@@ -49,7 +49,7 @@ class OverflowPolicy(object):
         self._dump = dump
         self._stop_message = stop_message
         self._read = read if read is not None else _read_flags
-        self._pending = []  # type: List[Tuple[Any, Any]]  # (flag, item)
+        self._pending: List[Tuple[Any, Any]] = []  # (flag, item)
         self._lock = threading.RLock()  # backward checks may run on autograd's device threads
 
     def check(self, flag: Any, item: Any) -> None:

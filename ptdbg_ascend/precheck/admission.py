@@ -42,7 +42,7 @@ class Category:
 
     def holds(self, prefix: str, api: str) -> bool:
         """Whether ``prefix.api`` falls in this category."""
-        return (prefix in self.prefixes or api in self.names or "{}.{}".format(prefix, api) in self.names
+        return (prefix in self.prefixes or api in self.names or f"{prefix}.{api}" in self.names
                 or any(pattern.search(api) for pattern in self.patterns))
 
 
@@ -70,8 +70,7 @@ def read_categories(path: str = REFUSED_FILE) -> Tuple[Category, ...]:
                 try:
                     current["patterns"].append(re.compile(value))  # type: ignore[union-attr]
                 except re.error as error:
-                    raise FileFormatError("{}, line {}: bad pattern {!r}: {}".format(path, number, value,
-                                                                                     error)) from None
+                    raise FileFormatError(f"{path}, line {number}: bad pattern {value!r}: {error}") from None
             else:
                 current[_SET_OF[key]].update(value.split())  # type: ignore[union-attr]
     return tuple(Category(str(c["name"]), str(c["description"]), frozenset(c["names"]),  # type: ignore[arg-type]
@@ -108,8 +107,7 @@ def refusal(prefix: str, api: str) -> Optional[str]:
                 "(dump/wrapped_apis.txt, wrapped_apis_extra.txt).".format(prefix, api))
     category = category_of(prefix, api)
     if category is not None:
-        return "{}.{} is never re-run from a dump: it {} (category {}).".format(prefix, api, category.description,
-                                                                       category.name)
+        return f"{prefix}.{api} is never re-run from a dump: it {category.description} (category {category.name})."
     return None
 
 

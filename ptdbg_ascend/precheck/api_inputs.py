@@ -97,8 +97,7 @@ def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
                                                    "(dump_path/step0/rank/dump.json; rank{R} under torch.distributed)")
     _check_regular(api_info)
     if api_info.endswith(PKL_SUFFIX) or _looks_like_pkl(api_info):
-        raise FileFormatError("{} is a legacy pkl dump; the pre-check needs a dump.json. {}".format(api_info,
-                                                                                                 LEGACY_HINT))
+        raise FileFormatError(f"{api_info} is a legacy pkl dump; the pre-check needs a dump.json. {LEGACY_HINT}")
     digest = hashlib.sha256()
     read: List[int] = []
 
@@ -118,7 +117,7 @@ def open_dump(api_info: str, data_dir: Optional[str] = None) -> Dump:
         if parsed is None or not isinstance(entry, dict):
             continue  # module entries (L0/mix) and anything else that is not an API call
         prefix, api, counter, direction = parsed
-        full_name = "{}.{}.{}".format(prefix, api, counter)
+        full_name = f"{prefix}.{api}.{counter}"
         if _deeper_than(entry, ENTRY_DEPTH):
             entry = {_TOO_DEEP: True}
         has_tensors = has_tensors or _names_a_file(entry)
@@ -148,7 +147,7 @@ def _call(full_name: str, prefix: str, api: str, forward: Mapping[str, Any], bac
     try:
         autocast = autocast_of(forward)
     except ValueError as error:
-        problem = "{}: {}; the autocast state it ran in is unknown, it is not run".format(full_name, error)
+        problem = f"{full_name}: {error}; the autocast state it ran in is unknown, it is not run"
         return DumpedCall(full_name, prefix, api, {}, None, stack, problem)
     if autocast is None:
         dtype = inferred_autocast(api, forward)
@@ -161,9 +160,9 @@ def _check_regular(path: str) -> None:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        raise FileFormatError("The dump file {} does not exist.".format(path)) from None
+        raise FileFormatError(f"The dump file {path} does not exist.") from None
     except OSError as error:
-        raise FileFormatError("The dump file {} cannot be read: {}".format(path, error.strerror or error)) from None
+        raise FileFormatError(f"The dump file {path} cannot be read: {error.strerror or error}") from None
     if not stat.S_ISREG(mode):
         raise FileFormatError("The dump file {} is not a regular file (a directory, FIFO or device); the pre-check "
                               "reads a dump.json.".format(path))

@@ -39,9 +39,9 @@ def static_skip_reason(prefix: str, api: str) -> Optional[str]:
         return refused
     base = api.split(".")[0]
     if base in _RANDOM_EXACT or _RANDOM_PATTERN.search(base):
-        return "Random API {}.{}: two runs draw different numbers, it is not compared.".format(prefix, api)
+        return f"Random API {prefix}.{api}: two runs draw different numbers, it is not compared."
     if base in _UNINITIALISED:
-        return "{}.{} returns uninitialised memory: nothing to compare.".format(prefix, api)
+        return f"{prefix}.{api} returns uninitialised memory: nothing to compare."
     if base in _VIEW_INPLACE:
         return ("In-place op {}.{} changes a tensor's view/metadata: a re-run on a copy does not reproduce it."
                 .format(prefix, api))
@@ -78,10 +78,8 @@ def lookup(prefix: str, api: str) -> Callable[..., Any]:
 
         module = torch_npu_module()
         if module is None:
-            raise Unrunnable("NPU.{} needs torch_npu, which is not installed here: it cannot run on the CPU."
-                             .format(api))
+            raise Unrunnable(f"NPU.{api} needs torch_npu, which is not installed here: it cannot run on the CPU.")
         function = getattr(module, api, None)
     if function is None or not callable(function):
-        raise Unrunnable("{}.{} does not exist in this torch ({}): it cannot be re-run.".format(
-            prefix, api, torch.__version__))
+        raise Unrunnable(f"{prefix}.{api} does not exist in this torch ({torch.__version__}): it cannot be re-run.")
     return original_of(function)

@@ -70,7 +70,7 @@ class ArgumentRefused(MissingInput):
     """A recorded argument that is not data of its recorded type (a free string, a mistyped value)."""
 
 
-class DeviceArg(object):
+class DeviceArg:
     """A recorded device (``torch.device`` or a device name): replaced by the device the call runs on
     (the dumped device, an NPU, may not exist here)."""
 
@@ -78,7 +78,7 @@ class DeviceArg(object):
         self.recorded = recorded
 
     def __repr__(self) -> str:
-        return "DeviceArg({!r})".format(self.recorded)
+        return f"DeviceArg({self.recorded!r})"
 
 
 def shown(value: Any) -> str:
@@ -91,7 +91,7 @@ def word(value: Any, where: str, api: str) -> Any:
     """A recorded ``str`` argument: the word itself, a :class:`DeviceArg` for a device name, or
     ArgumentRefused for any other text (a path, a module name, a formula...)."""
     if not isinstance(value, str):
-        raise ArgumentRefused("{}: recorded as str but holds {}".format(where, shown(value)))
+        raise ArgumentRefused(f"{where}: recorded as str but holds {shown(value)}")
     if value in WORDS:
         return value
     if _DEVICE_NAME.match(value):
@@ -128,14 +128,14 @@ def scalar(kind: str, value: Any, where: str) -> Any:
     else:
         numpy_type = numpy_scalar_type(kind)
         if numpy_type is None:
-            raise ArgumentRefused("{}: values of type {} are not rebuilt".format(where, shown(kind)))
+            raise ArgumentRefused(f"{where}: values of type {shown(kind)} are not rebuilt")
         if kind in _NUMPY_BOOLS and isinstance(value, bool):
             return numpy_type(value)
         if kind in _NUMPY_INTEGERS and is_int(value):
             return numpy_type(value)
         if kind not in _NUMPY_BOOLS + _NUMPY_INTEGERS and is_number(value):
             return numpy_type(value)
-    raise ArgumentRefused("{}: recorded as {} but holds {}".format(where, kind, shown(value)))
+    raise ArgumentRefused(f"{where}: recorded as {kind} but holds {shown(value)}")
 
 
 def numpy_scalar_type(kind: str) -> Optional[Any]:
@@ -151,7 +151,7 @@ def slice_of(value: Any, where: str) -> slice:
     """A recorded slice: ``[start, stop, step]``, each an int or null."""
     if isinstance(value, list) and len(value) == 3 and all(item is None or is_int(item) for item in value):
         return slice(*value)
-    raise ArgumentRefused("{}: recorded as slice but holds {}".format(where, shown(value)))
+    raise ArgumentRefused(f"{where}: recorded as slice but holds {shown(value)}")
 
 
 def size_of(value: Any, where: str) -> Any:
@@ -160,7 +160,7 @@ def size_of(value: Any, where: str) -> Any:
         import torch
 
         return torch.Size(value)
-    raise ArgumentRefused("{}: recorded as torch.Size but holds {}".format(where, shown(value)))
+    raise ArgumentRefused(f"{where}: recorded as torch.Size but holds {shown(value)}")
 
 
 @functools.lru_cache(None)
@@ -184,7 +184,7 @@ def value_of(kind: Any, recorded: Any, where: str, api: str) -> Any:
     """The value of a recorded non-tensor leaf ``{"type": kind, "value": recorded}`` (see the module doc);
     ArgumentRefused for anything that is not data of its recorded type."""
     if not isinstance(kind, str):
-        raise ArgumentRefused("{}: the recorded type {} is not a type name".format(where, shown(kind)))
+        raise ArgumentRefused(f"{where}: the recorded type {shown(kind)} is not a type name")
     if kind == "str":
         return word(recorded, where, api)
     if kind == "slice":
@@ -196,10 +196,10 @@ def value_of(kind: Any, recorded: Any, where: str, api: str) -> Any:
     if kind == "torch.dtype":
         dtype = dtype_named(recorded)
         if dtype is None:
-            raise ArgumentRefused("{}: unknown dtype {}".format(where, shown(recorded)))
+            raise ArgumentRefused(f"{where}: unknown dtype {shown(recorded)}")
         return dtype
     if kind == "torch.device":
         if not isinstance(recorded, str):
-            raise ArgumentRefused("{}: recorded as torch.device but holds {}".format(where, shown(recorded)))
+            raise ArgumentRefused(f"{where}: recorded as torch.device but holds {shown(recorded)}")
         return DeviceArg(recorded)
     return scalar(kind, recorded, where)

@@ -64,7 +64,7 @@ def input_bytes(call: Any) -> int:
     total = 0
     for block, name in blocks:
         for leaf in _recorded_leaves(block):
-            numel, dtype = recorded_size(leaf, "{} {}".format(call.full_name, name))
+            numel, dtype = recorded_size(leaf, f"{call.full_name} {name}")
             total += numel * (2 * dtype.itemsize + bench_itemsize(dtype))
     return total
 

@@ -37,8 +37,8 @@ def check_call(call: DumpedCall, source: Source, plan: UtPlan,
         try:
             _save_error_data(error_dir, call, runs)
         except Exception as error:  # noqa: BLE001 -- the verdict stands; only its data could not be kept
-            problem = "error data not saved ({}: {})".format(type(error).__name__, " ".join(str(error).split()))
-            logger.warning("{}: {}".format(call.full_name, problem))
+            problem = f"error data not saved ({type(error).__name__}: {' '.join(str(error).split())})"
+            logger.warning(f"{call.full_name}: {problem}")
             message = "; ".join(part for part in (message, problem) if part)
     return [call.full_name, fwd_status, bwd_status, message], [j.detail_row() for j in forward + backward]
 
@@ -56,11 +56,11 @@ def failure_reason(call: DumpedCall, error: BaseException) -> str:
     else:
         what = "could not be checked"
     frames = traceback.extract_tb(error.__traceback__)
-    where = " (at {}:{})".format(os.path.basename(frames[-1].filename), frames[-1].lineno) if frames else ""
+    where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
     text = " ".join(str(error).split())
     if len(text) > 200:
         text = text[:197] + "..."
-    return "{} {}: {}: {}{}".format(call.full_name, what, type(error).__name__, text, where)
+    return f"{call.full_name} {what}: {type(error).__name__}: {text}{where}"
 
 
 def judge_call(call: DumpedCall, runs: Any) -> Tuple[List[Any], List[Any], str, str, str]:
@@ -96,12 +96,12 @@ def _save_error_data(directory: str, call: DumpedCall, runs: Any) -> None:
 
     base = call.full_name
     for index, tensor in enumerate(tensor_leaves(runs.args) + tensor_leaves(runs.kwargs)):
-        ut_files.save_tensor(directory, "{}.forward.input.{}".format(base, index), tensor)
+        ut_files.save_tensor(directory, f"{base}.forward.input.{index}", tensor)
     for side, values in (("bench", runs.forward_bench), ("device", runs.forward_device)):
         for index, value in enumerate(values):
-            ut_files.save_tensor(directory, "{}.forward.output.{}.{}".format(base, side, index), value)
+            ut_files.save_tensor(directory, f"{base}.forward.output.{side}.{index}", value)
     for index, grad in enumerate(runs.grads):
-        ut_files.save_tensor(directory, "{}.backward.input.{}".format(base, index), grad)
+        ut_files.save_tensor(directory, f"{base}.backward.input.{index}", grad)
     for side, grads in (("bench", runs.backward_bench), ("device", runs.backward_device)):
         for index, grad in grads.items():
-            ut_files.save_tensor(directory, "{}.backward.output.{}.{}".format(base, side, index), grad)
+            ut_files.save_tensor(directory, f"{base}.backward.output.{side}.{index}", grad)

@@ -34,7 +34,7 @@ __all__ = ["Source", "load_tensor", "random_tensor", "rebuild", "forward_inputs"
            "tensor_leaves", "MissingInput", "DeviceArg", "TENSOR_TYPES"]
 
 
-class Source(object):
+class Source:
     """Where tensor values come from: the dump's files (``data_dir``), or random data (``seed`` given);
     ``budget``: the bytes one call may take (default None: :func:`ptdbg_ascend.memory.default_budget`),
     which also bounds each tensor read or generated.
@@ -67,23 +67,21 @@ def load_tensor(leaf: Mapping[str, Any], data_dir: Optional[str], where: str, ma
 
     data_name = leaf.get("data_name")
     if data_name in (None, "") or data_dir is None:
-        raise MissingInput("{}: the dump holds no data for this tensor (a statistics dump? use random data)"
-                           .format(where))
+        raise MissingInput(f"{where}: the dump holds no data for this tensor (a statistics dump? use random data)")
     problem = file_name_problem(data_name)
     if problem:
-        raise MissingInput("{}: {}".format(where, problem))
+        raise MissingInput(f"{where}: {problem}")
     path = os.path.join(data_dir, data_name)
     try:
         with open_inside(path, data_dir) as handle:
             tensor = load_pt(handle, path, default_budget() if max_bytes is None else max_bytes)
     except FileNotFoundError:
-        raise MissingInput("{}: the tensor file {} is missing from the dump".format(where, path)) from None
+        raise MissingInput(f"{where}: the tensor file {path} is missing from the dump") from None
     except (OSError, ValueError, RuntimeError, EOFError) as error:
-        raise MissingInput("{}: the tensor file {} cannot be read safely: {}".format(where, path, error)) from None
+        raise MissingInput(f"{where}: the tensor file {path} cannot be read safely: {error}") from None
     recorded_dtype = arguments.dtype_named(leaf.get("dtype"))
     if recorded_dtype is not None and tensor.dtype != recorded_dtype:
-        raise MissingInput("{}: the file {} holds a {} tensor, the dump records {}".format(
-            where, path, tensor.dtype, recorded_dtype))
+        raise MissingInput(f"{where}: the file {path} holds a {tensor.dtype} tensor, the dump records {recorded_dtype}")
     shape = leaf.get("shape")
     if isinstance(shape, list) and list(tensor.shape) != shape:
         raise MissingInput("{}: the file {} holds a tensor of shape {}, the dump records {}".format(
@@ -126,7 +124,7 @@ def random_tensor(leaf: Mapping[str, Any], seed: int, where: str, max_bytes: Opt
     low, high = _bound(leaf, "Min"), _bound(leaf, "Max")
     if dtype == torch.bool:
         if low is None or high is None:
-            raise MissingInput("{}: a bool tensor without recorded Max/Min cannot be generated".format(where))
+            raise MissingInput(f"{where}: a bool tensor without recorded Max/Min cannot be generated")
         if low:  # all True
             return torch.ones(shape, dtype=torch.bool)
         if not high:  # none True
@@ -140,7 +138,7 @@ def random_tensor(leaf: Mapping[str, Any], seed: int, where: str, max_bytes: Opt
     if low > high:
         low, high = high, low
     if dtype.is_complex:
-        raise MissingInput("{}: random complex tensors are not generated".format(where))
+        raise MissingInput(f"{where}: random complex tensors are not generated")
     if dtype.is_floating_point:
         flat = torch.rand((numel,), generator=generator, dtype=torch.float64) * (high - low) + low
         flat[0], flat[-1] = low, high
@@ -170,13 +168,13 @@ def rebuild(value: Any, source: Source, where: str, api: str = "", depth: int = 
     messages and seeds random data; ``api`` (default "": none) is the API's bare name (einsum takes an
     equation string)."""
     if depth > MAX_DEPTH:
-        raise ArgumentRefused("{}: nested more than {} levels deep; not rebuilt".format(where, MAX_DEPTH))
+        raise ArgumentRefused(f"{where}: nested more than {MAX_DEPTH} levels deep; not rebuilt")
     if value is None:
         return None
     if isinstance(value, list):
-        return [rebuild(item, source, "{}.{}".format(where, index), api, depth + 1) for index, item in enumerate(value)]
+        return [rebuild(item, source, f"{where}.{index}", api, depth + 1) for index, item in enumerate(value)]
     if not isinstance(value, dict):
-        raise ArgumentRefused("{}: unexpected record {}".format(where, arguments.shown(value)))
+        raise ArgumentRefused(f"{where}: unexpected record {arguments.shown(value)}")
     if not value:
         raise MissingInput("{}: the dump did not record this argument (a positional dtype/device is written as "
                            "{{}})".format(where))
@@ -187,7 +185,7 @@ def rebuild(value: Any, source: Source, where: str, api: str = "", depth: int = 
             tensor.requires_grad_(True)
         return tensor
     if kind is None:  # a dict argument: every value recorded by key
-        return {str(name): rebuild(item, source, "{}.{}".format(where, name), api, depth + 1)
+        return {str(name): rebuild(item, source, f"{where}.{name}", api, depth + 1)
                 for name, item in value.items()}
     return arguments.value_of(kind, value.get("value"), where, api)
 
@@ -198,14 +196,13 @@ def forward_inputs(call: Any, source: Source) -> Tuple[List[Any], Dict[str, Any]
     args = entry.get("input_args", [])
     kwargs = entry.get("input_kwargs", {})
     if "input_args" not in entry and "input_kwargs" not in entry:
-        raise MissingInput("{}: the dump holds no inputs of this call (data_mode without \"input\"?)".format(
-            call.full_name))
+        raise MissingInput(f"{call.full_name}: the dump holds no inputs of this call (data_mode without \"input\"?)")
     if not isinstance(args, list) or not isinstance(kwargs, dict):
-        raise MissingInput("{}: input_args/input_kwargs are not a list/object".format(call.full_name))
+        raise MissingInput(f"{call.full_name}: input_args/input_kwargs are not a list/object")
     base = call.full_name + ".forward"
-    rebuilt_args = [rebuild(item, source, "{}.input.{}".format(base, index), call.api, 1)
+    rebuilt_args = [rebuild(item, source, f"{base}.input.{index}", call.api, 1)
                     for index, item in enumerate(args)]
-    rebuilt_kwargs = {str(name): rebuild(item, source, "{}.input.{}".format(base, name), call.api, 1)
+    rebuilt_kwargs = {str(name): rebuild(item, source, f"{base}.input.{name}", call.api, 1)
                       for name, item in kwargs.items()}
     return rebuilt_args, rebuilt_kwargs
 
@@ -224,10 +221,10 @@ def recorded_values(values: Any, source: Source, where: str) -> List[Any]:
 
 def _flatten_records(value: Any, source: Source, where: str, out: List[Any], depth: int) -> None:
     if depth > MAX_DEPTH:
-        raise ArgumentRefused("{}: nested more than {} levels deep; not rebuilt".format(where, MAX_DEPTH))
+        raise ArgumentRefused(f"{where}: nested more than {MAX_DEPTH} levels deep; not rebuilt")
     if isinstance(value, list):
         for index, item in enumerate(value):
-            _flatten_records(item, source, "{}.{}".format(where, index), out, depth + 1)
+            _flatten_records(item, source, f"{where}.{index}", out, depth + 1)
         return
     if value is None or value == {}:
         out.append(None)

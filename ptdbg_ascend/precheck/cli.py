@@ -85,13 +85,12 @@ def _api_precision_compare(args: argparse.Namespace) -> int:
     from ptdbg_ascend.terminal import printable
 
     result, details = api_precision_compare(args.npu_csv_path, args.gpu_csv_path, args.out_path or ".")
-    print("api_precision_compare: result  {}\n                       details {}".format(printable(result),
-                                                                                    printable(details)))
+    print(f"api_precision_compare: result  {printable(result)}\n                       details {printable(details)}")
     with open(result, encoding="utf-8-sig", newline="") as handle:
         rows = [restore_dict(row) for row in csv.DictReader(handle)]
     failing = [row for row in rows if "error" in (row.get(col.FORWARD_SUCCESS), row.get(col.BACKWARD_SUCCESS))]
     for row in failing[:15]:
-        print("  error  {}".format(printable(row.get(col.API_NAME))))  # API names from the CSVs
+        print(f"  error  {printable(row.get(col.API_NAME))}")  # API names from the CSVs
     return 1 if failing else 0
 
 

@@ -62,8 +62,8 @@ class CompareLink:
         if self.position is None:
             return ""
         if self.position == IS_SUSPECT:
-            return "; it is {}".format(self.anchor_kind)
-        return "; it {} {}".format("runs before" if self.position == PRECEDES else "runs after", self.anchor_kind)
+            return f"; it is {self.anchor_kind}"
+        return f"; it {'runs before' if self.position == PRECEDES else 'runs after'} {self.anchor_kind}"
 
     def text(self) -> str:
         """The summary line: ``failing there too: error (Relative error ...); it is the advisor's suspect``."""
@@ -73,17 +73,16 @@ class CompareLink:
         elif self.state == PASSING:
             head = "passing there: " + PASSING_TEXT
         elif self.state == NOT_JUDGED:
-            head = "not judged there: {}{}".format(self.result, " ({})".format(self.message) if self.message else "")
+            head = f"not judged there: {self.result}{(f' ({self.message})' if self.message else '')}"
         else:
-            head = "absent: the compare has no {} output row of this call".format("/".join(self.directions))
+            head = f"absent: the compare has no {'/'.join(self.directions)} output row of this call"
         return head + self._position_text()
 
     def cell(self) -> str:
         """The Compare Link cell of the result CSV: ``failing: error: <Err_message>; it is the advisor's
         suspect`` (the state first, so a spreadsheet filter on the prefix works)."""
         if self.state == FAILING:
-            head = "failing: {}: {}{}".format(self.result, self.message, "; inputs already differ"
-                                              if self.inputs_failing else "")
+            head = f"failing: {self.result}: {self.message}{'; inputs already differ' if self.inputs_failing else ''}"
         elif self.state == PASSING:
             head = "passing: " + PASSING_TEXT
         elif self.state == NOT_JUDGED:
@@ -145,4 +144,4 @@ def times_allowed(severity: float) -> str:
         return "error size not measured"
     if math.isinf(severity):
         return "type/shape/dtype mismatch"
-    return "{:.3g}x the allowed error".format(severity)
+    return f"{severity:.3g}x the allowed error"

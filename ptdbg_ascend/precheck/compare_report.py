@@ -64,7 +64,7 @@ class CompareRowVerdict(NamedTuple):
     order: int
 
 
-class DirectionRows(object):
+class DirectionRows:
     """What the compare holds of one call in one direction: ``first_order``, the position of its first
     row; ``inputs_failing``: an input row fails; ``outputs``: its first output row of each verdict (a
     list of at most three: one of each). Slots: a report may keep a quarter of a million of these."""
@@ -97,8 +97,8 @@ class CompareReport:
     def describe(self) -> str:
         """One line for the run_ut summary."""
         if self.anchor is None:
-            return "compare {}: no failing row".format(self.path)
-        return "compare {}: {} is {}".format(self.path, self.anchor_kind, self.anchor_name)
+            return f"compare {self.path}: no failing row"
+        return f"compare {self.path}: {self.anchor_kind} is {self.anchor_name}"
 
 
 def row_verdict(cells: Dict[str, str]) -> Tuple[str, str]:
@@ -164,7 +164,7 @@ def _warn_without_finding(csv_path: str) -> None:
 
 # --- reading the CSV --------------------------------------------------------------------------------------
 
-class _Reading(object):
+class _Reading:
     """One pass over the CSV's rows: the kept calls' rows, the first failing row, and what the finding's
     check needs (the name at its line, the suspect's first row)."""
 
@@ -238,7 +238,7 @@ def _stream(path: str, reading: _Reading) -> None:
                 reading.add(order, cell(row, NPU_NAME).strip(), cell(row, RESULT), cell(row, ACCURACY),
                             cell(row, ERR_MESSAGE).strip(), has_result, has_accuracy)
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise FileFormatError("Cannot read the compare report {}: {}".format(path, error)) from None
+        raise FileFormatError(f"Cannot read the compare report {path}: {error}") from None
 
 
 def _bounded_lines(handle: Any, path: str) -> Iterator[str]:
@@ -274,12 +274,12 @@ def _check_finding(finding: finding_file.Finding, reading: _Reading, csv_path: s
     if finding.level == finding_file.ERROR and (first is None or first.order != finding.line - 2):
         raise refuse("its first failing row is {} at line {}, but {}".format(
             finding.record, finding.line, "no row of the CSV fails" if first is None else
-            "the CSV's first failing row is {} at line {}".format(first.name, first.order + 2)))
+            f"the CSV's first failing row is {first.name} at line {first.order + 2}"))
     if finding.level == finding_file.WARNING and first is not None:
-        raise refuse("it says nothing fails, but {} fails at line {}".format(first.name, first.order + 2))
+        raise refuse(f"it says nothing fails, but {first.name} fails at line {first.order + 2}")
     # a suspect that is no API call (a module of an L0 dump) is not an anchor: the link uses the first failure
     if reading.suspect is not None and not 0 <= reading.suspect_order <= finding.line - 2:
-        raise refuse("its suspect {} has no row at or before line {} in the CSV".format(finding.call, finding.line))
+        raise refuse(f"its suspect {finding.call} has no row at or before line {finding.line} in the CSV")
 
 
 def read_compare(compare: Any, calls: Optional[AbstractSet[str]] = None) -> CompareReport:

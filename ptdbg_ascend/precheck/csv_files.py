@@ -23,12 +23,11 @@ def ensure_out_dir(out_path: str, parameter: str = "out_path") -> str:
     """``out_path`` as an existing directory (created if absent); a file there is a DumpPathError."""
     path = os.path.realpath(out_path or ".")
     if os.path.exists(path) and not os.path.isdir(path):
-        raise DumpPathError("Invalid {}={!r}: a file is there, a directory is needed.".format(parameter, out_path))
+        raise DumpPathError(f"Invalid {parameter}={out_path!r}: a file is there, a directory is needed.")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as error:
-        raise DumpPathError("Invalid {}={!r}: cannot create the directory: {}.".format(parameter, out_path,
-                                                                                     error)) from None
+        raise DumpPathError(f"Invalid {parameter}={out_path!r}: cannot create the directory: {error}.") from None
     return path
 
 
@@ -51,7 +50,7 @@ def claim_pair(out_dir: str, first_stem: str, second_stem: str,
             continue
         except OSError as error:
             first.close()
-            raise DumpWriteError("Cannot write {}: {}".format(second_path, error)) from None
+            raise DumpWriteError(f"Cannot write {second_path}: {error}") from None
         return first_path, first, second_path, os.fdopen(descriptor, "w", newline="", encoding="utf-8")
 
 
@@ -75,7 +74,7 @@ def read_rows(path: str, required: Sequence[str], parameter: str) -> List[Dict[s
             reader = csv.DictReader(handle)
             header = reader.fieldnames
             if not header:
-                raise FileFormatError("{} is empty: a CSV with a header line is needed.".format(path))
+                raise FileFormatError(f"{path} is empty: a CSV with a header line is needed.")
             missing = [title for title in required if title not in header]
             if missing:
                 raise FileFormatError("{} lacks the column(s) {}: is it an accuracy_checking_details CSV?"
@@ -83,11 +82,10 @@ def read_rows(path: str, required: Sequence[str], parameter: str) -> List[Dict[s
             rows = []
             for row in reader:
                 if None in row:  # more cells than titles
-                    raise FileFormatError("{}, line {}: more cells than column titles.".format(path,
-                                                                                             reader.line_num))
+                    raise FileFormatError(f"{path}, line {reader.line_num}: more cells than column titles.")
                 rows.append(csv_cells.restore_dict(row))
             return rows
     except UnicodeDecodeError as error:
-        raise FileFormatError("{} is not UTF-8 text: {}.".format(path, error)) from None
+        raise FileFormatError(f"{path} is not UTF-8 text: {error}.") from None
     except csv.Error as error:
-        raise FileFormatError("{} is not a readable CSV: {}.".format(path, error)) from None
+        raise FileFormatError(f"{path} is not a readable CSV: {error}.") from None

@@ -86,7 +86,7 @@ def _number(row: Mapping[str, str], title: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise _BadCell("{} is not a number: {!r}".format(title, row.get(title))) from None
+        raise _BadCell(f"{title} is not a number: {row.get(title)!r}") from None
 
 
 def ratio(npu: float, gpu: float) -> Tuple[float, bool, str]:
@@ -131,7 +131,7 @@ def _benchmark(npu: Mapping[str, str], gpu: Mapping[str, str], out: Dict[str, ob
         if metric != "eb":  # the seed: error balance does not count in the result yet
             statuses.append(status)
             if status in (ERROR, WARNING):
-                messages.append("{}: {}".format(status.upper(), BENCHMARK_MESSAGES[metric]))
+                messages.append(f"{status.upper()}: {BENCHMARK_MESSAGES[metric]}")
     out[col.MESSAGE] = "\n".join(messages)
     return col.aggregate_status(statuses)
 
@@ -172,7 +172,7 @@ def _absolute(npu: Mapping[str, str], out: Dict[str, object]) -> str:
         out[source], out[status_title] = value, status
         statuses.append(status)
         if status == ERROR:
-            messages.append("ERROR: {}超过阈值".format(label))
+            messages.append(f"ERROR: {label}超过阈值")
     out[col.MESSAGE] = "\n".join(messages)
     return col.aggregate_status(statuses)
 
@@ -192,12 +192,12 @@ def judge_pair(npu: Mapping[str, str], gpu: Optional[Mapping[str, str]]) -> Dict
         return out
 
     if parsed is None:
-        return finish(SKIP, message="The API name {} is invalid.".format(name))
+        return finish(SKIP, message=f"The API name {name} is invalid.")
     key = parsed[0]
     if not dtype:
         return finish(SKIP, message=npu.get(col.MESSAGE) or "")
     if gpu is None:
-        return finish(SKIP, message="MISSING_GPU_ROW: {} is not in the GPU details.".format(name))
+        return finish(SKIP, message=f"MISSING_GPU_ROW: {name} is not in the GPU details.")
     standard = std.standard_of(key)
     try:
         if standard == std.THOUSANDTH:
@@ -244,7 +244,7 @@ def api_precision_compare(npu_csv: str, gpu_csv: str, out_path: str = ".") -> Tu
     for row in gpu_rows:
         name = row.get(col.API_NAME) or ""
         if name in gpu_by_name:
-            raise FileFormatError("{} has two rows named {!r}: one per output is expected.".format(gpu_csv, name))
+            raise FileFormatError(f"{gpu_csv} has two rows named {name!r}: one per output is expected.")
         gpu_by_name[name] = row
     out_dir = csv_files.ensure_out_dir(out_path)
 

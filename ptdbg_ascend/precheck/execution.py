@@ -109,7 +109,7 @@ def _convert(value: Any, tensor: Callable[[Any], Any], dtype: Callable[[Any], An
     return value
 
 
-class _Side(object):
+class _Side:
     """One run's inputs: leaf copies (where gradients land) and what is passed (a non-leaf clone of a
     leaf that requires grad, so in-place APIs may write to it)."""
 
@@ -213,7 +213,7 @@ def _error_text(error: BaseException) -> str:
     text = " ".join(str(error).split())
     if len(text) > 300:
         text = text[:297] + "..."
-    return "{}: {}".format(type(error).__name__, text)
+    return f"{type(error).__name__}: {text}"
 
 
 def _pair_gradients(outputs: List[Any], grads: List[Any], bench: bool, device: str) -> Tuple[List[Any], List[Any]]:
@@ -281,7 +281,7 @@ def _benchmark(function: Callable[..., Any], args: List[Any], kwargs: Dict[str, 
     try:
         return bench, flatten(_call(function, bench, seed, need_grad)), None
     except Exception as error:  # noqa: BLE001 -- any failure of the user's API is a SKIP reason, not a crash
-        return None, [], "The float64 benchmark run on the CPU raises {}".format(_error_text(error))
+        return None, [], f"The float64 benchmark run on the CPU raises {_error_text(error)}"
 
 
 def execute(call: DumpedCall, source: Source, seed: int = 1234, device: str = DEFAULT_DEVICE,
@@ -372,7 +372,7 @@ def _device_run(call: DumpedCall, source: Source, function: Callable[..., Any], 
     try:
         return dside, flatten(_call(function, dside, seed, need_grad, call.autocast)), None
     except Exception as error:  # noqa: BLE001
-        return None, [], "The run in the dumped dtypes on {} raises {}".format(device, _error_text(error))
+        return None, [], f"The run in the dumped dtypes on {device} raises {_error_text(error)}"
 
 
 def _run_backward(runs: Runs, call: DumpedCall, source: Source, bench: _Side, bench_out: List[Any],
@@ -392,4 +392,4 @@ def _run_backward(runs: Runs, call: DumpedCall, source: Source, bench: _Side, be
     except (Unrunnable, MissingInput) as error:
         runs.backward_skip = str(error)
     except Exception as error:  # noqa: BLE001
-        runs.backward_skip = "The backward re-run raises {}".format(_error_text(error))
+        runs.backward_skip = f"The backward re-run raises {_error_text(error)}"

@@ -89,7 +89,7 @@ class OutputJudgement:
         decimals, unmeasured metrics as ``" "``); severity with 6 significant digits."""
         cells: List[Any] = [self.name, self.bench_dtype, self.device_dtype, self.shape]
         cells += [format_cell(_plain(self.metrics.get(title))) for title in col.METRIC_COLUMNS]
-        severity = SPACE if math.isnan(self.severity) else "{:.6g}".format(self.severity)
+        severity = SPACE if math.isnan(self.severity) else f"{self.severity:.6g}"
         cells += [self.status, self.message, self.standard, severity]
         return cells
 
@@ -151,12 +151,12 @@ def judge_output(name: str, api: str, bench: Any, device: Any, computed_in: Any 
         except (RuntimeError, TypeError) as error:  # sparse, quantized, meta...: nothing to read the values from
             return OutputJudgement(bench_dtype=str(bench.dtype), device_dtype=str(device.dtype),
                                    shape=str(tuple(device.shape)), status=SKIP,
-                                   message="The output's values cannot be read: {}".format(error), **base)
+                                   message=f"The output's values cannot be read: {error}", **base)
         return _judge_tensors(bench, device, base, computed_in)
     if isinstance(bench, _BUILTINS):
         return _judge_builtin(bench, device, base)
     return OutputJudgement(bench_dtype=str(type(bench)), device_dtype=str(type(device)), shape=SPACE, status=SKIP,
-                           message="Output of type {} is not compared.".format(type(bench).__name__), **base)
+                           message=f"Output of type {type(bench).__name__} is not compared.", **base)
 
 
 def _readable(tensor: Any) -> Any:
@@ -173,7 +173,7 @@ def _judge_builtin(bench: Any, device: Any, base: Dict[str, Any]) -> OutputJudge
         return OutputJudgement(status=ERROR, message="bench and npu output type is different.",
                                severity=1.0, **dtypes, **base)
     if bench != device:
-        return OutputJudgement(status=ERROR, message="bench {!r} != device {!r}.".format(bench, device),
+        return OutputJudgement(status=ERROR, message=f"bench {bench!r} != device {device!r}.",
                                metrics={col.ERROR_RATE: 1.0}, severity=1.0, **dtypes, **base)
     return OutputJudgement(status=PASS, message="", metrics={col.ERROR_RATE: 0.0}, severity=0.0, **dtypes, **base)
 
@@ -222,7 +222,7 @@ def _judge_tensors(bench: Any, device: Any, base: Dict[str, Any], computed_in: A
     bench_np = bench.to(torch.float64).numpy()
     judgement = _judge_float(bench_np, device_np, rounded, str(judged_as), heads, base)
     if judged_as != device.dtype:
-        note = "Computed in {} (autocast): judged by its standard.".format(judged_as)
+        note = f"Computed in {judged_as} (autocast): judged by its standard."
         judgement = _replace_fields(judgement, message=" ".join(part for part in (note, judgement.message) if part))
     return judgement
 
@@ -231,9 +231,9 @@ def _judge_binary(bench: np.ndarray, device: np.ndarray, heads: Mapping[str, str
                   base: Dict[str, Any]) -> OutputJudgement:
     differ = int(np.count_nonzero(bench != device))
     rate = differ / bench.size
-    message = "Compare algorithm is not supported for {} data. Only judged by Error Rate.".format(bench.dtype)
+    message = f"Compare algorithm is not supported for {bench.dtype} data. Only judged by Error Rate."
     if differ:
-        message += " {} of {} elements differ.".format(differ, bench.size)
+        message += f" {differ} of {bench.size} elements differ."
     return OutputJudgement(status=ERROR if differ else PASS, message=message, metrics={col.ERROR_RATE: rate},
                            severity=float(differ), **heads, **base)
 
@@ -270,8 +270,7 @@ def _judge_float(bench: np.ndarray, device: np.ndarray, rounded: np.ndarray, dty
                                    message="{} of {} elements are inf/nan on one side only (or differ in sign)."
                                    .format(disagree, bench.size), **heads, **base)
         if not finite.all():
-            notes.append("CONSISTENT_NONFINITE: {} agreeing inf/nan elements left out.".format(
-                int(np.count_nonzero(~finite))))
+            notes.append(f"CONSISTENT_NONFINITE: {int(np.count_nonzero(~finite))} agreeing inf/nan elements left out.")
             if not finite.any():
                 return OutputJudgement(status=PASS, severity=0.0, metrics=metrics, message=" ".join(notes),
                                        **heads, **base)
@@ -317,8 +316,7 @@ def _verdict_chain(bench: np.ndarray, device: np.ndarray, abs_err: np.ndarray, r
     if float(np.max(np.abs(bench))) <= small and float(np.max(np.abs(device))) <= small:
         # SMALL_TENSOR_COSINE: every value on both sides is a small value of the device dtype: the cosine
         # of round-off residue (a float64 zero next to float32 1e-8) says nothing; absolute error decides.
-        cos, cos_ok, message = None, True, "SMALL_TENSOR_COSINE: all values are <= {:g}, cosine not used.".format(
-            small)
+        cos, cos_ok, message = None, True, f"SMALL_TENSOR_COSINE: all values are <= {small:g}, cosine not used."
     else:
         cos, cos_ok, message = cosine(bench, device)
     if cos is not None:
@@ -347,4 +345,4 @@ def _verdict_chain(bench: np.ndarray, device: np.ndarray, abs_err: np.ndarray, r
     if not warning_ratio > 1.0 - warning_level:
         return WARNING, severity, "Relative error is greater than {:g} in more than {:g} of the elements, " \
                                   "consider as warning.".format(warning_level, warning_level)
-    return PASS, severity, "Relative error is less than {:g}, consider as pass.".format(warning_level)
+    return PASS, severity, f"Relative error is less than {warning_level:g}, consider as pass."

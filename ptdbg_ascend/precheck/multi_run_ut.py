@@ -62,28 +62,27 @@ class MultiRunUtOutcome(RunUtOutcome):
                 self.rank, self.world_size, self.apis_run, _workers(self.workers))]
         lines = super().summary_lines()
         lines[0] = lines[0].replace("run_ut: ", "multi_run_ut: ", 1)
-        where = "{} ({}, ready after {:.1f} s)".format(_workers(self.workers), self.start_method,
-                                                       self.startup_seconds)
+        where = f"{_workers(self.workers)} ({self.start_method}, ready after {self.startup_seconds:.1f} s)"
         if self.world_size > 1:
-            where += " on each of {} ranks".format(self.world_size)
+            where += f" on each of {self.world_size} ranks"
         lines.append("  {}; peak RSS: parent {}, one worker {}".format(
             where, _mib(max(self.peak_rss_parent_kib, default=0)), _mib(max(self.peak_rss_workers_kib, default=0))))
         for name, how in self.retried:
-            lines.append("  retried {}: its worker died ({})".format(name, how))
+            lines.append(f"  retried {name}: its worker died ({how})")
         for name, how in self.crashed:
-            lines.append("  error   {}: killed its worker on both attempts ({}); not judged".format(name, how))
+            lines.append(f"  error   {name}: killed its worker on both attempts ({how}); not judged")
         return lines
 
 
 def _workers(count: int) -> str:
-    return "{} worker{}".format(count, "" if count == 1 else "s")
+    return f"{count} worker{'' if count == 1 else 's'}"
 
 
 def _mib(kib: int) -> str:
-    return "{:.0f} MiB".format(kib / 1024.0) if kib else "-"
+    return f"{kib / 1024.0:.0f} MiB" if kib else "-"
 
 
-class _InOrder(object):
+class _InOrder:
     """Commits rows by position: rows that arrive early wait until every position before them is in."""
 
     def __init__(self, write: Callable[[List[Any], List[List[Any]]], None], first: int = 0) -> None:
@@ -100,7 +99,7 @@ class _InOrder(object):
 def _check_options(n: Any, devices: Union[str, Sequence[str]], preload: Sequence[str],
                    start_method: str) -> Tuple[int, List[str], Tuple[str, ...]]:
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_WORKERS:
-        raise ParameterError("n", n, "must be an int from 1 to {} (the number of worker processes)".format(MAX_WORKERS))
+        raise ParameterError("n", n, f"must be an int from 1 to {MAX_WORKERS} (the number of worker processes)")
     device_list = [devices] if isinstance(devices, str) else list(devices)
     if not device_list or not all(isinstance(d, str) for d in device_list):
         raise ParameterError("devices", devices, "must be one device name or a list of them (\"cpu\", \"cuda:0\", ...)")
@@ -113,8 +112,7 @@ def _check_options(n: Any, devices: Union[str, Sequence[str]], preload: Sequence
         except (ImportError, ValueError):
             found = False
         if not found:
-            raise ParameterError("preload", list(preload), "every module must be importable here; {!r} is not"
-                                 .format(module))
+            raise ParameterError("preload", list(preload), f"every module must be importable here; {module!r} is not")
     ut_workers.check_start_method(start_method)
     return n, device_list, tuple(preload)
 
@@ -196,7 +194,7 @@ def multi_run_ut(api_info: str, n: int = 8, out_path: str = ".", save_error_data
     return run.alone(api_info, options)
 
 
-class _Run(object):
+class _Run:
     """One multi_run_ut invocation: the worker pool settings and the two ways to run."""
 
     def __init__(self, workers: int, devices: List[str], preload: Tuple[str, ...], start_method: str,
@@ -303,7 +301,7 @@ class _Run(object):
             if problem is not None:
                 raise problem
             first = next(i for i, text in enumerate(problems) if text)
-            raise WorkerProcessError("multi_run_ut: rank {} could not start: {}".format(first, problems[first]))
+            raise WorkerProcessError(f"multi_run_ut: rank {first} could not start: {problems[first]}")
         names, tail, resumed = cluster.broadcast(decided if cluster.rank == 0 else None)
         by_name = {call.full_name: call for call in plan.dump.calls}
         missing = [name for name in names if name not in by_name]

@@ -82,7 +82,7 @@ class RunUtOutcome:
                  .format(total, self.counts.get(col.PASS, 0), self.counts.get(col.WARNING, 0),
                          self.counts.get(col.ERROR, 0), self.counts.get(col.SKIP, 0),
                          "; random inputs" if self.random_data else "", self.apis_run, self.seconds, rate,
-                         "; {} done before".format(self.apis_resumed) if self.apis_resumed else ""),
+                         f"; {self.apis_resumed} done before" if self.apis_resumed else ""),
                  "  result:  " + self.result_csv, "  details: " + self.details_csv]
         if self.error_data_dir:
             lines.append("  error data: " + self.error_data_dir)
@@ -94,18 +94,18 @@ class RunUtOutcome:
                 lines.append("  {:<7} {}  forward {} / backward {}  {}".format(
                     failure.status, failure.name, failure.forward, failure.backward.strip() or "-",
                     times_allowed(failure.severity)))
-                lines.append("          {}".format(failure.code_line or "(no stack.json line)"))
+                lines.append(f"          {failure.code_line or '(no stack.json line)'}")
                 if failure.link is not None:
                     lines.append("          compare: " + failure.link.text())
             if len(self.failures) > SUMMARY_FAILURES:
-                lines.append("  ... and {} more in the result CSV.".format(len(self.failures) - SUMMARY_FAILURES))
+                lines.append(f"  ... and {len(self.failures) - SUMMARY_FAILURES} more in the result CSV.")
         else:
             lines.append("No failing API.")
         if self.skipped:
             reasons: Dict[str, int] = {}
             for _, reason in self.skipped:
                 reasons[reason[:90]] = reasons.get(reason[:90], 0) + 1
-            lines.append("SKIP reasons: " + "; ".join("{}x {}".format(n, r) for r, n in
+            lines.append("SKIP reasons: " + "; ".join(f"{n}x {r}" for r, n in
                                                      sorted(reasons.items(), key=lambda item: -item[1])[:5]))
         return lines
 
@@ -129,7 +129,7 @@ def _worst_row(detail_rows: Sequence[Sequence[Any]]) -> Tuple[float, str, str]:
     return worst if worst is not None else (-1.0, "", "")
 
 
-class RunResults(object):
+class RunResults:
     """One run's results (module doc). ``files``: the open CSV pair (:func:`open_results` sets it);
     ``done``: the APIs the resumed CSV held; ``calls``: the dump's calls by name (for their code lines);
     ``report``: the compare the failures are linked to (None, the default: not linked)."""

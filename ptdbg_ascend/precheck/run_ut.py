@@ -103,8 +103,7 @@ def _check_planned_calls(plan: UtPlan, progress: bool) -> RunUtOutcome:
         outcome.error_data_dir = error_dir
         source = plan.source()
         calls = select_calls(plan.dump, plan.white_list, plan.black_list, plan.filter_same, done)
-        logger.info("run_ut: {} API calls to run ({} done before); results in {}".format(
-            len(calls), len(done), files.result_path))
+        logger.info(f"run_ut: {len(calls)} API calls to run ({len(done)} done before); results in {files.result_path}")
         loop_started = time.time()  # the rate counts the API runs, not reading the dump
         for call in _progress(calls, progress):
             results.write_api(*check_call(call, source, plan, error_dir))

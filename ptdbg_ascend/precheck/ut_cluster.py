@@ -133,7 +133,7 @@ def join(rank: int, world_size: int, timeout: float = DEFAULT_TIMEOUT) -> Cluste
             "multi_run_ut: {} the other ranks: this process is {}. torchrun sets these; a stale RANK/"
             "WORLD_SIZE left in the shell is the usual cause (unset RANK WORLD_SIZE to run on this machine alone). "
             "Start every rank within cluster_timeout (--cluster-timeout, now {:g} s). torch said: {}".format(
-                "gave up after {:g} s waiting for".format(timeout) if late else "could not join", where, timeout,
+                f"gave up after {timeout:g} s waiting for" if late else "could not join", where, timeout,
                 " ".join(str(error).split())[:300])) from None
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     return Cluster(rank, world_size, None, created=True)
@@ -148,5 +148,5 @@ def _wait_for_address(address: str, port: int, deadline: float) -> None:
                 return
         except OSError as error:
             if time.monotonic() + _PROBE_INTERVAL >= deadline:
-                raise TimeoutError("nothing accepted a connection at {}:{} ({})".format(address, port, error)) from None
+                raise TimeoutError(f"nothing accepted a connection at {address}:{port} ({error})") from None
         time.sleep(_PROBE_INTERVAL)

@@ -50,7 +50,7 @@ def rows_text(rows: Iterable[Sequence[Any]]) -> str:
     return buffer.getvalue()
 
 
-class _Appended(object):
+class _Appended:
     """One file of the pair, open for appending: ``size`` is its length after the last whole API."""
 
     __slots__ = ("path", "descriptor", "size")
@@ -61,10 +61,10 @@ class _Appended(object):
             self.descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
             self.size = os.fstat(self.descriptor).st_size
         except OSError as error:
-            raise DumpWriteError("Cannot append to {}: {}".format(path, error)) from None
+            raise DumpWriteError(f"Cannot append to {path}: {error}") from None
 
 
-class UtFiles(object):
+class UtFiles:
     """The open result/details pair of one run (and its run file when ``chain`` is given), appended one
     API at a time by :meth:`write_api`; :meth:`close` closes them and releases the run's lock (``lock``,
     a ``ut_lock.RunLock``; None: not locked). ``apis``: the APIs the result CSV holds (a resumed run's
@@ -118,7 +118,7 @@ class UtFiles(object):
             try:
                 os.ftruncate(target.descriptor, target.size)
             except OSError as cut_error:
-                uncut.append("{} ({})".format(target.path, cut_error))
+                uncut.append(f"{target.path} ({cut_error})")
         if self.new and self.apis == 0:
             self.remove()
             kept = ("Nothing was kept: the new CSV pair held no API yet and is removed. Free space (or fix the cause) "
@@ -130,7 +130,7 @@ class UtFiles(object):
             if uncut:
                 kept += " (could not be cut back to the last whole API: {}; a resume drops what follows it)".format(
                     "; ".join(uncut))
-        self._failure = DumpWriteError("Cannot write {}: {}. {}".format(path, error, kept))
+        self._failure = DumpWriteError(f"Cannot write {path}: {error}. {kept}")
         return self._failure
 
     def _close_descriptors(self) -> None:

@@ -61,7 +61,7 @@ def new_pair(out_dir: str, identity: Optional[ut_identity.RunIdentity] = None, l
     try:
         result_path, result, details_path, details = csv_files.claim_pair(out_dir, RESULT_STEM, DETAILS_STEM)
     except DumpWriteError as error:
-        raise DumpWriteError("{}. Nothing was written.".format(error)) from None
+        raise DumpWriteError(f"{error}. Nothing was written.") from None
     tail = os.path.basename(result_path)[len(RESULT_STEM):-len(".csv")]
     identity_path = ut_identity.path_of(result_path, RESULT_STEM)
     lock: Optional[ut_lock.RunLock] = None
@@ -132,9 +132,9 @@ def _check_regular(path: str, result_csv_path: str, allowed: str) -> None:
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
-        raise ParameterError("result_csv_path", result_csv_path, allowed, "{} does not exist.".format(path)) from None
+        raise ParameterError("result_csv_path", result_csv_path, allowed, f"{path} does not exist.") from None
     except OSError as error:
-        raise ParameterError("result_csv_path", result_csv_path, allowed, "{}: {}.".format(path, error)) from None
+        raise ParameterError("result_csv_path", result_csv_path, allowed, f"{path}: {error}.") from None
     if stat.S_ISLNK(mode):
         raise ParameterError("result_csv_path", result_csv_path, allowed + ", both regular files",
                              "{} is a symlink (to {}); a resume rewrites the CSVs and never does so through a link: "
@@ -142,7 +142,7 @@ def _check_regular(path: str, result_csv_path: str, allowed: str) -> None:
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
         raise ParameterError("result_csv_path", result_csv_path, allowed + ", both regular files",
-                             "{} is {}.".format(path, kind))
+                             f"{path} is {kind}.")
 
 
 def check_identity(result_csv_path: str, identity: ut_identity.RunIdentity) -> None:
@@ -167,7 +167,7 @@ def _whole_lines_text(path: str) -> str:
             data = handle.read()
         return data[:data.rfind(b"\n") + 1].decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
-        raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
+        raise FileFormatError(f"Cannot read {path}: {error}") from None
 
 
 def _check_header(path: str, header: Sequence[str], extra: Sequence[str] = ()) -> List[str]:
@@ -176,7 +176,7 @@ def _check_header(path: str, header: Sequence[str], extra: Sequence[str] = ()) -
         with open(path, encoding="utf-8-sig", newline="") as handle:
             first = handle.readline().rstrip("\r\n")  # the header line only, not the whole file
     except (OSError, UnicodeDecodeError) as error:
-        raise FileFormatError("Cannot read {}: {}".format(path, error)) from None
+        raise FileFormatError(f"Cannot read {path}: {error}") from None
     titles = csv_cells.restore_row(next(csv.reader([first]), []))
     if titles != list(header) and titles != list(header) + list(extra):
         raise FileFormatError("{} does not start with the run_ut header line ({}...): not a run_ut CSV of this "
@@ -191,7 +191,7 @@ def _complete_rows(path: str) -> List[List[str]]:
     try:
         rows = list(csv.reader(io.StringIO(text)))
     except csv.Error as error:
-        raise FileFormatError("{} is not a readable CSV: {}".format(path, error)) from None
+        raise FileFormatError(f"{path} is not a readable CSV: {error}") from None
     return [csv_cells.restore_row(row) for row in rows[1:]]
 
 
@@ -267,12 +267,11 @@ def error_data_dir(error_data_path: str, tail: str) -> str:
         raise ParameterError("error_data_path", error_data_path, ERROR_DATA_ALLOWED)
     path = os.path.join(os.path.realpath(error_data_path), ERROR_DATA_STEM + tail)
     if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
-        raise DumpPathError("Cannot write the error data into {}: something else than a directory is there."
-                            .format(path))
+        raise DumpPathError(f"Cannot write the error data into {path}: something else than a directory is there.")
     try:
         os.makedirs(path, mode=0o750, exist_ok=True)
     except OSError as error:
-        raise DumpWriteError("Cannot create the error data directory {}: {}".format(path, error)) from None
+        raise DumpWriteError(f"Cannot create the error data directory {path}: {error}") from None
     return path
 
 

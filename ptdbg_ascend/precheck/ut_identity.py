@@ -81,7 +81,7 @@ class RunIdentity:
 
     def describe(self) -> str:
         """``/p/dump.json (1234 bytes, sha256 ab12cd34ef56...)``."""
-        return "{} ({} bytes, sha256 {}...)".format(self.dump_path, self.dump_size, self.dump_sha256[:16])
+        return f"{self.dump_path} ({self.dump_size} bytes, sha256 {self.dump_sha256[:16]}...)"
 
     def to_json(self, pair: str, nonce: str) -> Dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "ptdbg_ascend": __version__,
@@ -126,7 +126,7 @@ def as_read_back(rows_text: str) -> List[List[str]]:
     return [csv_cells.restore_row(row) for row in csv.reader(io.StringIO(rows_text))]
 
 
-class RowChain(object):
+class RowChain:
     """The chain of the APIs a run file records: ``value`` after the last of its ``count`` APIs. The file
     itself is appended by ``ut_files.UtFiles`` with the CSVs' rows, as one commit."""
 
@@ -181,7 +181,7 @@ def _lines(path: str, result_csv_path: str) -> Iterator[str]:
     except FileNotFoundError:
         raise _missing(path, result_csv_path) from None
     except OSError as error:
-        raise FileFormatError("Cannot read the run file {}: {}. {}".format(path, error, _RESTART)) from None
+        raise FileFormatError(f"Cannot read the run file {path}: {error}. {_RESTART}") from None
     if not stat.S_ISREG(info.st_mode):
         raise FileFormatError("The run file {} is {}, not a regular file; it is not read. {}".format(
             path, "a symlink" if stat.S_ISLNK(info.st_mode) else "not a file", _RESTART))
@@ -189,15 +189,15 @@ def _lines(path: str, result_csv_path: str) -> Iterator[str]:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise FileFormatError("The run file {} is a symlink; it is not read. {}".format(path, _RESTART)) from None
-        raise FileFormatError("Cannot read the run file {}: {}. {}".format(path, error, _RESTART)) from None
+            raise FileFormatError(f"The run file {path} is a symlink; it is not read. {_RESTART}") from None
+        raise FileFormatError(f"Cannot read the run file {path}: {error}. {_RESTART}") from None
     with os.fdopen(descriptor, "rb") as handle:
         number = 0
         while True:
             try:
                 data = handle.readline(MAX_LINE + 1)
             except OSError as error:
-                raise FileFormatError("Cannot read the run file {}: {}. {}".format(path, error, _RESTART)) from None
+                raise FileFormatError(f"Cannot read the run file {path}: {error}. {_RESTART}") from None
             if not data:
                 return
             number += 1
@@ -207,18 +207,17 @@ def _lines(path: str, result_csv_path: str) -> Iterator[str]:
             try:  # a torn last line (no newline) is given as it is: the caller decides what it means
                 yield data.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise FileFormatError("The run file {}, line {}: not UTF-8 ({}). {}".format(path, number, error,
-                                                                                          _RESTART)) from None
+                raise FileFormatError(f"The run file {path}, line {number}: not UTF-8 ({error}). {_RESTART}") from None
 
 
 def _head(path: str, first: Optional[str]) -> RunIdentity:
     """The identity of a run file's first line."""
     if first is None:
-        raise FileFormatError("The run file {} is empty. {}".format(path, _RESTART))
+        raise FileFormatError(f"The run file {path} is empty. {_RESTART}")
     try:
         record = json.loads(first, **HOOKS)  # 1e400 is OutOfRange, not inf
         if record["format"] != FORMAT or record["version"] != VERSION:
-            raise ValueError("format {!r} version {!r}".format(record["format"], record["version"]))
+            raise ValueError(f"format {record['format']!r} version {record['version']!r}")
         dump = record["dump"]
         identity = RunIdentity(str(dump["path"]), _whole(dump["size"], "its dump size", "a number of bytes", 0),
                                str(dump["sha256"]), str(record["inputs"]), str(record["outputs"]),
@@ -227,7 +226,7 @@ def _head(path: str, first: Optional[str]) -> RunIdentity:
             raise TypeError("the nonce is not a string")
     except (KeyError, TypeError, ValueError, RecursionError) as error:
         if isinstance(error, json.JSONDecodeError):
-            raise FileFormatError("The run file {} is not valid JSON ({}). {}".format(path, error, _RESTART)) from None
+            raise FileFormatError(f"The run file {path} is not valid JSON ({error}). {_RESTART}") from None
         raise FileFormatError("The run file {} is not a run_ut run file of format {!r} version {} ({}: {}). {}"
                               .format(path, FORMAT, VERSION, type(error).__name__, error, _RESTART)) from None
     return identity
@@ -237,7 +236,7 @@ def _whole(value: Any, what: str, kind: str, least: Any) -> int:
     """``value`` when it is an int (not a bool) of at least ``least`` (None: any); else ValueError saying
     ``"{what} {value} is not {kind}"``. int() would read 12.5 as 12 and true as 1, and fail on 1e400."""
     if type(value) is not int or (least is not None and value < least):
-        raise ValueError("{} {} is not {}".format(what, excerpt(value, 80), kind))
+        raise ValueError(f"{what} {excerpt(value, 80)} is not {kind}")
     return value
 
 
@@ -317,7 +316,7 @@ def verify_rows(path: str, result_csv_path: str, results: Sequence[Sequence[str]
             raise ParameterError("result_csv_path", result_csv_path, _OWN_RUN_FILE,
                                  "API {} ({}) of the result CSV is not the one its run file records ({}): the CSVs "
                                  "hold rows of another run, or the run file {} was edited. {}".format(
-                                     number, row[0], "another API, {}".format(recorded[0]) if recorded[0] != row[0]
+                                     number, row[0], f"another API, {recorded[0]}" if recorded[0] != row[0]
                                      else "its rows differ", path, _RESTART))
         kept.append(line)
     return len(results), kept

@@ -38,7 +38,7 @@ def lock_path_of(result_csv_path: str) -> str:
     return os.path.join(directory, "." + name + ".lock")
 
 
-class RunLock(object):
+class RunLock:
     """The held lock of one result CSV; :meth:`release` (idempotent) gives it back."""
 
     def __init__(self, path: str, descriptor: Optional[int]) -> None:
@@ -66,7 +66,7 @@ def acquire(result_csv_path: str, parameter: str = "result_csv_path") -> RunLock
     there, a read-only directory)."""
     path = lock_path_of(os.path.abspath(result_csv_path))
     if fcntl is None:
-        logger.debug("No fcntl on this platform: {} is not locked.".format(result_csv_path))
+        logger.debug(f"No fcntl on this platform: {result_csv_path} is not locked.")
         return RunLock(path, None)
     flags = os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -78,15 +78,14 @@ def acquire(result_csv_path: str, parameter: str = "result_csv_path") -> RunLock
         if error.errno == errno.ELOOP:
             raise DumpPathError("The lock file {} of {} is a symlink; ptdbg_ascend does not open links. Remove it."
                                 .format(path, result_csv_path)) from None
-        raise DumpPathError("Cannot open the lock file {} of {}: {}.".format(path, result_csv_path, error)) from None
+        raise DumpPathError(f"Cannot open the lock file {path} of {result_csv_path}: {error}.") from None
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise DumpPathError("The lock file {} of {} is not a regular file; remove it.".format(
-                path, result_csv_path))
+            raise DumpPathError(f"The lock file {path} of {result_csv_path} is not a regular file; remove it.")
         try:
             taken = try_flock(descriptor)
         except OSError as error:
-            raise DumpPathError("Cannot lock {} ({}): {}.".format(path, result_csv_path, error)) from None
+            raise DumpPathError(f"Cannot lock {path} ({result_csv_path}): {error}.") from None
         if not taken:
             raise ParameterError(parameter, result_csv_path, "must not be in use by another run",
                                  "Another run_ut/multi_run_ut writes it right now ({}; lock file {}). Wait until it "
@@ -116,13 +115,13 @@ def _holder(descriptor: int) -> str:
         time.sleep(0.01)
     parts = text.split(" ", 2)
     if len(parts) == 3 and parts[0].isdigit():
-        return "pid {} on host {}, since {}".format(parts[0], parts[1], parts[2])
+        return f"pid {parts[0]} on host {parts[1]}, since {parts[2]}"
     return "holder unknown"
 
 
 def _write_holder(descriptor: int) -> None:
     """``{pid} {host} {time}`` into the lock file, for the message of a process that finds it taken."""
-    text = "{} {} {}\n".format(os.getpid(), host_name(), time.strftime("%Y-%m-%d %H:%M:%S")).encode("utf-8")
+    text = f"{os.getpid()} {host_name()} {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode("utf-8")
     try:
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, text, 0)

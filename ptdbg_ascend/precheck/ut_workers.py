@@ -114,8 +114,8 @@ def describe_exit(exitcode: Optional[int]) -> str:
         try:
             return "killed by " + signal.Signals(-exitcode).name
         except ValueError:
-            return "killed by signal {}".format(-exitcode)
-    return "exit code {}".format(exitcode)
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 # --- the worker process -----------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def _worker_main(conn: Any, setup: WorkerSetup) -> None:
             torch.set_num_threads(setup.threads)
         source = setup.plan.source()
     except BaseException as error:  # noqa: BLE001 -- reported to the parent, which raises a clear error
-        conn.send(("failed", None, "{}: {}".format(type(error).__name__, error), traceback.format_exc()))
+        conn.send(("failed", None, f"{type(error).__name__}: {error}", traceback.format_exc()))
         return
     conn.send(("ready", os.getpid()))
     while True:
@@ -149,7 +149,7 @@ def _worker_main(conn: Any, setup: WorkerSetup) -> None:
         try:
             rows = check_call(call, source, setup.plan, setup.error_dir)
         except Exception as error:  # noqa: BLE001 -- a bug: the parent stops the run and names the API
-            conn.send(("failed", position, "{}: {}".format(type(error).__name__, error), traceback.format_exc()))
+            conn.send(("failed", position, f"{type(error).__name__}: {error}", traceback.format_exc()))
             return
         conn.send(("done", position, rows))
     conn.send(("bye", peak_rss_kib()))
@@ -157,14 +157,14 @@ def _worker_main(conn: Any, setup: WorkerSetup) -> None:
 
 # --- the parent's side ------------------------------------------------------------------------------------
 
-class _Worker(object):
+class _Worker:
     def __init__(self, number: int, process: Any, conn: Any) -> None:
         self.number, self.process, self.conn = number, process, conn
         self.ready = False
         self.busy: Optional[Tuple[int, Any]] = None  # (position, call) in flight
 
 
-class WorkerPool(object):
+class WorkerPool:
     """``workers`` processes made from ``setup(i)``; :meth:`run` hands out calls, :meth:`close` stops
     them (collecting their peak RSS). ``retried`` / ``crashed``: ``(API, how its worker died)`` of the
     calls retried after their worker died / reported as error rows after the second death."""
@@ -187,7 +187,7 @@ class WorkerPool(object):
         parent_end, child_end = self._context.Pipe()
         number = self._started
         process = self._context.Process(target=_worker_main, args=(child_end, self._setup(number)),
-                                        name="ptdbg-run-ut-worker-{}".format(number), daemon=True)
+                                        name=f"ptdbg-run-ut-worker-{number}", daemon=True)
         process.start()
         child_end.close()  # only the child holds it now: its death is an EOF here
         self._started += 1
@@ -239,10 +239,9 @@ class WorkerPool(object):
                 self.peak_rss_workers_kib.append(int(message[1]))
             elif kind == "failed":
                 self.close()
-                what = "while starting (importing --preload {})".format(", ".join(self._setup(0).preload)) \
-                    if message[1] is None else "running {}".format(worker.busy[1].full_name if worker.busy
-                                                                   else message[1])
-                logger.debug("multi_run_ut worker {}: {}".format(worker.number, message[3]))
+                what = f"while starting (importing --preload {', '.join(self._setup(0).preload)})" \
+                    if message[1] is None else f"running {worker.busy[1].full_name if worker.busy else message[1]}"
+                logger.debug(f"multi_run_ut worker {worker.number}: {message[3]}")
                 raise WorkerProcessError("multi_run_ut worker {} failed {}: {} (at {})".format(
                     worker.number, what, message[2], _innermost(message[3])))
         if worker.process.is_alive():

@@ -41,4 +41,4 @@ def check_dump_json_exists(path: str, what: str = "Dump file") -> None:
 
     note = missing_dump_note(path)
     if note:
-        raise FileFormatError("{} {} does not exist: {}".format(what, path, note))
+        raise FileFormatError(f"{what} {path} does not exist: {note}")

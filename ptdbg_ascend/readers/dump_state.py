@@ -67,7 +67,7 @@ class TornDump(NamedTuple):
     def describe(self) -> str:
         """One sentence for the log and the reports."""
         if self.state == RUNNING:
-            head = "is still being written by pid {} on {}".format(self.pid, self.host)
+            head = f"is still being written by pid {self.pid} on {self.host}"
         elif self.state == ENDED and self.pid is not None:
             head = "ended without a clean close (pid {} on host {} is gone{})".format(
                 self.pid, self.host, "; " + self.cut if self.cut else "")
@@ -76,21 +76,20 @@ class TornDump(NamedTuple):
         elif self.state == ENDED:
             head = "ended without a clean close"
         else:
-            head = "may be incomplete: {}".format(self.note)
+            head = f"may be incomplete: {self.note}"
         got = "{} complete call{} ({} tensor record{})".format(
             self.calls, "" if self.calls == 1 else "s", self.records, "" if self.records == 1 else "s")
         # dump.json is rewritten whole now and then (atomic replace): what is read is its last flush.
         got = "its last flush holds " + got if is_dump_json(self.dump_path) else got + " read"
         if self.last_call is not None:
-            got += ", the last complete call is {}".format(self.last_call)
+            got += f", the last complete call is {self.last_call}"
         extras = []
         if self.partial_line:
             extras.append("the pkl ends in a partial line (skipped)")
         if self.temp_files:
             extras.append("{} leftover temporary file{} (.*{})".format(
                 self.temp_files, "" if self.temp_files == 1 else "s", TEMP_SUFFIX))
-        return "{} dump {} {}: {}{}.".format(
-            self.side, self.dump_path, head, got, "; " + "; ".join(extras) if extras else "")
+        return f"{self.side} dump {self.dump_path} {head}: {got}{'; ' + '; '.join(extras) if extras else ''}."
 
 
 def check_dump(side: str, dump_path: str, data_dir: Optional[str], calls: Sequence[CallRecord],
@@ -124,7 +123,7 @@ def _lock_state(rank_dir: str):
     try:
         holder = DumpLock(rank_dir).holder()  # reads it with O_NOFOLLOW, parses "pid host" (+ "cut: why")
     except DumpPathError as error:
-        return UNKNOWN, None, None, "its directory holds a dump lock that cannot be read ({})".format(error), ""
+        return UNKNOWN, None, None, f"its directory holds a dump lock that cannot be read ({error})", ""
     if holder is None:  # no lock: the writer closed cleanly
         return None
     pid, host, cut = holder
@@ -134,7 +133,7 @@ def _lock_state(rank_dir: str):
         note = ("its directory holds the dump lock of pid {} on host {}, another host: that writer is still running "
                 "there or ended without a clean close".format(pid, host))
         if cut:
-            note = "its directory holds the dump lock of pid {} on host {}, which says: {}".format(pid, host, cut)
+            note = f"its directory holds the dump lock of pid {pid} on host {host}, which says: {cut}"
         return UNKNOWN, pid, host, note, cut
     return (ENDED if cut or not pid_alive(pid) else RUNNING), pid, host, "", cut
 
@@ -192,14 +191,13 @@ def missing_dump_note(dump_path: str) -> str:
         return ""
     holds = []
     if tensors:
-        holds.append("{} tensor file{} in {}".format(tensors, "" if tensors == 1 else "s", TENSOR_DIR))
+        holds.append(f"{tensors} tensor file{'' if tensors == 1 else 's'} in {TENSOR_DIR}")
     if lock is not None:
         state, pid, host, note, cut = lock
         if state == RUNNING and pid is not None:
-            holds.append("the dump lock of pid {} on {}, still running".format(pid, host))
+            holds.append(f"the dump lock of pid {pid} on {host}, still running")
         elif state == ENDED:
-            holds.append("the dump lock of pid {} on host {}, which is gone{}".format(
-                pid, host, "; " + cut if cut else ""))
+            holds.append(f"the dump lock of pid {pid} on host {host}, which is gone{'; ' + cut if cut else ''}")
         else:
             holds.append(note[len("its directory holds "):] if note.startswith("its directory holds ") else note)
     return ("its directory holds {}: the run writing it {} before it first wrote {} (a PrecisionDebugger writes it "

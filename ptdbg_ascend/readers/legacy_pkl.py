@@ -32,9 +32,9 @@ def read_lines(path: str) -> List[Tuple[int, list]]:
         with open(path, "rb") as handle:
             data = handle.read()
     except FileNotFoundError:
-        raise FileFormatError("Dump file {} does not exist. Please check the pkl path is valid.".format(path)) from None
+        raise FileFormatError(f"Dump file {path} does not exist. Please check the pkl path is valid.") from None
     except OSError as error:
-        raise FileFormatError("Dump file {} cannot be read: {}".format(path, error)) from None
+        raise FileFormatError(f"Dump file {path} cannot be read: {error}") from None
     lines = data.split(b"\n")
     parsed = []
     for number, raw in enumerate(lines, start=1):
@@ -57,7 +57,7 @@ def read_lines(path: str) -> List[Tuple[int, list]]:
             continue
         parsed.append((number, value))
     if not parsed:
-        raise FileFormatError("Dump file {} holds no records (empty or unreadable).".format(path))
+        raise FileFormatError(f"Dump file {path} holds no records (empty or unreadable).")
     return parsed
 
 
@@ -101,7 +101,7 @@ def _record(number: int, line: list, path: str, call: str, side: str, data_dir: 
     """The record of a tensor line, or None (with a warning naming the line) when it cannot be one."""
     fields = record_fields(line)
     if fields is None:
-        logger.warning("Skipped line {} of {}: a tensor record needs 6 fields.".format(number, path))
+        logger.warning(f"Skipped line {number} of {path}: a tensor record needs 6 fields.")
         return None
     summary = fields.statistics
     if not overflow_statistics and is_overflow_step(fields.dump_step):
@@ -110,15 +110,15 @@ def _record(number: int, line: list, path: str, call: str, side: str, data_dir: 
     try:
         shape = as_shape(fields.shape)
     except ValueError as error:
-        logger.warning("Skipped line {} of {}: {}.".format(number, path, error))
+        logger.warning(f"Skipped line {number} of {path}: {error}.")
         return None
     for problem in beyond:
-        logger.warning("Line {} of {}: {}.".format(number, path, problem))
+        logger.warning(f"Line {number} of {path}: {problem}.")
     data_path = problem_text = None
     if data_dir:
         data_path, problem_text = data_file(data_dir, fields.name + ".npy", "record's")
         if problem_text is not None:
-            logger.warning("Line {} of {}: {}".format(number, path, problem_text))
+            logger.warning(f"Line {number} of {path}: {problem_text}")
     return TensorRecord(name=fields.name, side=side, dtype=fields.dtype, shape=shape, statistics=statistics,
                         data_path=data_path, data_root=data_dir, data_problem=problem_text)
 
@@ -139,9 +139,9 @@ def _note(seen: Dict[str, Tuple[int, int]], repeated: List[Tuple[str, int, int]]
 def warn_repeated(path: str, repeated: List[Tuple[str, int, int]]) -> None:
     """One warning naming the record names ``path`` repeats (``(name, earlier line, later line)``; the first
     MAX_REPORTED named, the rest counted) and that the later line of each is used."""
-    shown = "; ".join("{} (lines {} and {})".format(excerpt(name), first, later)
+    shown = "; ".join(f"{excerpt(name)} (lines {first} and {later})"
                       for name, first, later in repeated[:MAX_REPORTED])
     if len(repeated) > MAX_REPORTED:
-        shown += "; and {} more".format(len(repeated) - MAX_REPORTED)
+        shown += f"; and {len(repeated) - MAX_REPORTED} more"
     logger.warning("The dump file {} repeats {} record name{}: {}. The later line of each is used.".format(
         path, len(repeated), "" if len(repeated) == 1 else "s", shown))

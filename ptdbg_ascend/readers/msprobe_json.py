@@ -68,7 +68,7 @@ def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = 
     construct.json beside the dump (none: every call at top level)."""
     dump = load_entries(path)
     if dump.task in ("overflow_check", "free_benchmark"):
-        raise FileFormatError("Dump file {} is a {} dump; compare is not required for it.".format(path, dump.task))
+        raise FileFormatError(f"Dump file {path} is a {dump.task} dump; compare is not required for it.")
     stacks = read_stacks(stack_path) if stack_path else {}
     parents = read_construct(construct_file_beside(path))
     calls, keys = [], []
@@ -84,7 +84,7 @@ def read(path: str, data_dir: Optional[str] = None, stack_path: Optional[str] = 
         try:
             records = _entry_records(call, entry, data_dir, path, dotted)
         except RecursionError:
-            logger.warning("Skipped entry {} of {}: its arguments are nested too deeply.".format(excerpt(dotted), path))
+            logger.warning(f"Skipped entry {excerpt(dotted)} of {path}: its arguments are nested too deeply.")
             continue
         calls.append(CallRecord(name=call, records=tuple(records), stack=stacks.get(dotted, ()), module=module,
                                 parent=parents.get(dotted)))
@@ -109,10 +109,10 @@ def _one_per_call(calls: List[CallRecord], keys: List[str], path: str) -> List[C
             kept[call.name] = (len(result), key)
             result.append(call)
     if twice:
-        shown = "; ".join("{} and {} are both {}".format(excerpt(first), excerpt(later), name)
+        shown = "; ".join(f"{excerpt(first)} and {excerpt(later)} are both {name}"
                           for first, later, name in twice[:5])
         logger.warning("The dump file {} names a call twice: {}{}. The later entry is used.".format(
-            path, shown, "; and {} more".format(len(twice) - 5) if len(twice) > 5 else ""))
+            path, shown, f"; and {len(twice) - 5} more" if len(twice) > 5 else ""))
     return result
 
 
@@ -125,7 +125,7 @@ def read_construct(path: str) -> Dict[str, Optional[str]]:
     try:
         document = load_json(path, "construct file", CRASH_HINT)
     except FileFormatError as error:
-        logger.warning("{} Rows are not grouped by module.".format(error))
+        logger.warning(f"{error} Rows are not grouped by module.")
         return {}
     links, dropped = parse_construct(document)
     if not isinstance(document, dict):
@@ -140,7 +140,7 @@ def read_construct(path: str) -> Dict[str, Optional[str]]:
 def _entry_records(call: str, entry: Dict[str, Any], data_dir: Optional[str], path: str,
                    dotted: str) -> List[TensorRecord]:
     def problem(text: str) -> None:
-        logger.warning("Entry {} of {}: {}.".format(excerpt(dotted), path, text))
+        logger.warning(f"Entry {excerpt(dotted)} of {path}: {text}.")
 
     records: List[TensorRecord] = []
     for name, side, value in call_values(call, entry, problem):
@@ -159,16 +159,16 @@ def _leaves(name: str, side: str, value: Any, data_dir: Optional[str], out: List
     try:
         shape = as_shape(value.get("shape"))
     except ValueError as error:
-        logger.warning("Skipped tensor {} of {}: {}.".format(name, path, error))
+        logger.warning(f"Skipped tensor {name} of {path}: {error}.")
         return
     data_name = value.get("data_name")
     data_path = data_problem = None
     if data_dir and data_name not in (None, ""):
         data_path, data_problem = data_file(data_dir, data_name, "tensor's data_name holds a")
         if data_problem is not None:
-            logger.warning("Tensor {} of {}: {}".format(name, path, data_problem))
+            logger.warning(f"Tensor {name} of {path}: {data_problem}")
     elif data_dir and isinstance(value.get(NOT_SAVED), str):  # the writer saved no file for it, and said why
-        data_problem = "Not compared: the dump saved no tensor file for it: {}.".format(value[NOT_SAVED][:400])
+        data_problem = f"Not compared: the dump saved no tensor file for it: {value[NOT_SAVED][:400]}."
     statistics, beyond = read_statistics([value.get(key) for key in STATISTICS_KEYS], name, STATISTICS_KEYS)
     for text in beyond:
         problem(text)
@@ -187,5 +187,5 @@ def read_stacks(path: str, *, what: str = "stack file", not_json_hint: str = CRA
     if not isinstance(stacks, dict):
         if lenient:
             return {}
-        raise FileFormatError("Stack file {} is not a JSON object of call name -> stack lines.".format(path))
+        raise FileFormatError(f"Stack file {path} is not a JSON object of call name -> stack lines.")
     return parse_stacks(stacks)

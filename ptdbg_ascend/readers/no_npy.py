@@ -23,7 +23,7 @@ MAX_REASON = 400
 
 # By the file's real path: (its size and mtime when read, the reasons by record name). Asked only for records
 # whose file is missing; read again when the file changed (a directory dumped again).
-_READ = {}  # type: Dict[str, Tuple[Tuple[int, int], Dict[str, str]]]
+_READ: Dict[str, Tuple[Tuple[int, int], Dict[str, str]]] = {}
 
 
 def reason(data_dir: Optional[str], record: str) -> Optional[str]:
@@ -56,7 +56,7 @@ def _read(path: str) -> Dict[str, str]:
         return {}
     finally:
         os.close(descriptor)
-    reasons = {}  # type: Dict[str, str]
+    reasons: Dict[str, str] = {}
     skipped = 0
     for line in data.split(b"\n"):
         if not line.strip():

@@ -41,7 +41,7 @@ SPEED_WEIGHT = 0.25
 UNTIMED_PENDING_BYTES = 16 * 1024 * 1024
 
 
-class BackgroundWriter(object):
+class BackgroundWriter:
     """A FIFO of write jobs run by one daemon thread.
 
     Args:
@@ -58,10 +58,10 @@ class BackgroundWriter(object):
                  max_delay: Optional[float] = None) -> None:
         self._max_pending = max_pending_bytes
         self._max_delay = DEFAULT_MAX_DELAY if max_delay is None else max_delay
-        self._jobs = collections.deque()  # type: Deque[Tuple[Callable[[], None], int, float]]
+        self._jobs: Deque[Tuple[Callable[[], None], int, float]] = collections.deque()
         self._pending_bytes = 0
         self._condition = threading.Condition()
-        self._error = None  # type: Optional[BaseException]
+        self._error: Optional[BaseException] = None
         self._closed = False
         self._busy = False
         # The writer's speed (module docstring): seconds per byte, and seconds per job besides its bytes.
@@ -146,7 +146,7 @@ class BackgroundWriter(object):
             self._pending_bytes = 0
             if isinstance(error, DumpWriteError):
                 raise error
-            raise DumpWriteError("Writing dump data failed: {}".format(error)) from error
+            raise DumpWriteError(f"Writing dump data failed: {error}") from error
 
     def _run(self) -> None:
         while True:

@@ -36,7 +36,7 @@ from ptdbg_ascend.streams import current_stream, stream_module, tool_stream
 PINNED_MAX_BYTES = 64 * 1024 * 1024
 
 
-class DeviceCopies(object):
+class DeviceCopies:
     """Which tensors take the device path (see the module docstring).
 
     Attributes:
@@ -63,7 +63,7 @@ def takes_device_copy(tensor: Any) -> bool:
     return stream_module(tensor.device.type) is not None
 
 
-class DeviceCopy(object):
+class DeviceCopy:
     """A tensor's copy on its device, taken at a call, not yet in host memory.
 
     Attributes:
@@ -79,7 +79,7 @@ class DeviceCopy(object):
         self.nbytes = on_device.numel() * on_device.element_size()
 
     @classmethod
-    def of_host(cls, host: Any) -> "DeviceCopy":
+    def of_host(cls, host: Any) -> DeviceCopy:
         """A copy already in host memory (``host``: a contiguous CPU tensor)."""
         copy = cls.__new__(cls)
         copy._on_device = copy._ready = None

@@ -12,7 +12,7 @@ from ptdbg_ascend.statistics.eager import Statistics, tensor_statistics
 _Table = Dict[int, Tuple[Any, int, Any, str, int]]
 
 
-class StatisticsCache(object):
+class StatisticsCache:
     """The statistics of the tensors of the last call or two, and the files they were saved to, so a tensor
     recorded as one call's output and the next call's input is reduced (and saved) once.
 
@@ -29,7 +29,7 @@ class StatisticsCache(object):
         self._max_age = max_age
         self._generation = 0
         # [statistics, files]: the two tables share the rules above and are pruned at most once per call each.
-        self._tables = [{}, {}]  # type: list
+        self._tables: list = [{}, {}]
         self._pruned_at = [-1, -1]
 
     def advance(self) -> None:
@@ -37,25 +37,25 @@ class StatisticsCache(object):
         self._generation += 1
 
     def lookup(self, tensor: Any, name: str,
-               compute: "Optional[Callable[[Any], Statistics]]" = None) -> "Tuple[Statistics, Optional[str]]":
+               compute: Optional[Callable[[Any], Statistics]] = None) -> Tuple[Statistics, Optional[str]]:
         """``(statistics, first_name)``: the statistics of ``tensor`` and the name under which the same
         unchanged tensor was recorded recently (None when it is new; it is then remembered as ``name``).
         ``compute`` gives the statistics of a new tensor (default :func:`tensor_statistics`)."""
         return self._find(0, tensor, name, compute or tensor_statistics)
 
-    def saved(self, tensor: Any, name: str, make: Callable[[Any], Any]) -> "Tuple[Any, Optional[str]]":
+    def saved(self, tensor: Any, name: str, make: Callable[[Any], Any]) -> Tuple[Any, Optional[str]]:
         """``(value, first_name)`` for a tensor about to be saved: ``first_name`` names the file the same
         unchanged tensor was saved to recently (None when it is new: it is then remembered as saved to
         ``name``, with ``make(tensor)`` as its value, e.g. the statistics its file's writer will read)."""
         return self._find(1, tensor, name, make)
 
-    def _find(self, which: int, tensor: Any, name: str, compute: Callable[[Any], Any]) -> "Tuple[Any, Optional[str]]":
+    def _find(self, which: int, tensor: Any, name: str, compute: Callable[[Any], Any]) -> Tuple[Any, Optional[str]]:
         key = id(tensor)
         try:
             version = tensor._version
         except RuntimeError:  # inference-mode tensors have no version counter: never cached
             return compute(tensor), None
-        table = self._tables[which]  # type: _Table
+        table: _Table = self._tables[which]
         entry = table.get(key)
         if entry is not None and entry[0]() is tensor and entry[1] == version \
                 and entry[4] >= self._generation - self._max_age:

@@ -21,7 +21,7 @@ from ptdbg_ascend.statistics.pending import DEVICE, PendingStatistics
 from ptdbg_ascend.streams import LAUNCH_STREAMS
 
 
-class DeviceStatisticsBatch(object):
+class DeviceStatisticsBatch:
     """Statistics of accelerator tensors kept on their device and read back in batches.
 
     :meth:`add` enqueues the reductions of a tensor (no host sync) and returns a
@@ -48,21 +48,21 @@ class DeviceStatisticsBatch(object):
     # The numbers of this many tensors recorded on one stream are joined into one tensor.
     STACK_EVERY = 32
 
-    def __init__(self, on_read: "Optional[Callable[[int], None]]" = None) -> None:
+    def __init__(self, on_read: Optional[Callable[[int], None]] = None) -> None:
         """``on_read(tensors)`` (default None) is called after each device->host copy with the number of tensors
         it read (one copy per device per :meth:`resolve`): how tests and benchmarks count the host syncs."""
         import threading
 
-        self._pending = []  # type: List[PendingStatistics]
+        self._pending: List[PendingStatistics] = []
         self._lock = threading.Lock()
         self._since = 0.0
         self._on_read = on_read
         # Per stream key (LAUNCH_STREAMS.note), the tensors whose parts are not stacked yet; and the stacks
         # made, each with its tensors in order.
-        self._runs = {}  # type: Dict[Any, List[PendingStatistics]]
-        self._stacks = []  # type: List[Tuple[Any, List[PendingStatistics]]]
+        self._runs: Dict[Any, List[PendingStatistics]] = {}
+        self._stacks: List[Tuple[Any, List[PendingStatistics]]] = []
 
-    def add(self, tensor: Any, extra: "Optional[Callable[[Any], List[Any]]]" = None) -> Statistics:
+    def add(self, tensor: Any, extra: Optional[Callable[[Any], List[Any]]] = None) -> Statistics:
         """The statistics of ``tensor``: pending when it lives on an accelerator and needs reductions,
         else computed now (empty, special kinds). ``extra(tensor)`` (default None) gives more 0-d
         tensors to read back with them: the pending list then holds the four statistics and those.
@@ -89,7 +89,7 @@ class DeviceStatisticsBatch(object):
                 parts.extend(extra(tensor))
             return self.enqueue(parts, count if norm is not None else 0, tensor.device)
 
-    def enqueue(self, parts: List[Any], count: int, device: Any) -> "PendingStatistics":
+    def enqueue(self, parts: List[Any], count: int, device: Any) -> PendingStatistics:
         """Queue the 0-d tensors ``parts`` on ``device`` (max, min, sum, norm, extras) of a tensor of ``count``
         elements (0: a 0-d value, see :func:`_finalised`) and return their pending list (:meth:`add`). Call it
         inside ``Inside()`` (its stack is the tool's own call)."""
@@ -137,7 +137,7 @@ class DeviceStatisticsBatch(object):
             torch = torch_types().torch
             stacks, self._stacks = self._stacks, []
             runs, self._runs = self._runs, {}
-            by_device = {}  # type: Dict[Any, Tuple[List[Any], List[PendingStatistics], List[Any]]]
+            by_device: Dict[Any, Tuple[List[Any], List[PendingStatistics], List[Any]]] = {}
             for stacked, items in stacks:
                 joined, ordered, _ = by_device.setdefault(stacked.device, ([], [], []))
                 joined.append(stacked)
@@ -154,7 +154,7 @@ class DeviceStatisticsBatch(object):
                 if self._on_read is not None:
                     self._on_read(len(ordered) + len(loose))
 
-    def add_value(self, value: Any, extra: "Optional[Callable[[Any], List[Any]]]" = None) -> PendingStatistics:
+    def add_value(self, value: Any, extra: Optional[Callable[[Any], List[Any]]] = None) -> PendingStatistics:
         """The statistics of a 0-d ``value`` (already in the dtype to read back) as the value four times, and
         ``extra(value)``'s 0-d tensors after them: queued, no reduction (reading it now would stop the host until
         the device has caught up with everything queued before it)."""
@@ -235,7 +235,7 @@ def finite_pair(tensor: Any) -> List[Any]:
     return [finite_max.amax(), finite_min.amin()]
 
 
-_FINFO_MAX = {}  # type: Dict[Any, float]
+_FINFO_MAX: Dict[Any, float] = {}
 
 
 def _finfo_max(dtype: Any) -> float:

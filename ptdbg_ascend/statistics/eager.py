@@ -98,7 +98,7 @@ def small_float32_statistics(tensor: Any) -> Optional[Statistics]:
     return _small_cpu_first(tensor, types, types.float32_only)
 
 
-def _small_cpu_first(tensor: Any, types: "TorchTypes", dtypes: Any) -> Optional[Statistics]:
+def _small_cpu_first(tensor: Any, types: TorchTypes, dtypes: Any) -> Optional[Statistics]:
     """The common case first, with as few checks as possible: most recorded tensors of a training step
     are small float CPU tensors (the optimizer's per-parameter ops), and for them the general path's
     checks cost as much as the reductions. The numpy statistics of ``tensor`` when its dtype is in
@@ -131,7 +131,7 @@ def special_statistics(tensor: Any) -> Statistics:
     return list(EMPTY)
 
 
-def _general_statistics(data: Any, types: "TorchTypes") -> Statistics:
+def _general_statistics(data: Any, types: TorchTypes) -> Statistics:
     reduced = _reductions(data, types)
     if not isinstance(reduced, tuple):
         return reduced
@@ -143,7 +143,7 @@ def _general_statistics(data: Any, types: "TorchTypes") -> Statistics:
     return _stacked(types, reduced).tolist()
 
 
-def _stacked(types: "TorchTypes", reduced: Tuple[Any, Any, Any, Any, int]) -> Any:
+def _stacked(types: TorchTypes, reduced: Tuple[Any, Any, Any, Any, int]) -> Any:
     """The four statistics as one tensor on the device of ``reduced`` (from :func:`_reductions`)."""
     high, low, total, square_sum, count = reduced
     norm = low.abs() if square_sum is None else square_sum.sqrt()
@@ -170,7 +170,7 @@ def reduction_input(data: Any, torch: Any, half_native: bool = False) -> Any:
     return data.double(), None  # int64 stays exact up to 2**53, bool becomes 0/1
 
 
-def _reductions(data: Any, types: "TorchTypes") -> Any:
+def _reductions(data: Any, types: TorchTypes) -> Any:
     """``(max, min, sum, sum of squares, count)`` as 0-d tensors on ``data``'s device (nothing read
     back; the sum of squares is None for a 0-d tensor), or the finished statistics where no reduction
     is needed (empty, 0-d and small CPU tensors)."""
@@ -241,7 +241,7 @@ def array_statistics(array: Any) -> Statistics:
     return [high, low, total / flat.size, math.sqrt(square_sum)]
 
 
-class TorchTypes(object):
+class TorchTypes:
     """torch and the dtypes the fast path tests, looked up once (torch is imported on first use)."""
 
     def __init__(self) -> None:
@@ -252,12 +252,12 @@ class TorchTypes(object):
         self.float32_only = frozenset((torch.float32,))
         # Whether a tensor lives on the CPU: Tensor.is_cpu (torch >= 1.13) is cheaper than .device.
         if hasattr(torch.Tensor, "is_cpu"):
-            self.is_cpu = lambda tensor: tensor.is_cpu  # type: Callable[[Any], bool]
+            self.is_cpu: Callable[[Any], bool] = lambda tensor: tensor.is_cpu
         else:
             self.is_cpu = lambda tensor: tensor.device.type == "cpu"
 
 
-_TYPES = []  # type: List[TorchTypes]
+_TYPES: List[TorchTypes] = []
 
 
 def torch_types() -> TorchTypes:

@@ -23,7 +23,7 @@ from ptdbg_ascend.statistics.eager import Statistics
 from ptdbg_ascend.statistics.pending import PendingStatistics, pending_on_writer
 
 
-class PlannerDefaults(object):
+class PlannerDefaults:
     """What a planner takes when its writer is built by a front-end (``register_hook``, ``PrecisionDebugger``),
     which passes no parameters of its own: read when the planner is built, so a change affects writers built
     afterwards only and costs nothing per recorded call.
@@ -45,7 +45,7 @@ class PlannerDefaults(object):
 DEFAULTS = PlannerDefaults()
 
 
-class StatisticsPlanner(object):
+class StatisticsPlanner:
     """Chooses eager / device batch / writer thread for each tensor of one writer, by ``rules``.
 
     Args:
@@ -67,10 +67,10 @@ class StatisticsPlanner(object):
         self.max_pending = max_pending
         self._on_read = on_read
         # The device batch, made when the first tensor takes it (None until then: a CPU dump has none).
-        self.batch = None  # type: Optional[DeviceStatisticsBatch]
+        self.batch: Optional[DeviceStatisticsBatch] = None
         # takes_device(tensor): whether the statistics of ``tensor`` go through the device batch. The rules' test
         # made once: it runs for every recorded tensor.
-        self.takes_device = rules.device_test(self.defer_cpu)  # type: Callable[[Any], bool]
+        self.takes_device: Callable[[Any], bool] = rules.device_test(self.defer_cpu)
 
     def device_batch(self) -> DeviceStatisticsBatch:
         """The device batch (made now if no tensor took it yet)."""

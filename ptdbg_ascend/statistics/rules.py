@@ -34,14 +34,14 @@ from ptdbg_ascend.statistics.eager import EMPTY, Statistics, array_statistics, t
 WRITER_STATISTICS_MIN_ELEMENTS = 65536
 
 
-class LegacyRules(object):
+class LegacyRules:
     """The legacy pkl's rules (``eager.py``'s table)."""
 
     name = "legacy"
     eager = staticmethod(tensor_statistics)
 
     def __init__(self) -> None:
-        self._writer_dtypes = None  # type: Any  # torch's float32, float64, bfloat16, looked up on first use
+        self._writer_dtypes: Any = None  # torch's float32, float64, bfloat16, looked up on first use
 
     @staticmethod
     def device_test(defer_cpu: bool) -> Callable[[Any], bool]:
@@ -69,7 +69,7 @@ class LegacyRules(object):
         return array_statistics(copy)
 
 
-class MsprobeRules(object):
+class MsprobeRules:
     """msprobe 1.0.4's rules (``msprobe_rules.py``)."""
 
     name = "msprobe"
@@ -106,7 +106,7 @@ class MsprobeRules(object):
             return list(EMPTY)
 
 
-_WARNED = []  # type: List[BaseException]
+_WARNED: List[BaseException] = []
 
 
 def _off_cpu(tensor: Any) -> bool:

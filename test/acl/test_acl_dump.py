@@ -147,7 +147,7 @@ def test_switch_off_disarms_the_dump(session, fake_npu, dump_json, capsys):
     npu = fake_npu()
     register_hook(torch.nn.Identity(), acc_cmp_dump, dump_mode="acl", dump_config=dump_json)
     set_dump_switch("ON", mode="acl", scope=["Tensor_permute_0_forward"])
-    assert "Dump data will be saved according to dump config {}. ".format(os.path.abspath(dump_json)) in capsys.readouterr().out
+    assert f"Dump data will be saved according to dump config {os.path.abspath(dump_json)}. " in capsys.readouterr().out
     set_dump_switch("OFF", mode="acl", scope=["Tensor_permute_0_forward"])
     torch.randn(2, 3).permute(1, 0)
     assert npu.calls == []

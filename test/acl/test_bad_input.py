@@ -91,7 +91,7 @@ def test_corrupt_backward_input(tmp_path, acl_registered):
     set_dump_switch("ON", mode="acl", scope=["Torch_exp_0_backward"])
     path = tmp_path / "bad.npy"
     path.write_bytes(b"\x93NUMPY garbage")
-    with pytest.raises(FileFormatError, match=r"^The backward input {} is not a readable .npy file".format(path)):
+    with pytest.raises(FileFormatError, match=fr"^The backward input {path} is not a readable .npy file"):
         set_backward_input([str(path)])
 
 

@@ -35,12 +35,12 @@ class LegacyDump:
         os.makedirs(self.data_dir, exist_ok=True)
         open(self.pkl, "w").close()
 
-    def add_call(self, call: str, tensors: Sequence[Tuple], save: bool = True) -> "LegacyDump":
+    def add_call(self, call: str, tensors: Sequence[Tuple], save: bool = True) -> LegacyDump:
         with open(self.pkl, "a") as handle:
             for item in tensors:
                 suffix, array = item[0], np.asarray(item[1])
                 dtype = item[2] if len(item) > 2 else "torch." + str(array.dtype).replace("bool", "bool")
-                name = "{}_{}".format(call, suffix)
+                name = f"{call}_{suffix}"
                 handle.write(json.dumps([name, 0, [], dtype, list(array.shape), _stats(array)]) + "\n")
                 if save:
                     np.save(os.path.join(self.data_dir, name + ".npy"), array)
@@ -49,7 +49,7 @@ class LegacyDump:
                 handle.write(json.dumps([call + "_stack_info", frames]) + "\n")
         return self
 
-    def param(self, bench: "LegacyDump", data: bool = True) -> Dict[str, object]:
+    def param(self, bench: LegacyDump, data: bool = True) -> Dict[str, object]:
         param = {"npu_pkl_path": self.pkl, "bench_pkl_path": bench.pkl, "is_print_compare_log": False}
         if data:
             param.update(npu_dump_data_dir=self.data_dir, bench_dump_data_dir=bench.data_dir)

@@ -30,7 +30,7 @@ def call(name, in_shape=(2, 3), out_shape=None, dtype="torch.float32", suffixes=
         out = "output.0" if name.endswith("_backward") else "output"
         suffixes = [("input.0", in_shape), (out, out_shape if out_shape is not None else in_shape)]
     records = tuple(
-        TensorRecord("{}_{}".format(name, suffix), "output" if suffix.startswith("output") else "input", dtype,
+        TensorRecord(f"{name}_{suffix}", "output" if suffix.startswith("output") else "input", dtype,
                      tuple(shape), (1.0, -1.0, 0.0, 1.0), None)
         for suffix, shape in suffixes)
     return CallRecord(name, records, ())
@@ -233,25 +233,25 @@ def test_backward_in_another_order_end_to_end(legacy_dump, output_dir):
 # --------------------------------------------------------------------------- checkpoint re-computation
 def _layers(counter_a, counter_b):
     """Layer a (linear 4 -> 8, relu) and layer b (linear 8 -> 2, relu) forward calls."""
-    return [call("Functional_linear_{}_forward".format(counter_a), (2, 4), (2, 8)),
-            call("Functional_relu_{}_forward".format(counter_a), (2, 8)),
-            call("Functional_linear_{}_forward".format(counter_b), (2, 8), (2, 2)),
-            call("Functional_relu_{}_forward".format(counter_b), (2, 2))]
+    return [call(f"Functional_linear_{counter_a}_forward", (2, 4), (2, 8)),
+            call(f"Functional_relu_{counter_a}_forward", (2, 8)),
+            call(f"Functional_linear_{counter_b}_forward", (2, 8), (2, 2)),
+            call(f"Functional_relu_{counter_b}_forward", (2, 2))]
 
 
 def _backward(counter_a, counter_b):
-    return ([call("Functional_relu_{}_backward".format(counter_b), (2, 2)),
-             call("Functional_linear_{}_backward".format(counter_b), (2, 2), (2, 8))],
-            [call("Functional_relu_{}_backward".format(counter_a), (2, 8)),
-             call("Functional_linear_{}_backward".format(counter_a), (2, 8), (2, 4))])
+    return ([call(f"Functional_relu_{counter_b}_backward", (2, 2)),
+             call(f"Functional_linear_{counter_b}_backward", (2, 2), (2, 8))],
+            [call(f"Functional_relu_{counter_a}_backward", (2, 8)),
+             call(f"Functional_linear_{counter_a}_backward", (2, 8), (2, 4))])
 
 
 def _loss(counter):
-    return call("Functional_mse_loss_{}_forward".format(counter), (2, 2), ())
+    return call(f"Functional_mse_loss_{counter}_forward", (2, 2), ())
 
 
 def _loss_backward(counter):
-    return call("Functional_mse_loss_{}_backward".format(counter), (), (2, 2))
+    return call(f"Functional_mse_loss_{counter}_backward", (), (2, 2))
 
 
 def test_checkpoint_recomputation_is_npu_only_and_never_pairs_with_a_same_named_bench_call():
@@ -306,16 +306,16 @@ def test_whole_model_checkpoint_recomputation_between_backward_calls_is_npu_only
     # re-computation's place (after backward started) tells it apart. (Without any backward call before
     # it, two identical forward runs in a row are ambiguous: either may be the re-computation.)
     def fwd(k):
-        return [call("Functional_linear_{}_forward".format(k), (2, 4), (2, 8)),
-                call("Functional_relu_{}_forward".format(k), (2, 8))]
+        return [call(f"Functional_linear_{k}_forward", (2, 4), (2, 8)),
+                call(f"Functional_relu_{k}_forward", (2, 8))]
 
     def bwd(k):
-        return [call("Functional_relu_{}_backward".format(k), (2, 8)),
-                call("Functional_linear_{}_backward".format(k), (2, 8), (2, 4))]
+        return [call(f"Functional_relu_{k}_backward", (2, 8)),
+                call(f"Functional_linear_{k}_backward", (2, 8), (2, 4))]
 
     def loss(k):
-        return [call("Functional_mse_loss_{}_forward".format(k), (2, 8)),
-                call("Functional_mse_loss_{}_backward".format(k), (2, 8))]
+        return [call(f"Functional_mse_loss_{k}_forward", (2, 8)),
+                call(f"Functional_mse_loss_{k}_backward", (2, 8))]
 
     npu = fwd(0) + loss(0) + fwd(1) + bwd(1) + fwd(2)
     bench = fwd(0) + loss(0) + bwd(0) + fwd(1)

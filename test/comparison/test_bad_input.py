@@ -16,7 +16,7 @@ pytestmark = pytest.mark.torchfree
     ("stack_mode", "yes"), ("auto_analyze", 1), ("fuzzy_match", None), ("suffix", 3), ("suffix", "a/b")])
 def test_wrong_option_types(two_dumps, output_dir, name, value):
     npu, bench = two_dumps()
-    with pytest.raises(ParameterError, match="Invalid {}=".format(name)):
+    with pytest.raises(ParameterError, match=f"Invalid {name}="):
         compare(npu.param(bench), output_dir, **{name: value})
 
 

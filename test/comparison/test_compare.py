@@ -152,7 +152,7 @@ def test_missing_npy_is_a_row_message_not_a_lost_report(two_dumps, output_dir):
     outcome = compare(npu.param(bench), output_dir, stack_mode=True)
     _, rows = read_csv(outcome.csv_path)
     row = [r for r in rows if r["NPU Name"] == "Torch_relu_0_forward_output"][0]
-    assert row["Err_message"] == "Dump file: {} not found.".format(missing)
+    assert row["Err_message"] == f"Dump file: {missing} not found."
     assert row["Accuracy Reached or Not"] == "Nan" and row["Cosine"] == "Nan"
     assert len(rows) == 7
 
@@ -204,10 +204,10 @@ def test_many_rows_use_worker_processes_and_keep_order(legacy_dump, output_dir):
     npu, bench = legacy_dump("npu"), legacy_dump("bench")
     rng = np.random.RandomState(3)
     for index in range(20):
-        tensors = [("input.{}".format(i), rng.randn(5).astype(np.float32)) for i in range(3)]
+        tensors = [(f"input.{i}", rng.randn(5).astype(np.float32)) for i in range(3)]
         output = rng.randn(5).astype(np.float32)
-        bench.add_call("Torch_add_{}_forward".format(index), tensors + [("output", output)])
-        npu.add_call("Torch_add_{}_forward".format(index), tensors + [("output", -output if index == 13 else output)])
+        bench.add_call(f"Torch_add_{index}_forward", tensors + [("output", output)])
+        npu.add_call(f"Torch_add_{index}_forward", tensors + [("output", -output if index == 13 else output)])
     pid_log = os.path.join(output_dir, "pids.txt")
     # Each row's metrics append the pid that computed them: worker processes must have done the work.
     code = ("import os, sys\nfrom ptdbg_ascend.comparison import pairs_to_rows as engine\n"

@@ -25,13 +25,13 @@ def forward_and_backward(dump, backward=True, layers=3):
     y = X
     for index in range(layers):
         out = (y @ W[:4].T).astype(np.float32)
-        dump.add_call("Functional_linear_{}_forward".format(index), [("input.0", y), ("input.1", W[:4]),
+        dump.add_call(f"Functional_linear_{index}_forward", [("input.0", y), ("input.1", W[:4]),
                                                                     ("output", out)])
         y = out
     if backward:
         grad = np.ones_like(y)
         for index in reversed(range(layers)):
-            dump.add_call("Functional_linear_{}_backward".format(index), [("input.0", grad),
+            dump.add_call(f"Functional_linear_{index}_backward", [("input.0", grad),
                                                                          ("output.0", grad @ W[:4]),
                                                                          ("output.1", grad.T @ X)])
     return dump
@@ -116,7 +116,7 @@ def test_statistics_only_is_said_on_the_first_line(legacy_dump, output_dir):
 
 def _cli(*arguments, cwd):
     return subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli"] + [str(a) for a in arguments], cwd=str(cwd),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_cli_exit_status_tells_incomplete_from_failed(legacy_dump, tmp_path):
@@ -143,7 +143,7 @@ def test_compare_json_finds_the_npy_folders_beside_legacy_pkls(legacy_dump, tmp_
     spec.write_text(json.dumps({"npu_path": npu.pkl, "bench_path": bench.pkl, "is_print_compare_log": False}))
     result = _cli("-f", "pytorch", "compare", "-i", spec, "-o", tmp_path / "out", "--no-xlsx", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
-    (csv_name,) = [name for name in os.listdir(str(tmp_path / "out")) if name.startswith("compare_result_")]
+    (csv_name,) = (name for name in os.listdir(str(tmp_path / "out")) if name.startswith("compare_result_"))
     with open(str(tmp_path / "out" / csv_name), encoding="utf-8") as handle:
         header = handle.readline()
     assert "Cosine" in header and "Max diff" not in header  # a tensor comparison

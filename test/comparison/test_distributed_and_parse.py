@@ -19,7 +19,7 @@ pytestmark = pytest.mark.torchfree
 def make_ranks(tmp_path, legacy_dump_cls, model_calls, side, ranks, planted_rank=None):
     tag = tmp_path / side / "ptdbg_dump_v1.0"
     for rank in ranks:
-        dump = legacy_dump_cls(str(tag / "rank{}".format(rank)), "api_stack_{}_dump".format(side))
+        dump = legacy_dump_cls(str(tag / f"rank{rank}"), f"api_stack_{side}_dump")
         planted = "Functional_linear_0_forward" if rank == planted_rank else None
         for call, tensors in model_calls(planted=planted):
             dump.add_call(call, tensors)
@@ -139,8 +139,7 @@ def test_cli_compare_and_parse(two_dumps, output_dir):
     below_a_file = os.path.join(npu.pkl, "out")  # a missing directory is created; one below a file cannot be
     result = subprocess.run(run + ["compare", npu.pkl, bench.pkl, below_a_file], capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr.startswith("ptdbg compare: error: Invalid output_path={!r}: cannot be created".format(
-        below_a_file))
+    assert result.stderr.startswith(f"ptdbg compare: error: Invalid output_path={below_a_file!r}: cannot be created")
     result = subprocess.run(run + ["parse", npu.pkl, "Torch_relu_0_forward"], capture_output=True, text=True)
     assert result.returncode == 0 and "Trace back(Torch_relu_0_forward):" in result.stdout
 

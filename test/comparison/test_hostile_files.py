@@ -26,7 +26,7 @@ from ptdbg_ascend.errors import FileFormatError, ParameterError
 
 pytestmark = pytest.mark.torchfree
 
-GOOD = {"Torch_relu_{}_forward_output".format(i): np.arange(4, dtype=np.float32) + i for i in range(3)}
+GOOD = {f"Torch_relu_{i}_forward_output": np.arange(4, dtype=np.float32) + i for i in range(3)}
 
 
 def _stats(array):
@@ -51,7 +51,7 @@ def legacy(root, extra=(), files=None):
 def msprobe(root, extra=None):
     """``root/dump.json`` (statistics only) with the GOOD calls as Torch.relu.{i}.forward, plus ``extra``."""
     root.mkdir(parents=True)
-    data = {"Torch.relu.{}.forward".format(i): {"input_args": [], "input_kwargs": {}, "output": [_leaf(array)]}
+    data = {f"Torch.relu.{i}.forward": {"input_args": [], "input_kwargs": {}, "output": [_leaf(array)]}
             for i, array in enumerate(GOOD.values())}
     data.update(extra or {})
     (root / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1", "dump_data_dir": None,
@@ -77,10 +77,10 @@ def cli(*args, cwd, memory=None, timeout=120):
 
     try:
         done = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli"] + [str(arg) for arg in args], cwd=str(cwd),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=timeout, preexec_fn=cap if memory else None)
     except subprocess.TimeoutExpired:
-        pytest.fail("ptdbg {} ran past {} s (it hung)".format(" ".join(map(str, args)), timeout))
+        pytest.fail(f"ptdbg {' '.join(map(str, args))} ran past {timeout} s (it hung)")
     return done.returncode, done.stdout
 
 
@@ -104,7 +104,7 @@ def test_compare_json_naming_dumps_through_symlinks_compares_them(tmp_path, caps
     os.symlink(bench, str(tmp_path / "bench_link.json"))
     spec = compare_json(tmp_path, npu_path=str(tmp_path / "npu_link.json"), bench_path=str(tmp_path / "bench_link.json"))
     assert ptdbg_main(["-f", "pytorch", "compare", "-i", str(spec), "-o", str(tmp_path / "out"), "--quiet"]) == 0
-    (report,) = [name for name in os.listdir(str(tmp_path / "out")) if name.endswith(".csv")]
+    (report,) = (name for name in os.listdir(str(tmp_path / "out")) if name.endswith(".csv"))
     assert_good_rows_pass(rows_of(str(tmp_path / "out" / report)))
 
 
@@ -126,7 +126,7 @@ def test_compare_json_naming_a_fifo_is_refused_at_once(tmp_path, key, through_li
     status, out = cli("-f", "pytorch", "compare", "-i", spec, "-o", tmp_path / "out", cwd=tmp_path, timeout=60)
     assert time.monotonic() - started < 60
     assert status == 2, out
-    assert "ptdbg compare: error: The compare.json {}: {!r} names {}".format(spec, key, named) in out, out
+    assert f"ptdbg compare: error: The compare.json {spec}: {key!r} names {named}" in out, out
     assert "which is a FIFO, not a regular file or a directory; it is not read." in out, out
     assert not (tmp_path / "out").exists()
 
@@ -135,7 +135,7 @@ def test_compare_json_that_is_itself_a_fifo_is_refused_at_once(tmp_path):
     fifo = tmp_path / "compare.json"
     os.mkfifo(str(fifo))
     status, out = cli("-f", "pytorch", "compare", "-i", fifo, "-o", tmp_path / "out", cwd=tmp_path, timeout=60)
-    assert status == 2 and "The compare.json {} does not exist (or is not a file).".format(fifo) in out, out
+    assert status == 2 and f"The compare.json {fifo} does not exist (or is not a file)." in out, out
 
 
 def test_compare_json_naming_a_dangling_link_says_where_it_points(tmp_path):
@@ -253,7 +253,7 @@ def test_a_finding_file_of_1_5_gb_is_refused_unread(tmp_path):
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
     done = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=120, preexec_fn=cap)
+                          text=True, timeout=120, preexec_fn=cap)
     assert done.returncode == 0, done.stdout
     assert ("refused: The compare finding {} holds 1500000000 bytes, more than the 1048576 bytes such a file can "
             "hold; it is not read.".format(finding)) in done.stdout, done.stdout
@@ -292,7 +292,7 @@ def test_a_module_record_paired_with_an_api_record_does_not_crash(tmp_path, caps
         printed = capsys.readouterr()
         # 3: incomplete (a record without a partner), never a traceback
         assert status in (0, 1, 3) and "Traceback" not in printed.out + printed.err, (args, printed.err)
-        (report,) = [name for name in os.listdir(str(tmp_path / out)) if name.endswith(".csv")]
+        (report,) = (name for name in os.listdir(str(tmp_path / out)) if name.endswith(".csv"))
         rows = rows_of(str(tmp_path / out / report))
         assert_good_rows_pass(rows)
         names = {row["NPU Name"] for row in rows} | {row["Bench Name"] for row in rows}

@@ -36,7 +36,7 @@ def _stats(array):
 
 
 def good_arrays():
-    return {"Torch_relu_{}_forward_output".format(i): np.arange(4, dtype=np.float32) + i for i in range(GOOD_CALLS)}
+    return {f"Torch_relu_{i}_forward_output": np.arange(4, dtype=np.float32) + i for i in range(GOOD_CALLS)}
 
 
 def legacy(root, extra_lines=(), files=None, shapes=None):
@@ -70,13 +70,13 @@ def msprobe(root, extra=None, suffix=".npy"):
     data.mkdir(parents=True)
     entries = {}
     for i, array in enumerate(good_arrays().values()):
-        name = "Torch.relu.{}.forward.output.0{}".format(i, suffix)
+        name = f"Torch.relu.{i}.forward.output.0{suffix}"
         if suffix == ".npy":
             np.save(str(data / name), array)
         else:
             import torch
             torch.save(torch.from_numpy(array), str(data / name))
-        entries["Torch.relu.{}.forward".format(i)] = {"input_args": [], "input_kwargs": {},
+        entries[f"Torch.relu.{i}.forward"] = {"input_args": [], "input_kwargs": {},
                                                        "output": [leaf(name, array)]}
     entries.update(extra or {})
     (root / "dump.json").write_text(json.dumps({"task": "tensor", "level": "L1", "data": entries}))
@@ -116,7 +116,7 @@ def assert_good_rows_pass(rows):
 EVIL_MODULE = '''
 import sys, torch
 
-class Evil(object):
+class Evil:
     def __init__(self, marker):
         self.marker = marker
     def __reduce__(self):
@@ -159,7 +159,7 @@ def test_pt_with_a_pickle_payload_is_never_unpickled(tmp_path, output_dir, force
     assert not marker.exists()
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    (report,) = [name for name in os.listdir(output_dir) if name.endswith(".csv")]
+    (report,) = (name for name in os.listdir(output_dir) if name.endswith(".csv"))
     with open(os.path.join(output_dir, report), newline="") as handle:
         rows = {row["NPU Name"]: row for row in csv.DictReader(handle)}
     row = rows["Torch_relu_9_forward_output"]
@@ -275,7 +275,7 @@ BEYOND_IDS = ["400-digits", "5000-digits", "1e400", "-2.5E+999"]
 def test_pkl_statistic_beyond_float64_is_no_value(tmp_path, output_dir, capsys, literal, said):
     array = np.ones(4, np.float32)
     name = "Torch_relu_9_forward_output"
-    line = '["{}", 0, [], "torch.float32", [4], [{}, 1.0, 1.0, 2.0]]'.format(name, literal)
+    line = f'["{name}", 0, [], "torch.float32", [4], [{literal}, 1.0, 1.0, 2.0]]'
     npu = legacy(tmp_path / "npu", [line], files={name: array})
     bench = legacy(tmp_path / "bench", [[name, 0, [], "torch.float32", [4], _stats(array)]], files={name: array})
     warning = ("Line 4 of {}: the max of {} is {}, beyond float64's range: read as no value (Nan in the report)."
@@ -370,13 +370,13 @@ def test_parse_reads_past_malformed_lines(tmp_path, capsys):
     huge = "1" + "0" * 400
     npu = legacy(tmp_path / "npu", [
         NESTED, ["Torch_relu_9_forward_input.0", 0, [], "torch.float32", ["x"], []],
-        '["Torch_relu_9_forward_output", 0, [], "torch.float32", [4], [{}, 0.0, 0.5, 1.0]]'.format(huge)],
+        f'["Torch_relu_9_forward_output", 0, [], "torch.float32", [4], [{huge}, 0.0, 0.5, 1.0]]'],
         files={"Torch_relu_9_forward_output": array})
     capsys.readouterr()
     assert ptdbg_main(["parse", npu["pkl"], "Torch_relu_9_forward"]) == 0
     out = capsys.readouterr().out
     assert "[Torch_relu_9_forward_output][dtype: torch.float32][shape: [4]][max: Nan][min: 0.0]" in out
-    assert "Line 6 of {}: the max of Torch_relu_9_forward_output is a 401-digit integer".format(npu["pkl"]) in out
+    assert f"Line 6 of {npu['pkl']}: the max of Torch_relu_9_forward_output is a 401-digit integer" in out
     assert "Traceback" not in out
 
 
@@ -407,7 +407,7 @@ LONG_COUNTER = "1" * 5000  # int() of it raises ValueError (Python's 4300-digit 
 @pytest.mark.torchfree
 def test_pkl_record_with_a_5000_digit_counter_is_skipped(tmp_path, output_dir, capsys):
     # Before: compare and parse raised "ValueError: Exceeds the limit (4300 digits)" from the name parser.
-    name = "Torch_relu_{}_forward_output".format(LONG_COUNTER)
+    name = f"Torch_relu_{LONG_COUNTER}_forward_output"
     npu = legacy(tmp_path / "npu", [[name, 0, [], "torch.float32", [4], [1.0, 1.0, 1.0, 2.0]]])
     bench = legacy(tmp_path / "bench")
     capsys.readouterr()
@@ -425,14 +425,14 @@ def test_pkl_record_with_a_5000_digit_counter_is_skipped(tmp_path, output_dir, c
 @pytest.mark.torchfree
 @pytest.mark.parametrize("counter", [LONG_COUNTER, "1" * 19], ids=["5000-digits", "19-digits"])
 def test_dump_json_call_with_a_counter_too_long_is_skipped(tmp_path, output_dir, capsys, counter):
-    key = "Torch.relu.{}.forward".format(counter)
+    key = f"Torch.relu.{counter}.forward"
     array = np.ones(4, np.float32)
     extra = {key: {"input_args": [], "input_kwargs": {}, "output": [leaf("x.npy", array)]}}
     npu, bench = msprobe(tmp_path / "npu", extra), msprobe(tmp_path / "bench")
     capsys.readouterr()
     rows = rows_of(compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False))
     out = capsys.readouterr().out
-    shown = repr(key) if len(key) <= 255 else "{!r}... ({} characters)".format(key[:255], len(key))
+    shown = repr(key) if len(key) <= 255 else f"{key[:255]!r}... ({len(key)} characters)"
     assert "Skipped entry {} of {}: not an API or module call name: it holds a number of {} digits (a call counter or index " \
            "has at most 18).".format(shown, npu["pkl"], len(counter)) in out
     assert sorted(rows) == sorted(good_arrays())

@@ -128,11 +128,11 @@ def test_missing_and_pickled_npy(tmp_path):
     np.save(good, np.ones(3))
     missing = str(tmp_path / "missing.npy")
     m = compare_files(str(good), missing)
-    assert m.cell("cosine") == "Nan" and m.messages == ("Dump file: {} not found.".format(missing),)
+    assert m.cell("cosine") == "Nan" and m.messages == (f"Dump file: {missing} not found.",)
     pickled = tmp_path / "obj.npy"
     np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     m = compare_files(str(good), str(pickled))
-    assert m.cell("cosine") == "Nan" and m.messages[0].startswith("Dump file: {} cannot be read".format(pickled))
+    assert m.cell("cosine") == "Nan" and m.messages[0].startswith(f"Dump file: {pickled} cannot be read")
 
 
 

@@ -172,7 +172,7 @@ def test_hostile_construct_json_loses_no_row(tmp_path, construct, construct_text
 
 def test_a_construct_json_nested_three_thousand_deep_is_walked_without_recursion(tmp_path):
     depth = 3000  # three times Python's recursion limit
-    names = ["Module.m{}.Linear.forward.0".format(i) for i in range(depth)]
+    names = [f"Module.m{i}.Linear.forward.0" for i in range(depth)]
     entries = {name: _forward(1.0) for name in reversed(names)}  # inner modules end first
     construct = {name: (names[i - 1] if i else None) for i, name in enumerate(names)}
     construct[names[0]] = names[-1]  # and a cycle through all of them
@@ -195,7 +195,7 @@ def test_module_entries_the_grammar_refuses_are_skipped_with_a_warning(tmp_path,
 def test_the_diverging_module_of_a_deep_crafted_tree_and_the_api_inside_it(tmp_path):
     # 3000 nested modules, an API in the innermost, everything failing: one walk, not one per level
     depth = 3000
-    names = ["Module.m{}.Linear.forward.0".format(i) for i in range(depth)]
+    names = [f"Module.m{i}.Linear.forward.0" for i in range(depth)]
     entries = {"Functional.linear.0.forward": _forward(1.0)}
     entries.update((name, _forward(1.0)) for name in reversed(names))
     construct = {name: (names[i - 1] if i else None) for i, name in enumerate(names)}

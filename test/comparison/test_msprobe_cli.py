@@ -119,7 +119,7 @@ def test_msprobe_compare_json_with_framework_option(runs, tmp_path):
     out = tmp_path / "output" / "new"
     rows = rows_of(only_file(str(out), "compare_result_"))
     first = next(row for row in rows if row["NPU Name"].startswith("Functional_leaky_relu_0_forward"))
-    assert '{}", line {}'.format(runs["script"], planted_line()) in first["NPU_Stack_Info"]
+    assert f"{runs['script']}\", line {planted_line()}" in first["NPU_Stack_Info"]
     advice = open(only_file(str(out), "advisor_", ".txt"), encoding="utf-8").read()
     assert "Functional_leaky_relu_0_forward" in advice and "PLANTED_LINE" in advice
     assert os.path.isfile(only_file(str(out), "compare_result_", ".xlsx"))
@@ -147,7 +147,7 @@ def test_stack_json_beside_the_dump_is_found(runs, tmp_path):
     assert result.returncode == 1, result.stderr
     rows = rows_of(only_file(str(tmp_path / "out"), "compare_result_"))
     first = next(row for row in rows if row["NPU Name"].startswith("Functional_leaky_relu_0_forward"))
-    assert "line {}".format(planted_line()) in first["NPU_Stack_Info"]
+    assert f"line {planted_line()}" in first["NPU_Stack_Info"]
     (tmp_path / "compare.json").write_text(json.dumps({"npu_path": npu, "bench_path": bench}))
     result = cli(["compare", "-i", "compare.json", "-o", "out_json", "-s"], tmp_path)
     assert result.returncode == 1, result.stderr
@@ -187,7 +187,7 @@ def test_compare_json_errors_name_the_file_and_the_key(runs, tmp_path):
         assert result.stderr.startswith("ptdbg compare: error: " + expected.format(name)), (name, result.stderr)
     assert not (tmp_path / "out").exists()
     result = cli(["compare", "-i", "missing.json", dump, "-o", "out"], tmp_path)
-    assert result.returncode == 2 and "give no positional argument (got {})".format(dump) in result.stderr
+    assert result.returncode == 2 and f"give no positional argument (got {dump})" in result.stderr
 
 
 def test_framework_other_than_pytorch_is_refused(tmp_path):
@@ -282,6 +282,6 @@ def test_compare_runs_without_openpyxl(runs, tmp_path):
     lines = [line for line in result.stdout.splitlines() if line.startswith(("REFUSED", "CSV"))]
     assert lines[0] == ("REFUSED Invalid xlsx=True: writing the .xlsx needs openpyxl, which is not installed. Install "
                         "it (pip install openpyxl), or pass xlsx=False (ptdbg compare --no-xlsx) for the CSV alone.")
-    assert lines[1].startswith("CSV {}".format(out)) and lines[1].endswith(" None")
+    assert lines[1].startswith(f"CSV {out}") and lines[1].endswith(" None")
     assert sorted(name.rsplit("_", 1)[0] + os.path.splitext(name)[1] for name in os.listdir(str(out))) == \
         ["advisor.txt", "compare_finding.json", "compare_result.csv"]  # no .xlsx

@@ -64,7 +64,7 @@ def runs(tmp_path_factory):
     dumps = {}
     for path in ("foreach", "fused"):
         for name, lr in (("bench", "1e-3"), ("planted", "1.1e-3"), ("equal", "1e-3")):
-            out = root / "{}_{}".format(path, name)
+            out = root / f"{path}_{name}"
             result = subprocess.run([sys.executable, str(script), str(out), lr, path],
                                     capture_output=True, text=True, cwd=str(root))
             assert result.returncode == 0, result.stderr
@@ -94,7 +94,7 @@ def test_planted_learning_rate_names_the_optimizer_call_as_the_cause(runs, tmp_p
     assert finding.user_line.endswith("optimizer.step()  # the optimizer line")
     with open(outcome.advisor_path, encoding="utf-8") as handle:
         advice = handle.read()
-    assert "The inputs of {} are within what their precision explains, but its output is not".format(suspect) in advice
+    assert f"The inputs of {suspect} are within what their precision explains, but its output is not" in advice
     assert "Check the optimizer's hyper-parameters on both sides (lr, betas, eps" in advice  # its class's next step
     assert "no dumped API produced it" not in advice and "seed_all() on both sides" not in advice
 

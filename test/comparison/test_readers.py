@@ -28,7 +28,7 @@ def test_truncated_last_line_is_skipped_with_a_warning(tmp_path, capsys):
     calls = read_dump(pkl)
     assert [c.name for c in calls] == ["Torch_relu_0_forward"]
     assert calls[0].records[1].statistics[:3] == (1.0, 0.0, 0.5)
-    assert "Skipped corrupt line 3 of {} (truncated last line".format(pkl) in capsys.readouterr().out
+    assert f"Skipped corrupt line 3 of {pkl} (truncated last line" in capsys.readouterr().out
 
 
 def test_a_last_line_cut_inside_a_multibyte_character_spoils_that_line_only(tmp_path, capsys):
@@ -38,13 +38,13 @@ def test_a_last_line_cut_inside_a_multibyte_character_spoils_that_line_only(tmp_
     whole = ('["Torch_relu_0_forward_input.0", 0, [], "torch.float32", [2], [1.0, -1.0, 0.0, 1.4142]]\n'
              '["Torch_relu_0_forward_output", 0, [], "torch.float32", [2], [1.0, 0.0, 0.5, 1.0]]\n' + stack)
     cut = stack.replace("relu_0", "relu_1").encode("utf-8")
-    cut = cut[:cut.index("活".encode("utf-8")) + 1]  # the first of the character's three bytes
+    cut = cut[:cut.index("活".encode()) + 1]  # the first of the character's three bytes
     pkl = tmp_path / "dump.pkl"
     pkl.write_bytes(whole.encode("utf-8") + cut)
     (call,) = read_dump(str(pkl))
     assert call.name == "Torch_relu_0_forward"
     assert call.stack == (("train.py", "7", "f", "x = relu(x)  # 激活"),)
-    assert "Skipped corrupt line 4 of {} (truncated last line".format(pkl) in capsys.readouterr().out
+    assert f"Skipped corrupt line 4 of {pkl} (truncated last line" in capsys.readouterr().out
 
 
 def test_legacy_statistics_forms(tmp_path):
@@ -74,7 +74,7 @@ def test_corrupt_middle_line_keeps_the_rest(tmp_path, capsys):
                 'garbage\n'
                 '["Torch_b_0_forward_output", 0, [], "torch.float32", [1], [1, 1, 1, 1]]\n')
     assert [c.name for c in read_dump(pkl)] == ["Torch_a_0_forward", "Torch_b_0_forward"]
-    assert "Skipped corrupt line 2 of {}.".format(pkl) in capsys.readouterr().out
+    assert f"Skipped corrupt line 2 of {pkl}." in capsys.readouterr().out
 
 
 def msprobe_dump(root, values, stack=True):

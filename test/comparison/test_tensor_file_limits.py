@@ -25,7 +25,7 @@ def refused():
 
 def npy_header_only(path, shape, dtype="<f8"):
     """An .npy whose header declares ``shape`` but which holds 16 bytes of data."""
-    header = "{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}".format(dtype, tuple(shape))
+    header = f"{{'descr': '{dtype}', 'fortran_order': False, 'shape': {tuple(shape)}, }}"
     header += " " * (63 - (10 + len(header)) % 64) + "\n"
     with open(path, "wb") as handle:
         handle.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1"))
@@ -96,12 +96,12 @@ def test_compare_of_a_stride0_bomb_under_a_memory_cap_is_a_row_message(tmp_path)
         roots[side] = str(root / "dump.json")
     out = tmp_path / "out"
     out.mkdir()
-    process = subprocess.run(["prlimit", "--as={}".format(3 * 1024 ** 3), sys.executable, "-m", "ptdbg_ascend.cli",
+    process = subprocess.run(["prlimit", f"--as={3 * 1024 ** 3}", sys.executable, "-m", "ptdbg_ascend.cli",
                               "compare", roots["npu"], roots["bench"], str(out), "--quiet"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
     output = process.stdout.decode(errors="replace")
     assert "Traceback" not in output and "MemoryError" not in output, output
-    (report,) = [name for name in os.listdir(str(out)) if name.endswith(".csv")]
+    (report,) = (name for name in os.listdir(str(out)) if name.endswith(".csv"))
     with open(str(out / report), newline="") as handle:
         rows = {row["NPU Name"]: row for row in csv.DictReader(handle)}
     assert rows["Torch_relu_0_forward_output"]["Result"] == "not compared"

@@ -161,13 +161,12 @@ def test_killed_legacy_run_is_compared_as_far_as_it_got(tmp_path, output_dir, ca
     expected = ("NPU dump {} ended without a clean close (pid {} on host {} is gone): {} complete calls ({} tensor "
                 "records) read, the last complete call is {}".format(pkl, pid, HOST, len(calls), len(lines), calls[-1]))
     assert len(torn) == 1 and torn[0].startswith(expected), torn
-    assert ("{} leftover temporary file".format(leftovers) in torn[0]) == (leftovers > 0)
+    assert (f"{leftovers} leftover temporary file" in torn[0]) == (leftovers > 0)
     assert torn[0].endswith("Compare runs on what is there.")
     (dump,) = outcome.torn
     assert (dump.side, dump.state, dump.pid, dump.calls, dump.records, dump.last_call) == \
         ("NPU", "ended", pid, len(calls), len(lines), calls[-1])
-    assert "[NPU dump torn: ended without a clean close, {} calls read, last {}]".format(
-        len(calls), calls[-1]) in str(outcome)
+    assert f"[NPU dump torn: ended without a clean close, {len(calls)} calls read, last {calls[-1]}]" in str(outcome)
     with open(outcome.advisor_path, encoding="utf-8") as handle:
         assert "Note: " + expected in handle.read()
     # every complete record is a row; those whose npy was written compare equal to the clean run's
@@ -227,8 +226,8 @@ def test_killed_precision_debugger_run(tmp_path, output_dir, capsys):
     head = "dump {} ended without a clean close (pid {} on host {} is gone): its last flush holds {} complete " \
         "calls (".format(dump_json, pid, HOST, len(data))
     assert [w.split(" ", 1)[0] for w in torn] == ["NPU", "Bench"] and all(head in w for w in torn), torn
-    tail = "; {} leftover temporary file{} (.*.tmp)".format(leftovers, "s" if leftovers > 1 else "") if leftovers else ""
-    assert torn[0].endswith("the last complete call is {}{}. Compare runs on what is there.".format(last, tail))
+    tail = f"; {leftovers} leftover temporary file{'s' if leftovers > 1 else ''} (.*.tmp)" if leftovers else ""
+    assert torn[0].endswith(f"the last complete call is {last}{tail}. Compare runs on what is there.")
     assert [d.calls for d in outcome.torn] == [len(data), len(data)]
     assert outcome.counts.compared == outcome.torn[0].records > 0
 
@@ -251,13 +250,13 @@ def test_a_step_killed_before_its_first_flush_is_said_not_just_missing(tmp_path,
     with pytest.raises(FileFormatError) as compared:
         compare({"npu_json_path": dump_json, "bench_json_path": dump_json, "is_print_compare_log": False}, output_dir,
                 xlsx=False)
-    assert str(compared.value).startswith("NPU dump file {}".format(rank_dir)) and said in str(compared.value)
+    assert str(compared.value).startswith(f"NPU dump file {rank_dir}") and said in str(compared.value)
     with pytest.raises(FileFormatError) as parsed:
         parse(dump_json, "Functional_linear_0_forward")
     assert said in str(parsed.value)
     with pytest.raises(CompareError) as distributed:
         compare_distributed(os.path.join(npu, "step0"), os.path.join(npu, "step0"), output_dir, xlsx=False)
-    assert "There is no dump.json: its directory holds {} tensor files".format(tensors) in str(distributed.value)
+    assert f"There is no dump.json: its directory holds {tensors} tensor files" in str(distributed.value)
     assert os.listdir(output_dir) == []
 
 
@@ -268,8 +267,8 @@ def test_a_run_ended_by_an_uncaught_exception_is_named_cut(tmp_path, capsys, kin
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
     npu = tmp_path / "npu"
-    run = subprocess.run([sys.executable, str(script), str(npu), kind, "raise"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, timeout=120)
+    run = subprocess.run([sys.executable, str(script), str(npu), kind, "raise"], capture_output=True, text=True,
+                         timeout=120)
     assert run.returncode != 0 and "KeyboardInterrupt" in run.stderr, run.stderr
     assert "ends cut short: the process exited on an uncaught KeyboardInterrupt" in run.stdout, run.stdout
     rank_dir = str(npu / ("run_v1.0/rank0" if kind == "legacy" else "step0/rank"))
@@ -325,7 +324,7 @@ def _small_dump(legacy_dump, side):
 def test_a_live_writer_is_still_writing(legacy_dump, output_dir, capsys):
     npu, bench = _small_dump(legacy_dump, "npu"), _small_dump(legacy_dump, "bench")
     with open(os.path.join(npu.root, ".ptdbg.lock"), "w") as handle:
-        handle.write("{} {}\n".format(os.getpid(), HOST))  # this process is alive
+        handle.write(f"{os.getpid()} {HOST}\n")  # this process is alive
     outcome = compare(npu.param(bench), output_dir, xlsx=False, auto_analyze=False)
     assert torn_warnings(capsys.readouterr().out) == [
         "NPU dump {} is still being written by pid {} on {}: 2 complete calls (4 tensor records) read, the last "
@@ -376,7 +375,7 @@ def _ranks(legacy_dump, tmp_path, side, ranks, value=1.0):
     cls = type(legacy_dump("probe"))
     tag = tmp_path / side / "run_v1.0"
     for rank in ranks:
-        dump = cls(str(tag / "rank{}".format(rank)), "npu_dump")
+        dump = cls(str(tag / f"rank{rank}"), "npu_dump")
         dump.add_call("Functional_linear_0_forward", [("output", np.full((2, 2), value, np.float32))])
     return str(tag)
 

@@ -164,9 +164,9 @@ def test_backward_suspect_carries_the_forward_line(project, dumps, layout, tmp_p
     assert outcome.first_failure == "Torch_tanh_0_backward_input.0"
     assert (finding.call, finding.kind) == ("Torch_tanh_0_backward", "input")
     line = _line_of(LAYERS, "LAYERS_LINE")
-    expected = "{}:{}  return ScaleGrad.apply(torch.tanh(self.fc(x)))  # LAYERS_LINE".format(project["layers"], line)
+    expected = f"{project['layers']}:{line}  return ScaleGrad.apply(torch.tanh(self.fc(x)))  # LAYERS_LINE"
     assert finding.user_line == expected
-    assert "Code: {}\n".format(expected) in text
+    assert f"Code: {expected}\n" in text
     assert "loss.backward()" not in text
 
 
@@ -175,9 +175,8 @@ def test_forward_cause_in_a_transformers_folder_under_torch_keeps_its_line(proje
     finding = outcome.finding
     assert (finding.call, finding.kind) == ("Functional_leaky_relu_0_forward", "cause")
     line = _line_of(MODELING, "MODELING_LINE")
-    assert finding.user_line == "{}:{}  {}".format(project["modeling"], line,
-                                                   MODELING.splitlines()[line - 1].strip())
-    assert "Code: {}:{}".format(project["modeling"], line) in text
+    assert finding.user_line == f"{project['modeling']}:{line}  {MODELING.splitlines()[line - 1].strip()}"
+    assert f"Code: {project['modeling']}:{line}" in text
 
 
 @pytest.mark.parametrize("layout", ["pkl", "json"])

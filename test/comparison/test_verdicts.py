@@ -340,7 +340,7 @@ def test_inf_nan_at_different_positions_is_an_error(npu, bench, index):
     judgement, metrics, legacy, _ = judge(np.array(npu, np.float32), np.array(bench, np.float32), scale=4.0)
     assert metrics.status == met.Status.INF_NAN and legacy == "No"
     assert (judgement.grade, judgement.needed_rtol) == (ERROR, math.inf)
-    assert judgement.message == "inf/nan differ first at index {}.".format(index)
+    assert judgement.message == f"inf/nan differ first at index {index}."
 
 
 def test_inf_nan_at_the_same_positions_compare_the_rest():

@@ -23,7 +23,7 @@ CHECK = "Need double check api accuracy."
 
 
 def row(index, cosine, max_abs, result, stack=""):
-    name = "Torch_layer_norm_{}_forward_output".format(index)
+    name = f"Torch_layer_norm_{index}_forward_output"
     failed = result in ("error", "warning")
     return [name, name, "torch.float32", cosine, max_abs, "No" if failed else "Yes", CHECK if failed else "",
             stack, result]
@@ -141,7 +141,7 @@ def test_no_failure_no_marker_and_nothing_selected(tmp_path):
 
 def test_cells_keep_their_types(tmp_path):
     cells = [0.5, "Nan", None, "0.5", float("nan"), float("-inf"), 3, "=SUM(A1)", "bad\x01char"]
-    columns = ["c{}".format(i) for i in range(len(cells))]
+    columns = [f"c{i}" for i in range(len(cells))]
     _, book = written(tmp_path, columns, [cells], ["pass"], first_failure=None)
     sheet = book["compare_result"]
     assert [cell.value for cell in sheet[2]] == [0.5, "Nan", None, "0.5", "nan", "-inf", 3, "=SUM(A1)", "bad?char"]
@@ -173,7 +173,7 @@ def test_unwritable_path_is_a_dump_write_error_naming_it(tmp_path, where):
     (tmp_path / "a_directory").mkdir()
     path = str(tmp_path / where)
     table, results = golden_table()
-    with pytest.raises(DumpWriteError, match="Cannot write the compare result {}".format(path)):
+    with pytest.raises(DumpWriteError, match=f"Cannot write the compare result {path}"):
         write_xlsx(path, COLUMNS, table, results, 8)
 
 

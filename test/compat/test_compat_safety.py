@@ -26,7 +26,7 @@ VICTIM_TEXT = "victim: must never change\n"
 
 def ptdbg(*args, cwd):
     return subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli"] + [str(arg) for arg in args], cwd=str(cwd),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+                          capture_output=True, text=True, timeout=120)
 
 
 def snapshot(root):
@@ -93,7 +93,7 @@ def test_convert_legacy_with_path_names_writes_only_inside_and_warns(tmp_path):
     assert changes_outside(before, snapshot(tmp_path), tmp_path / "out" / "json") == []
     assert done.returncode == 0, done.stderr
     for bad in names[1:]:
-        assert "skipped the record {!r}".format(bad) in done.stdout, done.stdout
+        assert f"skipped the record {bad!r}" in done.stdout, done.stdout
     dump = json.loads((tmp_path / "out" / "json" / "dump.json").read_text())
     assert list(dump["data"]) == ["Functional.relu.0.forward"]
     assert sorted(os.listdir(str(tmp_path / "out" / "json" / "dump_tensor_data"))) == [
@@ -137,7 +137,7 @@ def test_convert_msprobe_with_path_names_writes_only_inside_and_warns(tmp_path):
     assert changes_outside(before, snapshot(tmp_path), tmp_path / "out" / "legacy") == []
     assert done.returncode == 0, done.stderr
     for bad in bad_calls:
-        assert "skipped the entry {!r}".format(bad) in done.stdout, done.stdout
+        assert f"skipped the entry {bad!r}" in done.stdout, done.stdout
     assert "record Tensor_mul_0_forward_input.0 keeps its statistics but not its tensor" in done.stdout
     out = tmp_path / "out" / "legacy"
     assert (out / "dump.pkl").read_text() == "".join(json.dumps(line) + "\n" for line in [
@@ -221,7 +221,7 @@ def test_convert_legacy_does_not_read_an_npy_linked_out_of_the_dump(tmp_path):
     assert output == {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [3], "Max": 3.0, "Min": 0.0,
                       "Mean": 1.3333333730697632, "Norm": 3.0}  # statistics kept, no data_name
     assert os.listdir(str(tmp_path / "out" / "dump_tensor_data")) == ["Functional.relu.0.forward.input.0.pt"]
-    assert "Wrote {}.".format(tmp_path / "out" / "dump.json") in done.stdout
+    assert f"Wrote {tmp_path / 'out' / 'dump.json'}." in done.stdout
     assert "1 tensor file(s) in all." in done.stdout
 
 

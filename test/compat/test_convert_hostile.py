@@ -30,7 +30,7 @@ def ptdbg(*args, cwd, memory=None):
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     return subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli"] + [str(arg) for arg in args], cwd=str(cwd),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300,
+                          capture_output=True, text=True, timeout=300,
                           preexec_fn=cap if memory else None)
 
 
@@ -44,7 +44,7 @@ def legacy_dump(root, lines, npy=("Torch_relu_0_forward_output",)):
     return root / "dump.pkl"
 
 
-class Done(object):
+class Done:
     """What an in-process ``convert`` printed (the log goes to stdout) and its exit status (0, or 2 and the
     error as the CLI prints it)."""
 
@@ -104,7 +104,7 @@ def test_scalar_records_as_dumps_write_them_still_convert(tmp_path, capsys, dtyp
     pkl = legacy_dump(tmp_path / "in", [GOOD, line])
     done = Done(pkl, tmp_path / "out", capsys)
     assert done.returncode == 0 and "skipped" not in done.stdout, done.stdout
-    (scalar,) = [leaf for leaf in converted(tmp_path / "out")["Torch.add.0.forward"]["input_args"] if leaf]
+    (scalar,) = (leaf for leaf in converted(tmp_path / "out")["Torch.add.0.forward"]["input_args"] if leaf)
     if kept == "nan":
         assert scalar["type"] == "float" and scalar["value"] != scalar["value"]
     else:
@@ -121,7 +121,7 @@ def test_legacy_tensor_record_with_a_bad_shape_is_skipped(tmp_path, capsys, shap
     pkl = legacy_dump(tmp_path / "in", [GOOD, line], npy=("Torch_relu_0_forward_output", HOSTILE))
     done = Done(pkl, tmp_path / "out", capsys)
     assert done.returncode == 0, done.stderr
-    assert "Line 2 of {}: skipped the record '{}': shape ".format(pkl, HOSTILE) in done.stdout, done.stdout
+    assert f"Line 2 of {pkl}: skipped the record '{HOSTILE}': shape " in done.stdout, done.stdout
     assert "is not a list of non-negative integers" in done.stdout
     data = converted(tmp_path / "out")
     assert_good_converted(data)
@@ -148,11 +148,11 @@ def test_msprobe_tensor_leaf_with_a_bad_shape_is_skipped(tmp_path):
                          ids=["400-digits", "-1e400"])
 def test_statistic_beyond_float64_converts_as_null_both_ways(tmp_path, capsys, literal, said):
     # Before: pkl -> dump.json copied the 400 digits as they were; -1e400 became -Infinity (an overflow).
-    line = '["{}", 0, [], "torch.float32", [4], [1.0, {}, 1.0, 2.0]]'.format(HOSTILE, literal)
+    line = f'["{HOSTILE}", 0, [], "torch.float32", [4], [1.0, {literal}, 1.0, 2.0]]'
     pkl = legacy_dump(tmp_path / "in", [GOOD, line])
     done = Done(pkl, tmp_path / "json", capsys)
     assert done.returncode == 0, done.stderr
-    assert ("Line 2 of {}: the min of {} is {}, beyond float64's range: converted as null.".format(pkl, HOSTILE, said)
+    assert (f"Line 2 of {pkl}: the min of {HOSTILE} is {said}, beyond float64's range: converted as null."
             in done.stdout), done.stdout
     leaf = converted(tmp_path / "json")["Torch.add.0.forward"]["input_args"][1]
     assert (leaf["Max"], leaf["Min"], leaf["Norm"]) == (1.0, None, 2.0)
@@ -161,7 +161,7 @@ def test_statistic_beyond_float64_converts_as_null_both_ways(tmp_path, capsys, l
     dump.write_text(dump.read_text().replace('"Min": null', '"Min": ' + literal))
     done = Done(tmp_path / "json", tmp_path / "back", capsys)
     assert done.returncode == 0, done.stderr
-    assert ("{}: the Min of {} is {}, beyond float64's range: converted as null.".format(dump, HOSTILE, said)
+    assert (f"{dump}: the Min of {HOSTILE} is {said}, beyond float64's range: converted as null."
             in done.stdout), done.stdout
     lines = [json.loads(text) for text in (tmp_path / "back" / "dump.pkl").read_text().splitlines()]
     assert [HOSTILE, 0, [], "torch.float32", [4], [1.0, None, 1.0, 2.0]] in lines
@@ -169,12 +169,12 @@ def test_statistic_beyond_float64_converts_as_null_both_ways(tmp_path, capsys, l
 
 def test_dump_step_of_any_kind_is_said_not_a_crash(tmp_path, capsys):
     # Before: TypeError "unhashable type: 'list'" (a set of the steps) abandoned the conversion.
-    lines = [GOOD] + [["Torch_relu_{}_forward_output".format(index), step, [], "torch.float32", [4],
+    lines = [GOOD] + [[f"Torch_relu_{index}_forward_output", step, [], "torch.float32", [4],
                        [1.0, 1.0, 1.0, 2.0]] for index, step in enumerate([[1], "a", 101, {"x": 1}, 7, 8, 9], 1)]
     pkl = legacy_dump(tmp_path / "in", lines)
     done = Done(pkl, tmp_path / "out", capsys)
     assert done.returncode == 0, done.stderr
-    assert ("{} holds dump_step 'a', 101, 7, 8, 9 and 2 more; msprobe dump.json has no such field.".format(pkl)
+    assert (f"{pkl} holds dump_step 'a', 101, 7, 8, 9 and 2 more; msprobe dump.json has no such field."
             in done.stdout), done.stdout
     assert len(converted(tmp_path / "out")) == 8
 
@@ -207,13 +207,13 @@ def test_record_name_too_long_for_its_temporary_file_keeps_its_statistics(tmp_pa
                       npy=("Torch_relu_0_forward_output", name))
     done = ptdbg("convert", pkl, tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    dotted = "Torch.{}.0.forward.output.0.pt".format("a" * (251 - len("Torch__0_forward_output.npy")))
+    dotted = f"Torch.{'a' * (251 - len('Torch__0_forward_output.npy'))}.0.forward.output.0.pt"
     assert ("Line 2 of {}: record {} keeps its statistics but not its tensor: the file name {} and its temporary "
             "name (.{}.XXXXXXXX.tmp) would take {} bytes, more than the 255 a file name can."
             .format(pkl, name, dotted, dotted, len(dotted) + 14)) in done.stdout, done.stdout
     data = converted(tmp_path / "out")
     assert_good_converted(data)
-    (entry,) = [value for key, value in data.items() if key != "Torch.relu.0.forward"]
+    (entry,) = (value for key, value in data.items() if key != "Torch.relu.0.forward")
     assert entry["output"][0]["Max"] == 1.0 and "data_name" not in entry["output"][0]
     assert os.listdir(str(tmp_path / "out" / "dump_tensor_data")) == ["Torch.relu.0.forward.output.0.pt"]
 
@@ -222,7 +222,7 @@ def test_msprobe_record_name_too_long_for_its_npy_keeps_its_statistics(tmp_path)
     rank = tmp_path / "in"
     (rank / "dump_tensor_data").mkdir(parents=True)
     api = "a" * (255 - len("Torch._0.forward.input.0.pt"))
-    dotted = "Torch.{}.0.forward".format(api)
+    dotted = f"Torch.{api}.0.forward"
     torch.save(torch.ones(4), str(rank / "dump_tensor_data" / (dotted + ".input.0.pt")))
     leaf = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4], "Max": 1.0, "Min": 1.0, "Mean": 1.0,
             "Norm": 2.0, "data_name": dotted + ".input.0.pt"}
@@ -231,7 +231,7 @@ def test_msprobe_record_name_too_long_for_its_npy_keeps_its_statistics(tmp_path)
     (rank / "dump.json").write_text(json.dumps({"task": "tensor", "level": "L1", "data": data}))
     done = ptdbg("convert", rank, tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    legacy = "Torch_{}_0_forward_input.".format(api)
+    legacy = f"Torch_{api}_0_forward_input."
     for index in (0, 1):
         assert "{}: record {}{} keeps its statistics but not its tensor: the file name".format(
             rank / "dump.json", legacy, index) in done.stdout, done.stdout
@@ -243,17 +243,17 @@ def test_msprobe_record_name_too_long_for_its_npy_keeps_its_statistics(tmp_path)
 def test_counter_too_long_names_the_line_in_part(tmp_path):
     # 19 digits: outside the grammar, a refused conversion naming the line (as any name outside it); a 5000-digit
     # one is over 255 characters: skipped as any name that cannot be a file name. Both quoted in part.
-    pkl = legacy_dump(tmp_path / "a", [GOOD, ["Torch_add_{}_forward_input.0".format("1" * 19), 0, [],
+    pkl = legacy_dump(tmp_path / "a", [GOOD, [f"Torch_add_{'1' * 19}_forward_input.0", 0, [],
                                               "torch.float32", [4], [1.0, 1.0, 1.0, 2.0]]])
     done = ptdbg("convert", pkl, tmp_path / "a_out", cwd=tmp_path)
     assert done.returncode == 2 and not (tmp_path / "a_out").exists()
     assert ("Line 2 of {}: 'Torch_add_1111111111111111111_forward_input.0' is not a legacy dump record: it holds a "
             "number of 19 digits (a call counter or index has at most 18).".format(pkl)) in done.stderr, done.stderr
-    long = "Torch_add_{}_forward_input.0".format("1" * 5000)
+    long = f"Torch_add_{'1' * 5000}_forward_input.0"
     pkl = legacy_dump(tmp_path / "b", [GOOD, [long, 0, [], "torch.float32", [4], [1.0, 1.0, 1.0, 2.0]]])
     done = ptdbg("convert", pkl, tmp_path / "b_out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "Line 2 of {}: skipped the record {!r}... ({} characters)".format(pkl, long[:255], len(long)) in done.stdout
+    assert f"Line 2 of {pkl}: skipped the record {long[:255]!r}... ({len(long)} characters)" in done.stdout
     assert "1" * 300 not in done.stdout + done.stderr
     assert_good_converted(converted(tmp_path / "b_out"))
 

@@ -14,7 +14,7 @@ from ptdbg_ascend.errors import DumpPathError
 pytestmark = pytest.mark.torchfree
 
 
-class Net(object):
+class Net:
     pass
 
 
@@ -77,7 +77,7 @@ def test_importing_the_shim_does_not_import_torch():
     import subprocess
 
     code = "import sys, ptdbg_ascend, ptdbg_ascend.compat; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.PIPE, text=True).stdout
     assert out.strip() == "False"
 
 
@@ -95,7 +95,7 @@ def test_a_window_per_step_is_recorded_once(monkeypatch):
 def test_the_log_is_capped_and_the_export_says_so(monkeypatch, capsys):
     monkeypatch.setattr(call_log, "MAX_RECORDED_CALLS", 3)
     for index in range(10):
-        record_call("set_dump_switch", {"switch": "ON", "mode": "list", "scope": ["Torch_relu_{}_forward".format(index)]})
+        record_call("set_dump_switch", {"switch": "ON", "mode": "list", "scope": [f"Torch_relu_{index}_forward"]})
     calls = recorded_calls()
     assert len(calls) == 4 and calls[-1].function == call_log.TRUNCATED
     assert "More than 3 different legacy calls" in capsys.readouterr().out

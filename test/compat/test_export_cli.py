@@ -25,7 +25,7 @@ def test_export_config_of_a_crashing_script(tmp_path):
     (tmp_path / "train.py").write_text(CRASHING_SCRIPT)
     done = subprocess.run(
         [sys.executable, "-m", "ptdbg_ascend.cli", "export-config", "-o", "cfg.json", "train.py", "--epochs", "1"],
-        cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        cwd=str(tmp_path), capture_output=True, text=True)
     assert done.returncode == 1, done.stderr
     assert "RuntimeError: boom after the dump started" in done.stderr
     assert json.loads((tmp_path / "cfg.json").read_text()) == {

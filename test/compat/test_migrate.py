@@ -188,7 +188,7 @@ def test_cli_write_refuses_when_something_cannot_be_rewritten(tmp_path, capsys):
     script.write_text(source)
     assert ptdbg_main(["migrate", str(script), "--write"]) == 1
     err = capsys.readouterr().err
-    assert "{}:2: set_dump_path(...): argument p is not a literal".format(script) in err
+    assert f"{script}:2: set_dump_path(...): argument p is not a literal" in err
     assert "Nothing was written" in err
     assert script.read_text() == source
     assert os.listdir(str(tmp_path)) == ["train.py"]
@@ -200,7 +200,7 @@ def test_cli_output_and_config_options(tmp_path):
     assert ptdbg_main(["migrate", str(script), "--write", "-o", str(tmp_path / "new.py"),
                        "--config", str(tmp_path / "cfg.json")]) == 0
     assert script.read_text() == GUIDE_SCRIPT
-    assert 'PrecisionDebugger(config_path="{}")'.format(tmp_path / "cfg.json") in (tmp_path / "new.py").read_text()
+    assert f"PrecisionDebugger(config_path=\"{tmp_path / 'cfg.json'}\")" in (tmp_path / "new.py").read_text()
     assert json.loads((tmp_path / "cfg.json").read_text())["task"] == "tensor"
 
 
@@ -256,7 +256,7 @@ def test_cli_diff_shows_the_script_text_escaped_and_writes_it_exact(tmp_path):
         "-seed_all()  # \\x1b[2J\\x1b]0;owned\\x07",
         "-set_dump_path('./dump/npu.pkl')  # \\u202eyp.niart",
         "-set_dump_switch('ON')  # done\\x08\\x08\\x08\\x08PWNED\\x0cpage",
-        '+debugger = PrecisionDebugger(config_path="{}")  # \\x1b[2J\\x1b]0;owned\\x07'.format(tmp_path / "cfg.json"),
+        f"+debugger = PrecisionDebugger(config_path=\"{tmp_path / 'cfg.json'}\")  # \\x1b[2J\\x1b]0;owned\\x07",
         "+debugger.start()  # done\\x08\\x08\\x08\\x08PWNED\\x0cpage",
         " x = 1\t# a tab\\x0d",  # a tab kept; the file's own CR (of its CRLF line end) shown, not obeyed
         "-set_dump_switch('OFF')",
@@ -264,7 +264,7 @@ def test_cli_diff_shows_the_script_text_escaped_and_writes_it_exact(tmp_path):
     ]
     written = (tmp_path / "new.py").read_bytes().decode("utf-8")
     assert written == HOSTILE_SCRIPT.replace(
-        "seed_all()", 'debugger = PrecisionDebugger(config_path="{}")'.format(tmp_path / "cfg.json")).replace(
+        "seed_all()", f"debugger = PrecisionDebugger(config_path=\"{tmp_path / 'cfg.json'}\")").replace(
         "set_dump_path('./dump/npu.pkl')  # \u202eyp.niart\n", "").replace(
         "set_dump_switch('ON')", "debugger.start()").replace("set_dump_switch('OFF')", "debugger.stop()")
 

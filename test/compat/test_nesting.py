@@ -53,7 +53,7 @@ DEEP_PATTERNS = {
 
 def run_cli(*args, cwd):
     return subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli"] + list(args), cwd=str(cwd),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+                          capture_output=True, text=True, timeout=120)
 
 
 # --- the measure --------------------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ def test_migrate_refuses_a_deep_script_with_one_line(kind, tmp_path):
     assert done.returncode == 2, (done.returncode, done.stderr[-500:])  # not 139: libcst never saw it
     assert done.stderr.count("\n") == 1, done.stderr
     if "not valid Python (too many nested parentheses)" not in done.stderr:  # Python >= 3.12's own tokenizer
-        assert done.stderr.startswith("ptdbg migrate: error: {}:".format(script))
+        assert done.stderr.startswith(f"ptdbg migrate: error: {script}:")
         assert ": nested more than 500 levels deep (each bracket, call, chained operator, lambda or conditional " \
                "counts one); deeper scripts crash libcst's parser" in done.stderr
     assert script.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
@@ -128,10 +128,10 @@ def test_migrate_refuses_a_deeply_nested_case_pattern_at_once(kind, tmp_path):
     before = script.read_bytes()
     try:
         done = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", "migrate", "--write", str(script)],
-                              cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=60)
+                              cwd=str(tmp_path), capture_output=True,
+                              text=True, timeout=60)
     except subprocess.TimeoutExpired:
-        pytest.fail("ptdbg migrate still ran after 60 s on a {} pattern".format(kind))
+        pytest.fail(f"ptdbg migrate still ran after 60 s on a {kind} pattern")
     assert done.returncode == 2, (done.returncode, done.stderr[-500:])
     assert done.stderr == ("ptdbg migrate: error: {}:6: a case pattern nested more than {} levels deep (each "
                            "bracket counts one, a mapping two); libcst's parser takes time exponential in it, so "
@@ -146,7 +146,7 @@ def test_migrate_names_the_line_of_the_deep_expression(tmp_path):
     script.write_text(LEGACY_CALLS + "y = 2\n" + DEEP["not"])
     done = run_cli("migrate", str(script), cwd=tmp_path)
     assert done.returncode == 2
-    assert done.stderr.startswith("ptdbg migrate: error: {}:5: nested more than 500".format(script))
+    assert done.stderr.startswith(f"ptdbg migrate: error: {script}:5: nested more than 500")
 
 
 def test_migrate_reports_libcst_running_out_of_recursion_under_the_limit(tmp_path):
@@ -259,15 +259,15 @@ def test_the_deepest_script_the_limits_accept_parses_in_libcst_without_crash_or_
     paths = []
     for number, (kind, grow) in enumerate(sorted(dict(GROWING, **PATTERNS).items())):
         n = deepest_accepted(grow, accepted)
-        assert n < GROWN_CAP, "{}: {} pieces are still accepted".format(kind, n)
-        path = tmp_path / "{:02d}.py".format(number)
+        assert n < GROWN_CAP, f"{kind}: {n} pieces are still accepted"
+        path = tmp_path / f"{number:02d}.py"
         path.write_text(LEGACY_CALLS + grow(n))
         paths.append((str(path), kind, n))
     done = subprocess.run([sys.executable, "-c", PARSE_ALL] + [path for path, _, _ in paths],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=400)
-    names = {path: "{} x {}".format(kind, n) for path, kind, n in paths}
+                          capture_output=True, text=True, timeout=400)
+    names = {path: f"{kind} x {n}" for path, kind, n in paths}
     shown = "\n".join(names.get(line, line) for line in done.stdout.splitlines())
-    assert done.returncode == 0, "libcst died ({}) on the last one:\n{}".format(done.returncode, shown)
+    assert done.returncode == 0, f"libcst died ({done.returncode}) on the last one:\n{shown}"
     seconds = [float(line.split()[0]) for line in done.stdout.splitlines() if line.endswith(" s")]
     assert len(seconds) == len(paths) and max(seconds) < 20, shown
 

@@ -57,20 +57,20 @@ def test_wrong_keys_name_the_file_and_the_key(tmp_path, content, key, fragment):
     with pytest.raises(FileFormatError) as raised:
         load_acl_config(path)
     message = str(raised.value)
-    assert message.startswith("Invalid ACL dump config {}: {} is ".format(path, key))
+    assert message.startswith(f"Invalid ACL dump config {path}: {key} is ")
     assert fragment in message
     assert "write_acl_dump_config writes one" in message
 
 
 def test_not_json(tmp_path):
     path = _write(tmp_path, '{"dump": {"dump_list": [],')
-    with pytest.raises(FileFormatError, match=r"^The ACL dump config {} is not valid JSON: ".format(path)):
+    with pytest.raises(FileFormatError, match=fr"^The ACL dump config {path} is not valid JSON: "):
         load_acl_config(path)
 
 
 def test_missing_file(tmp_path):
     path = str(tmp_path / "missing.json")
-    with pytest.raises(FileFormatError, match=r"^The ACL dump config {} does not exist".format(path)):
+    with pytest.raises(FileFormatError, match=fr"^The ACL dump config {path} does not exist"):
         load_acl_config(path)
 
 
@@ -83,7 +83,7 @@ def test_not_a_json_path(value):
 @pytest.mark.parametrize("kwargs, parameter", [({"dump_mode": "both"}, "dump_mode"), ({"dump_op_switch": "yes"}, "dump_op_switch"),
                                                ({"dump_list": "x"}, "dump_list")])
 def test_helper_refuses_bad_values(tmp_path, kwargs, parameter):
-    with pytest.raises(ParameterError, match=r"^Invalid {}=".format(parameter)):
+    with pytest.raises(ParameterError, match=fr"^Invalid {parameter}="):
         write_acl_dump_config(str(tmp_path / "dump.json"), "./out", **kwargs)
     assert not (tmp_path / "dump.json").exists()
 
@@ -100,4 +100,4 @@ def test_cli_writes_and_checks_a_dump_json(tmp_path, capsys):
     assert "is a valid ACL dump config: dump_path=./out, dump_mode=output, dump_op_switch=on." in capsys.readouterr().out
     broken = _write(tmp_path, {"dump": {"dump_path": "x"}}, "broken.json")
     assert main(["acl-config", broken, "--check"]) == 2
-    assert capsys.readouterr().err.startswith("ptdbg acl-config: error: Invalid ACL dump config {}: dump is ".format(broken))
+    assert capsys.readouterr().err.startswith(f"ptdbg acl-config: error: Invalid ACL dump config {broken}: dump is ")

@@ -129,7 +129,7 @@ def test_bad_values_name_the_key_the_value_and_what_is_allowed(raw, key, fragmen
         config_from_dict(raw)
     assert caught.value.parameter == key
     message = str(caught.value)
-    assert message.startswith("Invalid {}=".format(key))
+    assert message.startswith(f"Invalid {key}=")
     assert fragment in message
 
 

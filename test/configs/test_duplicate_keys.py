@@ -46,7 +46,7 @@ def test_dump_json_duplicate_is_a_warning_naming_key_file_and_place(tmp_path, ca
     assert ("[WARNING]The dump file {} has a key that appears twice in one object: 'Torch.relu.0.forward' in data. "
             "The later value is used.".format(npu)) in out
     assert outcome.rows == 2 and outcome.first_failure is not None  # the later entry (max 3.0) is compared
-    assert "[WARNING]The dump file {}".format(bench) not in out
+    assert f"[WARNING]The dump file {bench}" not in out
 
 
 def test_duplicate_inside_a_replaced_entry_is_still_named(tmp_path, capsys):

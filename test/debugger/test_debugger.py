@@ -63,10 +63,11 @@ def test_tensor_task_l1_layout_names_and_statistics(session, tmp_path, tiny, one
         np.testing.assert_allclose([leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"]], expected,
                                    rtol=1e-5, atol=1e-6, err_msg=leaf["data_name"])
     files = set(os.listdir(dump["dump_data_dir"]))
-    assert files == set(leaf["data_name"] for leaf in leaves)
+    assert files == {leaf["data_name"] for leaf in leaves}
     # stack.json: forward calls only, msprobe's line form, the user's code first
     assert set(stack) == set(FORWARD_L1 + ["Torch.ones_like.0.forward"])
-    assert stack["Torch.relu.0.forward"][0].startswith("File {}, line ".format(os.path.join(os.path.dirname(__file__), "conftest.py")))
+    conftest = os.path.join(os.path.dirname(__file__), "conftest.py")
+    assert stack["Torch.relu.0.forward"][0].startswith(f"File {conftest}, line ")
     assert ", in forward, \n x = torch.relu(self.conv(x))" in stack["Torch.relu.0.forward"][0]
     assert construct == {}
 
@@ -92,7 +93,7 @@ def test_statistics_task_writes_no_tensors_and_md5_is_crc32(session, tmp_path, t
     assert list(dump["data"]) == ["Functional.conv2d.0.forward"]
     image = dump["data"]["Functional.conv2d.0.forward"]["input_args"][0]
     assert list(image) == TENSOR_KEYS + ["md5"]
-    assert image["md5"] == "{:08x}".format(zlib.crc32(x.numpy().tobytes()))
+    assert image["md5"] == f"{zlib.crc32(x.numpy().tobytes()):08x}"
 
 
 def test_steps_only_listed_ones_counters_restart(session, tmp_path, tiny, one_step, read_dump):
@@ -304,4 +305,4 @@ def test_run_ut_task_dumps_what_the_precheck_reruns(session, tmp_path, tiny, one
     leaky = dump["data"]["Functional.leaky_relu.0.forward"]
     assert leaky["input_args"][1] == {"type": "float", "value": 0.1}
     files = set(os.listdir(dump["dump_data_dir"]))
-    assert files == set(leaf["data_name"] for leaf in tensor_leaves(dump["data"])) and len(files) > 20
+    assert files == {leaf["data_name"] for leaf in tensor_leaves(dump["data"])} and len(files) > 20

@@ -41,9 +41,9 @@ def small_disk(tmp_path):
     mounts = []
 
     def mount(megabytes):
-        path = tmp_path / "disk{}".format(len(mounts))
+        path = tmp_path / f"disk{len(mounts)}"
         path.mkdir()
-        mounts.append(tmpfs.mount(path, "size={}m".format(megabytes)))
+        mounts.append(tmpfs.mount(path, f"size={megabytes}m"))
         return path
 
     yield mount
@@ -286,7 +286,7 @@ def test_stop_raises_the_error_no_record_saw(small_disk):
         writer.release()
         background.close()
     message = str(raised.value)
-    assert message.startswith("Cannot write the tensor file {}: ".format(rank_dir / "dump_tensor_data" / big))
+    assert message.startswith(f"Cannot write the tensor file {rank_dir / 'dump_tensor_data' / big}: ")
     assert re.search(NO_SPACE + STOPPED.format(rank=re.escape(str(rank_dir))), message) and "holds the 1 entry" in message
     assert str(later.value) == message
     assert _load(rank_dir / "dump.json")["data"] == {"Torch.a.0.forward": {"output": [{"data_name": first}]}}

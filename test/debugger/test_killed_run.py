@@ -65,8 +65,8 @@ ZYGOTE = textwrap.dedent('''
 def _step_records(step):
     """Names every step ``step`` writes (hand-derived: two linear layers, SGD without foreach updates
     the 4 parameters with ``Tensor.add_``; the last update is the step's last record)."""
-    return ["Functional.linear.{}.forward".format(2 * step), "Functional.linear.{}.forward".format(2 * step + 1),
-            "Functional.linear.{}.backward".format(2 * step), "Tensor.add_.{}.forward".format(4 * step + 3)]
+    return [f"Functional.linear.{2 * step}.forward", f"Functional.linear.{2 * step + 1}.forward",
+            f"Functional.linear.{2 * step}.backward", f"Tensor.add_.{4 * step + 3}.forward"]
 
 
 
@@ -104,7 +104,7 @@ def check_killed_dump(rank_dir, load=True):
     assert list(dump) == ["task", "level", "framework", "dump_data_dir", "data"] and dump["task"] == "tensor"
     for entry_name, entry in dump["data"].items():
         for data_name in data_names(entry):
-            assert data_name in files, "{} names {}, which is not on disk".format(entry_name, data_name)
+            assert data_name in files, f"{entry_name} names {data_name}, which is not on disk"
             assert not load or isinstance(torch.load(os.path.join(tensor_dir, data_name), weights_only=True), torch.Tensor)
     return dump["data"]
 
@@ -117,7 +117,7 @@ def test_sigkill_at_random_points_keeps_the_finished_records(tmp_path):
     referenced = 0
     with Zygote(str(script), str(DELAY)) as zygote:
         for trial in range(8):
-            out = tmp_path / "trial{}".format(trial)
+            out = tmp_path / f"trial{trial}"
             pid = zygote.start(str(out))
             run_for = chooser.uniform(0.2, 2.5)  # seconds after the first step
             printed = {}
@@ -212,7 +212,7 @@ def test_rewrites_come_at_most_once_per_max_delay(tmp_path):
     started = time.monotonic()
     index = 0
     while time.monotonic() - started < 1.2:
-        writer.add_entry("Torch.a.{}.forward".format(index), {})
+        writer.add_entry(f"Torch.a.{index}.forward", {})
         index += 1
         time.sleep(0.002)
     assert 3 <= writer.rewrites <= 4, writer.rewrites  # due at 0.25, 0.5, 0.75, 1.0 s (+ each rewrite's time)
@@ -235,7 +235,7 @@ def test_a_slow_rewrite_waits_ten_times_its_duration(tmp_path, monkeypatch):
     started = time.monotonic()
     index = 0
     while time.monotonic() - started < 1.0:
-        writer.add_entry("Torch.a.{}.forward".format(index), {})
+        writer.add_entry(f"Torch.a.{index}.forward", {})
         index += 1
         time.sleep(0.002)
     assert [name for name, _, _ in writes] == ["dump.json", "stack.json", "construct.json"] * writer.rewrites

@@ -151,8 +151,8 @@ def test_finished_entries_leave_nothing_for_the_garbage_collector_to_walk(tmp_pa
     gc.collect()
     before = len(gc.get_objects())
     for index in range(2000):
-        writer.add_entry("Torch.add.{}.forward".format(index), json.loads(json.dumps(entry)))
-        writer.add_stack_literals("Torch.add.{}.forward".format(index), ['"File a.py, line 3, in f, \\n y()"'])
+        writer.add_entry(f"Torch.add.{index}.forward", json.loads(json.dumps(entry)))
+        writer.add_stack_literals(f"Torch.add.{index}.forward", ['"File a.py, line 3, in f, \\n y()"'])
     gc.collect()
     assert len(gc.get_objects()) - before < 200  # was > 10 objects per entry
     writer.add_entry("Torch.add.7.forward", {"output": [dict(LEAF, Max=9.5)]})  # extended after it was written
@@ -205,7 +205,7 @@ def _mixed_dump(tmp_path, tag, monkeypatch):
         debugger.stop()
         debugger.step()
     monkeypatch.undo()
-    rank_dirs = [tmp_path / tag / "step{}".format(step) / "rank" for step in (0, 1)]
+    rank_dirs = [tmp_path / tag / f"step{step}" / "rank" for step in (0, 1)]
     return [(rank / name).read_text() for rank in rank_dirs for name in ("dump.json", "construct.json")], \
         [load_json(str(rank / "stack.json"), "stack.json") for rank in rank_dirs]
 

@@ -101,10 +101,10 @@ def test_two_processes_taking_one_lock_at_once_never_both_get_it(tmp_path, stale
     directories = []
     dead = _dead_pid()
     for k in range(rounds):
-        directory = tmp_path / "rank{}".format(k)
+        directory = tmp_path / f"rank{k}"
         directory.mkdir()
         if stale:
-            (directory / ".ptdbg.lock").write_text("{} {}\n".format(dead, socket.gethostname()))
+            (directory / ".ptdbg.lock").write_text(f"{dead} {socket.gethostname()}\n")
         directories.append(str(directory))
     script = tmp_path / "lock_worker.py"
     script.write_text(LOCK_WORKER)
@@ -120,7 +120,7 @@ def test_two_processes_taking_one_lock_at_once_never_both_get_it(tmp_path, stale
     both = sorted(k for k in set(held[0]) & set(held[1])
                   if held[0][k][0] < held[1][k][1] and held[1][k][0] < held[0][k][1])
     neither = sorted(set(range(rounds)) - set(held[0]) - set(held[1]))
-    assert not both and not neither, "both held the lock at once in rounds {}; neither in {}".format(both, neither)
+    assert not both and not neither, f"both held the lock at once in rounds {both}; neither in {neither}"
     refused = sum(output.count("REFUSED") for output in outputs)
     assert refused >= rounds // 2, refused  # the two did meet: one was turned away in most rounds
     assert all(not os.path.exists(os.path.join(directory, ".ptdbg.lock")) for directory in directories)
@@ -139,15 +139,15 @@ def test_two_processes_starting_at_once_never_both_write(tmp_path):
         for worker in workers:
             assert _reply(worker) == "READY"
         for round_ in range(ROUNDS):
-            dump_path = tmp_path / "round{}".format(round_)
+            dump_path = tmp_path / f"round{round_}"
             rank_dir = dump_path / "step0" / "rank"
             stale = round_ % 2 == 0
             if stale:  # a killed run's lock: its pid is gone
                 rank_dir.mkdir(parents=True)
-                (rank_dir / ".ptdbg.lock").write_text("{} {}\n".format(_dead_pid(), socket.gethostname()))
+                (rank_dir / ".ptdbg.lock").write_text(f"{_dead_pid()} {socket.gethostname()}\n")
             deadline = time.monotonic() + 0.3
             for worker in workers:
-                worker.stdin.write("go {} {!r}\n".format(dump_path, deadline))
+                worker.stdin.write(f"go {dump_path} {deadline!r}\n")
                 worker.stdin.flush()
             replies = [_reply(worker) for worker in workers]
             for worker in workers:  # the winner holds its window until both have tried
@@ -160,10 +160,10 @@ def test_two_processes_starting_at_once_never_both_write(tmp_path):
             outcomes.append((round_, stale, replies, sorted(data)))
             assert len(started) == 1, outcomes[-1]
             winner, loser = started[0], 1 - started[0]
-            assert replies[loser].startswith("REFUSED Another process writes to {}".format(rank_dir)), replies
-            assert "held by pid {} on host".format(workers[winner].pid) in replies[loser], replies
+            assert replies[loser].startswith(f"REFUSED Another process writes to {rank_dir}"), replies
+            assert f"held by pid {workers[winner].pid} on host" in replies[loser], replies
             # every entry of the winner, none of the loser's
-            assert sorted(data) == ["Torch.relu.{}.forward".format(k) for k in range(winner + 2)], outcomes[-1]
+            assert sorted(data) == [f"Torch.relu.{k}.forward" for k in range(winner + 2)], outcomes[-1]
             assert {entry["output"][0]["Max"] for entry in data.values()} == {float(winner + 1)}
             assert sorted(os.listdir(str(rank_dir))) == ["construct.json", "dump.json", "stack.json"]  # released
     finally:
@@ -181,7 +181,7 @@ def test_a_lock_that_is_not_a_file_is_a_clear_error_naming_it(tmp_path, what):
         lock_path.mkdir()
     else:
         os.mkfifo(str(lock_path))
-    with pytest.raises(DumpPathError, match="{} is not a regular file".format(lock_path)):
+    with pytest.raises(DumpPathError, match=f"{lock_path} is not a regular file"):
         DumpLock(str(rank_dir)).acquire()
-    with pytest.raises(DumpPathError, match="{} is not a regular file".format(lock_path)):
+    with pytest.raises(DumpPathError, match=f"{lock_path} is not a regular file"):
         DumpLock(str(rank_dir)).holder()

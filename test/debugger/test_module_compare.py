@@ -172,10 +172,10 @@ def _legacy_run(root: str) -> str:
 
 
 def _json(run_dir: str, step: int) -> str:
-    return os.path.join(run_dir, "dump", "step{}".format(step), "rank", "dump.json")
+    return os.path.join(run_dir, "dump", f"step{step}", "rank", "dump.json")
 
 
-class Compared(object):
+class Compared:
     """One compare's outcome, CSV rows (dicts, header = line 1) and advisor file lines."""
 
     def __init__(self, outcome) -> None:
@@ -254,7 +254,7 @@ def test_neox_mix_interleaves_apis_and_names_the_api_inside_the_module(runs, tmp
     failing = result.names.index(NEOX_PLANTED_API + "_input.1")
     assert [row["Result"] for row in result.rows[:failing]] == ["pass"] * failing
     assert result.rows[failing]["Result"] == "error"
-    assert result.advice[0].startswith("Suspect API: {} (Input:".format(NEOX_PLANTED_API))
+    assert result.advice[0].startswith(f"Suspect API: {NEOX_PLANTED_API} (Input:")
     # the planted weight is what differs: the linear's output carries it and passes, so does the module's; the
     # module named is the one the first failing row is in
     assert result.line_of("Diverging module: ") == (
@@ -294,8 +294,7 @@ def test_plain_l0_extra_module_call_leaves_the_rest_paired(runs, tmp_path):
     assert result.outcome.counts.npu_only == 2 and result.outcome.counts.bench_only == 0
     assert result.outcome.finding.call == "Module_blocks.1.Block_0_forward"
     assert result.advice[1].startswith("Code: ") and result.advice[1].endswith(
-        "test_module_compare.py:{}  return self.head(self.blocks(x))".format(PlainNet.forward.__code__.co_firstlineno
-                                                                              + 5))
+        f"test_module_compare.py:{PlainNet.forward.__code__.co_firstlineno + 5}  return self.head(self.blocks(x))")
     assert result.line_of("Diverging module: ").startswith(
         "Diverging module: Module.blocks.1.Block.forward.0 (first failing module: its inputs match, its output does not;")
     # the rows of block 1 before its output pass: the first failure is where the gain was planted

@@ -78,9 +78,9 @@ def test_md5_is_crc32_of_the_bytes_and_data_name_comes_last():
     tensor = torch.arange(6, dtype=torch.float32)
     leaf = tensor_leaf(tensor, data_name="X.forward.input.0.pt", md5=True)
     assert list(leaf) == KEYS + ["md5", "data_name"]
-    assert leaf["md5"] == "{:08x}".format(zlib.crc32(np.arange(6, dtype=np.float32).tobytes()))
+    assert leaf["md5"] == f"{zlib.crc32(np.arange(6, dtype=np.float32).tobytes()):08x}"
     bf16 = tensor_leaf(torch.ones(2, dtype=torch.bfloat16), md5=True)  # bf16 hashed as float32
-    assert bf16["md5"] == "{:08x}".format(zlib.crc32(np.ones(2, dtype=np.float32).tobytes()))
+    assert bf16["md5"] == f"{zlib.crc32(np.ones(2, dtype=np.float32).tobytes()):08x}"
 
 
 def test_non_tensor_values():
@@ -174,11 +174,11 @@ def test_files_written_a_chunk_at_a_time_are_exactly_json_dumps_indent_1(tmp_pat
     writer = MsprobeJsonWriter(directory, "statistics", "L1", saves_tensors=False)
     data, stacks, construct = {}, {}, {}
     for index in range(entries):
-        name = "Torch.exp.{}.forward".format(index)
+        name = f"Torch.exp.{index}.forward"
         data[name] = {"input_args": [{"type": "int", "value": index}], "input_kwargs": {},
                       "output": [{"type": "float", "value": float("nan") if index == 4 else index / 3}]}
-        stacks[name] = ["File a.py, line {}, in f, \n x()".format(index)]
-        construct[name] = None if index % 2 else "Module.block.{}".format(index)
+        stacks[name] = [f"File a.py, line {index}, in f, \n x()"]
+        construct[name] = None if index % 2 else f"Module.block.{index}"
         writer.add_entry(name, data[name])
         writer.add_stack(name, stacks[name])
         writer.add_construct(name, construct[name])

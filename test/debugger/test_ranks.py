@@ -37,7 +37,7 @@ def test_each_rank_writes_its_own_dir_and_all_reduce_is_recorded(tmp_path):
     assert os.listdir(str(dump_path)) == ["step1"]
     assert sorted(os.listdir(str(dump_path / "step1"))) == ["rank0", "rank1"]
     for rank in (0, 1):
-        dump = _load(str(dump_path / "step1" / "rank{}".format(rank) / "dump.json"))
+        dump = _load(str(dump_path / "step1" / f"rank{rank}" / "dump.json"))
         names = list(dump["data"])
         assert names[0] == "Functional.linear.0.forward"
         assert "Distributed.all_reduce.0.forward" in names

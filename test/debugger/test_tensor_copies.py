@@ -55,7 +55,7 @@ def _tensor_dump(tmp_path, tag, steps=2):
         optimizer.zero_grad()
         debugger.stop()
         debugger.step()
-    return [tmp_path / tag / "step{}".format(step) / "rank" for step in range(steps)]
+    return [tmp_path / tag / f"step{step}" / "rank" for step in range(steps)]
 
 
 def _texts(rank_dirs):

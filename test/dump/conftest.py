@@ -60,7 +60,7 @@ def read_pkl(path):
     records = []
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
-            assert line.endswith("\n"), "line {} of {} is not terminated".format(number, path)
+            assert line.endswith("\n"), f"line {number} of {path} is not terminated"
             records.append(json.loads(line))
     return records
 

@@ -157,5 +157,5 @@ def test_rm_dropout_forces_p_zero_and_dropout_is_still_dumped(tmp_path, dump_ses
     out = layer(torch.ones(64))
     set_dump_switch("OFF")
     assert torch.equal(out, torch.ones(64))
-    records = dict((r[0], r) for r in pkl_records(tmp_path / "ptdbg_dump_v1.0" / "rank0" / "d.pkl"))
+    records = {r[0]: r for r in pkl_records(tmp_path / "ptdbg_dump_v1.0" / "rank0" / "d.pkl")}
     assert records["Functional_dropout_0_forward_input.1"][5][0] == 0.0  # p recorded as 0

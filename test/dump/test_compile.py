@@ -119,7 +119,7 @@ def eager_names(tmp_path):
     set_dump_switch("ON", mode="api_stack")
     train(None)
     set_dump_switch("OFF")
-    return set(line[0] for line in pkl_lines(tmp_path))
+    return {line[0] for line in pkl_lines(tmp_path)}
 
 
 def check_dump(lines, capsys_text):
@@ -156,7 +156,7 @@ def test_eager_backend_runs_compiled_and_dumps_the_eager_parts(dump_session, dyn
     assert dump_session.counters.get("Tensor_mul") == 2
     # The eager calls keep the names of an eager run (the compiled forward does not count).
     dump_session.reset_counters()
-    assert set(names) == set(name for name in eager_names(tmp_path / "eager") if not name.startswith(FORWARD_APIS))
+    assert set(names) == {name for name in eager_names(tmp_path / "eager") if not name.startswith(FORWARD_APIS)}
 
 
 def test_compile_the_callbacks_missed_is_not_recorded_nor_counted(dump_session, dynamo, tmp_path, capsys):
@@ -191,7 +191,7 @@ def test_precision_debugger_statistics_l1(dump_session, dynamo, tmp_path, capsys
     assert_same_losses(losses, expected)
     assert compile_stats(dynamo) == expected_stats
     for step in range(2):
-        with open(str(tmp_path / "step{}".format(step) / "rank" / "dump.json"), encoding="utf-8") as handle:
+        with open(str(tmp_path / f"step{step}" / "rank" / "dump.json"), encoding="utf-8") as handle:
             data = json.load(handle)["data"]
         assert "Functional.cross_entropy.0.forward" in data
         assert any(name.startswith("Tensor.add_.") for name in data)
@@ -206,7 +206,7 @@ def inductor_works():
         torch._dynamo.reset()
         torch.compile(lambda x: torch.nn.functional.gelu(x) * 2)(torch.randn(3))
     except Exception as error:  # noqa: BLE001 - any failure to build means no inductor here
-        pytest.skip("inductor cannot compile on this machine (no working C++ compiler?): {}".format(error))
+        pytest.skip(f"inductor cannot compile on this machine (no working C++ compiler?): {error}")
     finally:
         torch._dynamo.reset()
 

@@ -84,7 +84,7 @@ def _dump_lines(tmp_path, model, train, tag, **switch):
     set_dump_switch("ON", **switch)
     train(model)
     set_dump_switch("OFF")
-    rank_dir = tmp_path / tag / "{}_v1.0".format(tag) / "rank0"
+    rank_dir = tmp_path / tag / f"{tag}_v1.0" / "rank0"
     pkl = next(rank_dir.glob("*.pkl"))
     return pkl.read_text(encoding="utf-8").splitlines()
 

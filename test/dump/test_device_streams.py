@@ -29,23 +29,23 @@ from fake_torch_npu.fixtures import clean_session
 from dump_json_names import tensor_leaves
 
 
-class _Stream(object):
-    def __init__(self, streams: "_Streams", name: str) -> None:
+class _Stream:
+    def __init__(self, streams: _Streams, name: str) -> None:
         self._streams, self.name = streams, name
 
-    def wait_event(self, event: "_Event") -> None:
+    def wait_event(self, event: _Event) -> None:
         self._streams.note("wait", self, event)
 
-    def wait_stream(self, stream: "_Stream") -> None:
+    def wait_stream(self, stream: _Stream) -> None:
         self._streams.note("wait_stream", self, stream)
 
 
-class _Event(object):
-    def __init__(self, streams: "_Streams") -> None:
+class _Event:
+    def __init__(self, streams: _Streams) -> None:
         self._streams = streams
         self.stream = None
 
-    def record(self, stream: "_Stream") -> None:
+    def record(self, stream: _Stream) -> None:
         self.stream = stream
         self._streams.note("record", stream, self)
 
@@ -53,7 +53,7 @@ class _Event(object):
         self._streams.note("synchronize", self.stream, self)
 
 
-class _Streams(object):
+class _Streams:
     """The stream API of an accelerator module, recording ``(what, on the main thread, stream, event)``.
     Each thread has its own current stream, as on CUDA."""
 
@@ -216,7 +216,7 @@ def test_a_legacy_npy_dump_copies_on_the_device_in_a_safe_order(session, tmp_pat
 
     copies = _on_device_then_on_cpu(session, monkeypatch, device_copies, legacy_dump)
 
-    rank = {tag: tmp_path / tag / "{}_v1.0".format(tag) / "rank0" for tag in ("device", "cpu")}
+    rank = {tag: tmp_path / tag / f"{tag}_v1.0" / "rank0" for tag in ("device", "cpu")}
     lines = {tag: next(folder.glob("*.pkl")).read_text().splitlines() for tag, folder in rank.items()}
     assert lines["device"] == lines["cpu"]
     npy = {tag: sorted(path.name for path in (folder / "npu_dump").glob("*.npy")) for tag, folder in rank.items()}
@@ -294,7 +294,7 @@ def test_a_script_with_ever_new_streams_is_read_after_a_whole_device_synchronisa
     synchronized = []
     monkeypatch.setattr(device_copies, "synchronize", lambda device=None: synchronized.append(device), raising=False)
     cpu = torch.device("cpu")
-    made = [_Stream(device_copies, "script's {}".format(number)) for number in range(3)]
+    made = [_Stream(device_copies, f"script's {number}") for number in range(3)]
     for stream in made[:2]:
         with device_copies.stream(stream):
             launches.note(cpu)

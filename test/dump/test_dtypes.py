@@ -136,9 +136,9 @@ def test_special_tensor_kinds_never_raise(tmp_path, dump_session, pkl_records, s
             torch.mul(tensor, 1)
     set_dump_switch("OFF")
     rank_dir = tmp_path / "kinds_v1.0" / "rank0"
-    records = dict((record[0], record) for record in pkl_records(rank_dir / "kinds.pkl"))
-    outputs = [records["Torch_clone_{}_forward_output".format(index)] if
-               "Torch_clone_{}_forward_output".format(index) in records else None for index in range(6)]
+    records = {record[0]: record for record in pkl_records(rank_dir / "kinds.pkl")}
+    outputs = [records[f"Torch_clone_{index}_forward_output"] if
+               f"Torch_clone_{index}_forward_output" in records else None for index in range(6)]
     for (label, tensor, values), record in zip(special_tensors(), outputs):
         if values is None:  # meta: not recorded at all (no values), as before
             assert record is None

@@ -23,7 +23,7 @@ def test_filter_off_keeps_int_tensors_0d_and_scalars(tmp_path, dump_session, mod
     x = torch.ones(3)
     x.reshape(torch.Size([3, 1]))
     set_dump_switch("OFF")
-    records = dict((record[0], record) for record in pkl_records(rank_dir / "npu_dump.pkl"))
+    records = {record[0]: record for record in pkl_records(rank_dir / "npu_dump.pkl")}
     assert records["Functional_cross_entropy_0_forward_input.1"][3:5] == ["torch.int64", [2]]
     assert records["Functional_cross_entropy_0_forward_output"][3:6] == [
         "torch.float32", [], records["Functional_cross_entropy_0_forward_output"][5]]
@@ -77,7 +77,7 @@ def test_two_windows_are_both_kept_and_counters_run_on(tmp_path, dump_session, m
     train(model, steps=1)
     set_dump_switch("OFF")
     names = [record[0] for record in pkl_records(rank_dir / "api_list_npu_dump.pkl")]
-    calls = sorted(set(name.split("_forward")[0].split("_backward")[0] for name in names))
+    calls = sorted({name.split("_forward")[0].split("_backward")[0] for name in names})
     assert calls == ["Functional_conv2d_0", "Functional_conv2d_2"]
     assert os.path.exists(rank_dir / "api_list_npu_dump" / "Functional_conv2d_0_forward_output.npy")
 
@@ -118,7 +118,7 @@ def test_changes_behind_the_version_counter_are_not_hidden_by_the_statistics_cac
     x.numpy()[:] = 3.0     # neither do numpy views
     torch.relu(x)
     set_dump_switch("OFF")
-    records = dict((record[0], record) for record in pkl_records(rank_dir / "list_npu_dump.pkl"))
+    records = {record[0]: record for record in pkl_records(rank_dir / "list_npu_dump.pkl")}
     assert records["Torch_relu_0_forward_input.0"][5][0] == 1.0
     assert records["Torch_relu_1_forward_input.0"][5][0] == 3.0
     assert np.load(str(rank_dir / "list_npu_dump" / "Torch_relu_1_forward_input.0.npy")).tolist() == [3.0] * 4

@@ -35,7 +35,7 @@ def _legacy_dump(tmp_path, work, extra_apis=None, **switch):
     (rank_dir,) = glob.glob(str(tmp_path / "dump" / "inplace_v*" / "rank0"))
     stem = ("api_stack_" if switch.get("mode") == "api_stack" else "") + "npu"
     records = read_pkl(os.path.join(rank_dir, stem + ".pkl"))
-    by_name = dict((record[0], record) for record in records)
+    by_name = {record[0]: record for record in records}
     assert len(by_name) == len(records)  # every name once
     return by_name, os.path.join(rank_dir, stem), result
 

@@ -48,7 +48,7 @@ def test_mode_all_records_forward_backward_and_npy(tmp_path, dump_session, model
     start = names.index("Functional_conv2d_0_forward_input.0")
     assert names[start:start + 4] == ["Functional_conv2d_0_forward_input.0", "Functional_conv2d_0_forward_input.1",
                                       "Functional_conv2d_0_forward_input.2", "Functional_conv2d_0_forward_output"]
-    by_name = dict((record[0], record) for record in records)
+    by_name = {record[0]: record for record in records}
     assert by_name["Functional_conv2d_0_forward_input.0"][3:5] == ["torch.float32", [2, 3, 6, 6]]
     assert by_name["Functional_conv2d_0_backward_output.1"][4] == [4, 3, 3, 3]  # the weight gradient
     assert len(names) == len(set(names))
@@ -75,7 +75,7 @@ def test_mode_api_stack_writes_a_stack_line_per_call(tmp_path, dump_session, mod
     rank_dir = _dump(tmp_path, model, train, mode="api_stack")
     assert sorted(os.listdir(rank_dir)) == ["api_stack_npu_dump", "api_stack_npu_dump.pkl"]
     records = pkl_records(rank_dir / "api_stack_npu_dump.pkl")
-    stacks = dict((record[0], record[1]) for record in records if record[0].endswith("_stack_info"))
+    stacks = {record[0]: record[1] for record in records if record[0].endswith("_stack_info")}
     assert "Functional_conv2d_0_forward_stack_info" in stacks
     assert "Functional_conv2d_0_backward_stack_info" in stacks
     names = [record[0] for record in records]
@@ -118,7 +118,7 @@ def test_mode_stack_writes_only_stacks(tmp_path, dump_session, model, train, pkl
 def test_mode_api_list_selects_by_api_name(tmp_path, dump_session, model, train, pkl_records, check_npy):
     rank_dir = _dump(tmp_path, model, train, mode="api_list", api_list=["relu"])
     records = pkl_records(rank_dir / "api_list_npu_dump.pkl")
-    calls = sorted(set(record[0].split("_forward")[0].split("_backward")[0] for record in records))
+    calls = sorted({record[0].split("_forward")[0].split("_backward")[0] for record in records})
     assert calls == ["Torch_relu_0", "Torch_relu_1"]  # leaky_relu is another API
     for record in records:
         check_npy(record, str(rank_dir / "api_list_npu_dump"))
@@ -138,7 +138,7 @@ def test_large_tensors_get_their_statistics_from_the_npy_copy(tmp_path, dump_ses
     y.mul_(-1)  # changed after both calls: their recorded values stay the ones seen
     half = torch.nn.functional.gelu(x.to(torch.bfloat16))
     set_dump_switch("OFF")
-    rank_dir = tmp_path / "big_v{}".format(__version__) / "rank0"
+    rank_dir = tmp_path / f"big_v{__version__}" / "rank0"
     records = pkl_records(rank_dir / "api_stack_npu_dump.pkl")
     names = [record[0] for record in records]
     assert names == [

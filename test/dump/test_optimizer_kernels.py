@@ -58,7 +58,7 @@ def _dump(tmp_path, work):
         set_dump_switch("OFF")
     (rank_dir,) = glob.glob(str(tmp_path / "dump" / "optim_v*" / "rank0"))
     with open(os.path.join(rank_dir, "api_stack_npu.pkl"), encoding="utf-8") as handle:
-        records = dict((record[0], record) for record in (json.loads(line) for line in handle))
+        records = {record[0]: record for record in (json.loads(line) for line in handle)}
     return records, os.path.join(rank_dir, "api_stack_npu"), result
 
 
@@ -79,9 +79,9 @@ def test_foreach_adamw_records_each_list_element_and_the_updated_list(tmp_path, 
     parsed = parse_record_name("Torch__foreach_addcdiv__0_forward_input.0.3")
     assert (parsed.prefix, parsed.api, parsed.index, parsed.path) == ("Torch", "_foreach_addcdiv_", 0, (0, 3))
     for index, parameter in enumerate(after[0]):
-        np.testing.assert_array_equal(_npy(npy_dir, "Torch__foreach_addcdiv__0_forward_output.{}".format(index)),
+        np.testing.assert_array_equal(_npy(npy_dir, f"Torch__foreach_addcdiv__0_forward_output.{index}"),
                                       parameter.numpy())
-        np.testing.assert_array_equal(_npy(npy_dir, "Torch__foreach_addcdiv__1_forward_output.{}".format(index)),
+        np.testing.assert_array_equal(_npy(npy_dir, f"Torch__foreach_addcdiv__1_forward_output.{index}"),
                                       after[1][index].numpy())
     assert not np.array_equal(_npy(npy_dir, "Torch__foreach_addcdiv__0_forward_input.0.3"),
                               _npy(npy_dir, "Torch__foreach_addcdiv__0_forward_output.3"))
@@ -95,16 +95,16 @@ def test_fused_adamw_records_the_step_with_its_written_states_as_outputs(tmp_pat
     # The fused kernel does not bump version counters: the outputs must be the values after the step,
     # not the statistics of the same tensors taken as inputs.
     for index, parameter in enumerate(parameters):
-        name = "Torch__fused_adamw__0_forward_output.0.{}".format(index)
+        name = f"Torch__fused_adamw__0_forward_output.0.{index}"
         np.testing.assert_array_equal(_npy(npy_dir, name), after[0][index].numpy())
         assert records[name][5][0] == pytest.approx(float(after[0][index].double().max()), rel=1e-6)
         state = optimizer.state[parameter]
-        np.testing.assert_array_equal(_npy(npy_dir, "Torch__fused_adamw__0_forward_output.2.{}".format(index)),
+        np.testing.assert_array_equal(_npy(npy_dir, f"Torch__fused_adamw__0_forward_output.2.{index}"),
                                       state["exp_avg"].numpy())
-        np.testing.assert_array_equal(_npy(npy_dir, "Torch__fused_adamw__0_forward_output.3.{}".format(index)),
+        np.testing.assert_array_equal(_npy(npy_dir, f"Torch__fused_adamw__0_forward_output.3.{index}"),
                                       state["exp_avg_sq"].numpy())
-        assert "Torch__fused_adamw__0_forward_input.1.{}".format(index) in records  # the gradients, read only
-        assert "Torch__fused_adamw__0_forward_output.1.{}".format(index) not in records
+        assert f"Torch__fused_adamw__0_forward_input.1.{index}" in records  # the gradients, read only
+        assert f"Torch__fused_adamw__0_forward_output.1.{index}" not in records
     assert not any(name.startswith("Tensor_addcdiv_") for name in records)  # one kernel, no single-tensor path
 
 

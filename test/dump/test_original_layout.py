@@ -42,7 +42,7 @@ SCALAR_DTYPES = ("<class 'int'>", "<class 'float'>", "<class 'bool'>")
 def original_names():
     """``{prefix: set of API names}`` of the original 4.0."""
     sections = read_wrapped_names(GOLDEN)
-    names = dict((SECTIONS[section], set(apis)) for section, apis in sections.items() if section in SECTIONS)
+    names = {SECTIONS[section]: set(apis) for section, apis in sections.items() if section in SECTIONS}
     names["Distributed"] = set(DISTRIBUTED)
     return names
 
@@ -81,7 +81,7 @@ def dump_one_step(tmp_path, filter_switch, extra_apis=None, more=None):
             more(x)
     finally:
         set_dump_switch("OFF")
-    rank_dir = tmp_path / "orig_v{}".format(__version__) / "rank0"  # DESIGN 4: rank0, not rank{pid}
+    rank_dir = tmp_path / f"orig_v{__version__}" / "rank0"  # DESIGN 4: rank0, not rank{pid}
     pkl = rank_dir / "api_stack_npu_dump.pkl"
     with open(str(pkl), encoding="utf-8") as handle:
         text = handle.read()
@@ -103,9 +103,9 @@ def check_grammar(lines, filter_switch):
         assert match, line[0]
         call, rest = match.group("call"), match.group("rest")
         if not calls or calls[-1] != call:
-            assert call not in calls, "the records of {} are not consecutive".format(call)
+            assert call not in calls, f"the records of {call} are not consecutive"
             calls.append(call)
-        assert last_side.get(call) != "stack", "{}: a record after the stack record".format(line[0])
+        assert last_side.get(call) != "stack", f"{line[0]}: a record after the stack record"
         if rest == "_stack_info":  # [name_stack_info, [[file, "line", func, code], ...]], after the call's tensors
             assert len(line) == 2 and isinstance(line[1], list) and line[1], line
             for frame in line[1]:
@@ -123,7 +123,7 @@ def check_grammar(lines, filter_switch):
         assert dump_step == 0 and type(dump_step) is int and reserved == [], line
         assert isinstance(statistics, list) and len(statistics) == 4, line
         side = "input" if rest.startswith("_input") else "output"
-        assert not (side == "input" and last_side.get(call) == "output"), "{}: an input after an output".format(name)
+        assert not (side == "input" and last_side.get(call) == "output"), f"{name}: an input after an output"
         last_side[call] = side
         if dtype in SCALAR_DTYPES:  # a Python scalar: shape is the string "[]", statistics v, v, v, |v|
             assert filter_switch == "OFF", line
@@ -150,7 +150,7 @@ def test_the_default_list_is_the_original_4_0_list():
     assert sorted(ours) == sorted(golden)
     for prefix, names in golden.items():
         assert set(ours[prefix]) == names, prefix
-        assert len(ours[prefix]) == len(names), "{}: a name listed twice".format(prefix)
+        assert len(ours[prefix]) == len(names), f"{prefix}: a name listed twice"
     extra = read_wrapped_names(EXTRA_APIS_FILE)
     for prefix, names in extra.items():
         assert not set(names) & golden.get(prefix, set()), prefix  # the extra list holds only additions
@@ -163,7 +163,7 @@ def test_a_training_step_dumps_only_original_apis_in_the_original_grammar(tmp_pa
     golden = original_names()
     for call in calls:
         match = NAME.match(call + "_x")
-        assert match.group("api") in golden[match.group("prefix")], "{} is not wrapped by the original 4.0".format(call)
+        assert match.group("api") in golden[match.group("prefix")], f"{call} is not wrapped by the original 4.0"
     # per API, the counters run from 0 in call order (forward names; a backward reuses its forward's n)
     seen = {}
     for call in calls:
@@ -172,7 +172,7 @@ def test_a_training_step_dumps_only_original_apis_in_the_original_grammar(tmp_pa
             key = match.group("prefix") + "_" + match.group("api")
             assert int(match.group("n")) == seen.get(key, 0), call
             seen[key] = int(match.group("n")) + 1
-    apis = set(NAME.match(call + "_x").group("prefix") + "_" + NAME.match(call + "_x").group("api") for call in calls)
+    apis = {NAME.match(call + "_x").group("prefix") + "_" + NAME.match(call + "_x").group("api") for call in calls}
     assert {"Functional_conv2d", "Functional_batch_norm", "Torch_relu", "Functional_leaky_relu", "Tensor_flatten",
             "Functional_linear", "Functional_cross_entropy", "Tensor_addcdiv_"} <= apis
     assert any(call.endswith("_backward") for call in calls)
@@ -192,11 +192,11 @@ def _extras(x):
 
 def test_extra_apis_are_recorded_only_by_opt_in(tmp_path, dump_session):
     lines, _ = dump_one_step(tmp_path / "default", "OFF", more=_extras)
-    names = set(line[0] for line in lines)
+    names = {line[0] for line in lines}
     assert not any(name.startswith(("Tensor_clone_", "Torch_zeros_like_")) for name in names)
     lines, _ = dump_one_step(tmp_path / "extra", "OFF", extra_apis=True, more=_extras)
     check_grammar(lines, "OFF")
-    names = set(line[0] for line in lines)
+    names = {line[0] for line in lines}
     assert {"Tensor_clone_0_forward_input.0", "Tensor_clone_0_forward_output",
             "Torch_zeros_like_0_forward_input.0", "Torch_zeros_like_0_forward_output"} <= names
     # the extras are wrapped once asked for (None keeps them); False goes back to the original list

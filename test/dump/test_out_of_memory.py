@@ -46,7 +46,7 @@ def _run(tmp_path, name, limited):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("RANK", None)
     run = subprocess.run([sys.executable, str(script), str(out), "limited" if limited else "free"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+                         capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0 and "DONE" in run.stdout, run.stdout + run.stderr
     return out / "ptdbg_dump_v1.0" / "rank0", run.stdout
 
@@ -95,7 +95,7 @@ def test_a_hostile_no_npy_file_gives_no_reason_it_should_not(tmp_path, capsys):
     assert no_npy.reason(str(data_dir), "Torch_a_0_forward_output").startswith("out of memory")
     assert no_npy.reason(str(data_dir), "Torch_b_0_forward_output") is None
     assert len(no_npy.reason(str(data_dir), "Torch_c_0_forward_output")) == no_npy.MAX_REASON
-    assert "Skipped 3 lines of {} that are not [record name, reason].".format(noted) in capsys.readouterr().out
+    assert f"Skipped 3 lines of {noted} that are not [record name, reason]." in capsys.readouterr().out
     # a link is not followed, a directory is not read
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_text('["Torch_d_0_forward_output", "planted"]\n')
@@ -142,7 +142,7 @@ def test_a_pt_copy_that_runs_out_of_memory_leaves_a_leaf_that_says_why(tmp_path)
     runs = {}
     for name, limited in (("npu", True), ("bench", False)):
         run = subprocess.run([sys.executable, str(script), str(tmp_path / name), "limited" if limited else "free"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+                             capture_output=True, text=True, env=env, timeout=300)
         assert run.returncode == 0 and "DONE" in run.stdout, run.stdout + run.stderr
         runs[name] = (tmp_path / name / "step0" / "rank", run.stdout)
     rank_dir, log = runs["npu"]
@@ -152,13 +152,13 @@ def test_a_pt_copy_that_runs_out_of_memory_leaves_a_leaf_that_says_why(tmp_path)
     assert list(data) == ["Torch.relu.0.forward", "Torch.relu.1.forward", "Torch.relu.2.forward", "Torch.full.0.forward",
                           "Torch.relu.3.forward"]
     for k in (1, 2):
-        entry = data["Torch.relu.{}.forward".format(k)]
+        entry = data[f"Torch.relu.{k}.forward"]
         for leaf in (entry["input_args"][0], entry["output"][0]):
             assert "data_name" not in leaf and leaf["shape"] == [25000000], leaf
             assert leaf["not_saved"].startswith("out of memory while copying the tensor"), leaf
     assert data["Torch.relu.3.forward"]["output"][0]["data_name"] == "Torch.relu.3.forward.output.0.pt"
     assert "No .pt file for Torch.relu.1.forward.input.0: out of memory" in log
-    assert "4 tensors of {} have no .pt file: out of memory".format(rank_dir) in log
+    assert f"4 tensors of {rank_dir} have no .pt file: out of memory" in log
 
     output_dir = str(tmp_path / "compare")
     os.mkdir(output_dir)

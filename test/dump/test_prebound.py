@@ -97,7 +97,7 @@ def _dump(root, front, variant):
     script = root / "prebound_run.py"
     if not script.exists():
         script.write_text(DUMP_SCRIPT)
-    out = root / "{}_{}".format(front, variant)
+    out = root / f"{front}_{variant}"
     result = subprocess.run([sys.executable, str(script), str(out), front, variant],
                             capture_output=True, text=True, cwd=str(root), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -146,7 +146,7 @@ def test_planted_error_in_a_prebound_gelu_names_gelu_with_the_users_line(legacy_
     outcome, advice, _rows = _compare(legacy_runs, "planted", "base", tmp_path / "out")
     finding = outcome.finding
     assert (finding.kind, finding.call, finding.api) == ("cause", "Functional_gelu_0_forward", "Functional_gelu")
-    assert finding.user_line.endswith("prebound_run.py:{}  {}".format(GELU_LINE_NUMBER, GELU_LINE)), finding.user_line
+    assert finding.user_line.endswith(f"prebound_run.py:{GELU_LINE_NUMBER}  {GELU_LINE}"), finding.user_line
     assert outcome.first_failure == "Functional_gelu_0_forward_output"
     assert "Suspect API: Functional_gelu_0_forward (Cause: its output differs beyond what its precision and its inputs " \
         "explain)" in advice

@@ -133,7 +133,7 @@ dist.destroy_process_group()
     assert sorted(os.listdir(tag_dir)) == ["rank0", "rank1"]
     reduce_in, reduce_out = [], []
     for rank in range(2):
-        records = dict((line[0], line) for line in _lines(tag_dir / "rank{}".format(rank) / "api_stack_npu_dump.pkl"))
+        records = {line[0]: line for line in _lines(tag_dir / f"rank{rank}" / "api_stack_npu_dump.pkl")}
         # each rank saw its own input; all_reduce is recorded with its in-place result as output
         assert records["Functional_linear_0_forward_input.0"][5][0] == float(rank + 1)
         reduce_in.append(records["Distributed_all_reduce_0_forward_input.0"][5])
@@ -162,7 +162,7 @@ set_dump_switch("OFF")
     script.write_text(TRAIN.format(body=body))
     names = {}
     for workers in ("0", "2"):
-        out = tmp_path / "out{}".format(workers)
+        out = tmp_path / f"out{workers}"
         result = subprocess.run([sys.executable, str(script), str(out), workers], capture_output=True, text=True,
                                 timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
         assert result.returncode == 0, result.stderr

@@ -72,7 +72,7 @@ def test_a_symlinked_directory_is_refused_and_its_target_untouched(tmp_path, dum
     link.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(str(target), str(link))
     set_dump_switch("ON")
-    with pytest.raises(DumpPathError, match="{}.*symlink".format(link)):
+    with pytest.raises(DumpPathError, match=f"{link}.*symlink"):
         train(model)  # rank known only at the first record (CPU, no RANK): the error comes there
     set_dump_switch("OFF")
     _untouched(target)
@@ -83,7 +83,7 @@ def test_a_symlinked_rank_dir_fails_at_on_when_the_rank_is_known(tmp_path, dump_
     target = _target(tmp_path)
     rank_dir.parent.mkdir(parents=True)
     os.symlink(str(target), str(rank_dir))
-    with pytest.raises(DumpPathError, match="{}.*symlink".format(rank_dir)):
+    with pytest.raises(DumpPathError, match=f"{rank_dir}.*symlink"):
         set_dump_switch("ON")
     _untouched(target)
 
@@ -128,13 +128,13 @@ def test_msprobe_links_are_refused_or_never_followed(tmp_path, dump_session):
 # -- 2. one writer per dump ------------------------------------------------------------------------
 def _foreign_lock(directory, pid):
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / ".ptdbg.lock").write_text("{} {}\n".format(pid, socket.gethostname()))
+    (directory / ".ptdbg.lock").write_text(f"{pid} {socket.gethostname()}\n")
 
 
 def test_a_live_lock_stops_the_window_at_on_naming_the_holder(tmp_path, dump_session, model, train):
     rank_dir = _setup(tmp_path, model, rank=0)
     _foreign_lock(rank_dir, os.getppid())  # a live process that is not this one
-    with pytest.raises(DumpPathError, match=r"{}.*pid {}".format(rank_dir, os.getppid())):
+    with pytest.raises(DumpPathError, match=fr"{rank_dir}.*pid {os.getppid()}"):
         set_dump_switch("ON")
     assert (rank_dir / ".ptdbg.lock").read_text().startswith(str(os.getppid()))
 
@@ -149,14 +149,14 @@ def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path, dump_session, model
     assert (rank_dir / ".ptdbg.lock").read_text().split()[0] == str(os.getpid())
     set_dump_switch("OFF")
     assert sorted(os.listdir(str(rank_dir))) == ["npu_dump", "npu_dump.pkl"]  # released at OFF
-    assert "[WARNING]Taking over the stale dump lock {}".format(rank_dir / ".ptdbg.lock") in capsys.readouterr().out
+    assert f"[WARNING]Taking over the stale dump lock {rank_dir / '.ptdbg.lock'}" in capsys.readouterr().out
 
 
 def test_msprobe_start_refuses_a_live_lock(tmp_path, dump_session):
     dump_path = tmp_path / "dump"
     _foreign_lock(dump_path / "step0" / "rank", os.getppid())
     debugger = PrecisionDebugger(task="statistics", dump_path=str(dump_path))
-    with pytest.raises(DumpPathError, match=r"rank.*pid {}".format(os.getppid())):
+    with pytest.raises(DumpPathError, match=fr"rank.*pid {os.getppid()}"):
         debugger.start()
 
 
@@ -206,14 +206,14 @@ def test_a_second_process_on_the_same_path_is_refused_and_the_first_loses_nothin
     assert second.returncode == 3, second.stderr
     rank_dir = tmp_path / "out" / "run_v1.0" / "rank0"
     assert "REFUSED" in second.stdout and str(rank_dir) in second.stdout
-    assert "pid {}".format(first.pid) in second.stdout
+    assert f"pid {first.pid}" in second.stdout
     out, _ = first.communicate("go\n", timeout=120)
     assert first.returncode == 0
     with open(str(rank_dir / "npu_dump.pkl"), encoding="utf-8") as handle:
         names = [json.loads(line)[0] for line in handle]
     # both calls of the first process, once each
     for counter in (0, 1, 2, 3):
-        assert names.count("Functional_linear_{}_forward_output".format(counter)) == 1
+        assert names.count(f"Functional_linear_{counter}_forward_output") == 1
     assert sorted(os.listdir(str(rank_dir))) == ["npu_dump", "npu_dump.pkl"]
 
 
@@ -350,7 +350,7 @@ def test_sigkill_at_random_points_loses_at_most_the_bound(tmp_path):
     checked = 0
     with Zygote(str(script), str(tmp_path), str(bound)) as zygote:
         for trial in range(20):
-            out = tmp_path / "trial{}".format(trial)
+            out = tmp_path / f"trial{trial}"
             pid = zygote.start(str(out))
             last = chooser.randint(0, 40)
             printed = {}
@@ -363,11 +363,11 @@ def test_sigkill_at_random_points_loses_at_most_the_bound(tmp_path):
             zygote.kill(pid)
             rank_dir = out / "run_v1.0" / "rank0"
             records = _check_pkl_and_npy(rank_dir, killed=True)
-            names = set(record[0] for record in records)
+            names = {record[0] for record in records}
             for step, when in printed.items():
                 if when < killed_at - bound - slack:
                     # the optimizer's last update is the step's last record
-                    assert "Tensor_add__{}_forward_output".format(4 * step + 3) in names, (trial, step)
+                    assert f"Tensor_add__{4 * step + 3}_forward_output" in names, (trial, step)
                     checked += 1
         assert checked >= 20, checked  # the check above did bite
 
@@ -439,8 +439,8 @@ def test_a_slow_disk_loses_at_most_about_a_second_of_finished_steps(tmp_path):
         child.wait()
         reader.join(10)
     records = _check_pkl_and_npy(out / "run_v1.0" / "rank0", killed=True)
-    names = set(record[0] for record in records)
-    on_disk = [step for step in printed if "Tensor_add__{}_forward_output".format(4 * step + 3) in names]
+    names = {record[0] for record in records}
+    on_disk = [step for step in printed if f"Tensor_add__{4 * step + 3}_forward_output" in names]
     late = [step for step, when in printed.items() if when < killed_at - bound - slack and step not in on_disk]
     assert not late, "{} steps finished more than {} s before the kill are not in the pkl (of {} printed; {} on " \
         "disk; the oldest missing finished {:.1f} s before the kill)".format(

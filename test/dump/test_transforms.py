@@ -126,7 +126,7 @@ def _dump_gpt2(tmp_path, dump_session, pkl_records, check_npy, reference, switch
     if os.path.isdir(npy_dir):
         for record in records:
             check_npy(record, str(npy_dir))
-    by_name = dict((record[0], record) for record in records)
+    by_name = {record[0]: record for record in records}
     where = by_name.get("Torch_where_0_forward_output")
     if switch["mode"] != "stack":
         assert where is not None, switch
@@ -202,7 +202,7 @@ def test_per_sample_gradients_vmap_grad_functional_call(tmp_path, dump_session, 
     rank_dir = tmp_path / "mlp_v1.0" / "rank0"
     pkl = _pkl_of(rank_dir)
     records = [record for record in pkl_records(rank_dir / pkl) if not record[0].endswith("_stack_info")]
-    by_name = dict((record[0], record) for record in records)
+    by_name = {record[0]: record for record in records}
     # the first linear inside vmap(grad): its input is the whole batch (batch dim first)
     linear_input = by_name["Functional_linear_0_forward_input.0"]
     assert linear_input[3:5] == ["torch.float32", [4, 1, 5]]

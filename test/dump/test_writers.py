@@ -113,7 +113,7 @@ def test_what_a_job_holds_is_freed_before_flush_returns():
     """A job's closure (its tensor copies) is dropped before flush() returns: freed later, on the writer thread,
     it could be freed while the interpreter exits after the dump's last flush, which aborts the process
     ("terminate called without an active exception", seen in CI)."""
-    class Held(object):
+    class Held:
         def __del__(self):
             time.sleep(0.05)  # a slow free (a large copy), during which the weak reference still answers
 

@@ -24,8 +24,8 @@ def make_fake_torch_npu(support_inf_nan: Optional[bool] = True, with_enable_over
     """
     module = types.ModuleType("torch_npu")
     module.__file__ = __file__
-    calls = []  # type: List[tuple]
-    dumped_ops = []  # type: List[str]
+    calls: List[tuple] = []
+    dumped_ops: List[str] = []
     module.calls = calls
     module.dumped_ops = dumped_ops
     # The global float status of the fake device: tests set it to simulate an overflowing kernel.

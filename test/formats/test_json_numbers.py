@@ -21,8 +21,7 @@ def loads(text):
 
 def test_numbers_within_float64_read_as_json_reads_them():
     largest = str(int(1.7976931348623157e308))  # 309 digits: float64's largest finite value, exactly
-    values = loads("[0, -7, 1.5, -0.0, 1e308, -1.7976931348623157e308, 1e-400, NaN, Infinity, -Infinity, {}]"
-                   .format(largest))
+    values = loads(f"[0, -7, 1.5, -0.0, 1e308, -1.7976931348623157e308, 1e-400, NaN, Infinity, -Infinity, {largest}]")
     assert values[:7] == [0, -7, 1.5, -0.0, 1e308, -1.7976931348623157e308, 0.0]
     assert type(values[1]) is int and type(values[2]) is float
     assert math.isnan(values[7]) and values[8:10] == [math.inf, -math.inf]
@@ -36,10 +35,10 @@ def test_numbers_within_float64_read_as_json_reads_them():
 ], ids=["1e400", "-2.5E+999", "310-digits", "5000-digits", "309-digits-beyond", "long-mantissa"])
 def test_numbers_beyond_float64_read_as_out_of_range(literal, description):
     started = time.perf_counter()
-    (value,) = loads("[{}]".format(literal))
+    (value,) = loads(f"[{literal}]")
     assert time.perf_counter() - started < 1.0
     assert isinstance(value, OutOfRange) and not isinstance(value, (int, float))
-    assert str(value) == description and repr(value) == "<{}, beyond float64's range>".format(description)
+    assert str(value) == description and repr(value) == f"<{description}, beyond float64's range>"
 
 
 def test_excerpt_is_repr_when_short_and_bounded_when_not():

@@ -179,21 +179,21 @@ def test_a_counter_or_index_of_more_than_18_digits_is_outside_the_grammar():
                                              parse_record_name, split_call_name, split_record_name, to_legacy)
 
     eighteen, nineteen, huge = "9" * 18, "9" * 19, "1" * 5000
-    assert parse_record_name("Torch_relu_{}_forward_output".format(eighteen)).index == 10 ** 18 - 1
-    assert parse_record_name("Torch_relu_0_forward_input.{}".format(eighteen)).path == (10 ** 18 - 1,)
+    assert parse_record_name(f"Torch_relu_{eighteen}_forward_output").index == 10 ** 18 - 1
+    assert parse_record_name(f"Torch_relu_0_forward_input.{eighteen}").path == (10 ** 18 - 1,)
     for counter in (nineteen, huge):
-        assert parse_record_name("Torch_relu_{}_forward_output".format(counter)) is None
-        assert parse_call_name("Torch_relu_{}_forward".format(counter)) is None
-        assert split_record_name("Module_Conv2d_{}_forward_output".format(counter)) is None
-        assert split_call_name("Torch_relu_{}_forward".format(counter)) == ("Torch_relu_{}_forward".format(counter),
+        assert parse_record_name(f"Torch_relu_{counter}_forward_output") is None
+        assert parse_call_name(f"Torch_relu_{counter}_forward") is None
+        assert split_record_name(f"Module_Conv2d_{counter}_forward_output") is None
+        assert split_call_name(f"Torch_relu_{counter}_forward") == (f"Torch_relu_{counter}_forward",
                                                                            -1, "forward")
-        assert to_legacy("Torch.relu.{}.forward".format(counter)) is None
-        assert parse_dotted_call_name("Torch.relu.{}.forward".format(counter)) is None
-    assert parse_record_name("Torch_relu_0_forward_input.0.{}".format(nineteen)) is None
-    assert split_record_name("Torch_relu_0_forward_input.{}".format(huge)) is None
-    assert to_legacy("Torch.relu.0.forward.input.{}".format(nineteen)) is None
-    assert long_number("Torch_relu_{}_forward".format(huge)) == 5000
-    assert long_number("Torch_relu_{}_forward".format(eighteen)) is None
-    assert number_problem("Torch_relu_{}_forward".format(nineteen)) == (
+        assert to_legacy(f"Torch.relu.{counter}.forward") is None
+        assert parse_dotted_call_name(f"Torch.relu.{counter}.forward") is None
+    assert parse_record_name(f"Torch_relu_0_forward_input.0.{nineteen}") is None
+    assert split_record_name(f"Torch_relu_0_forward_input.{huge}") is None
+    assert to_legacy(f"Torch.relu.0.forward.input.{nineteen}") is None
+    assert long_number(f"Torch_relu_{huge}_forward") == 5000
+    assert long_number(f"Torch_relu_{eighteen}_forward") is None
+    assert number_problem(f"Torch_relu_{nineteen}_forward") == (
         ": it holds a number of 19 digits (a call counter or index has at most 18)")
     assert number_problem("garbage") == "" and number_problem(5) == ""

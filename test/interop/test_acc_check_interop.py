@@ -39,7 +39,7 @@ BUILD_LOG = os.path.join(REPO, "bench", "out", "interop_msprobe26", "venv_build.
 
 
 def _not_ready_reason() -> str:
-    reason = "the msprobe 26 venv (%s) is not ready: bash scripts/interop_msprobe26.sh --setup" % VENV
+    reason = f"the msprobe 26 venv ({VENV}) is not ready: bash scripts/interop_msprobe26.sh --setup"
     if os.path.isfile(BUILD_LOG):
         with open(BUILD_LOG, encoding="utf-8", errors="replace") as handle:
             lines = [line.strip() for line in handle if line.strip()]
@@ -205,5 +205,5 @@ def test_acc_check_refuses_dump_without_framework(dumps):
                           timeout=300)
     output = done.stdout.decode(errors="replace")
     assert done.returncode != 0, output[-3000:]
-    assert 'ValueError: Key "framework" not found in %s' % stripped in output, output[-3000:]
+    assert f'ValueError: Key "framework" not found in {stripped}' in output, output[-3000:]
     assert not glob.glob(os.path.join(out, "*.csv"))

@@ -66,7 +66,7 @@ def test_acl_without_dump_config(session, fake_npu):
 def test_acl_with_a_missing_dump_config(session, fake_npu, tmp_path):
     fake_npu()
     missing = tmp_path / "nowhere" / "dump.json"
-    with pytest.raises(FileFormatError, match="The ACL dump config {} does not exist".format(missing)):
+    with pytest.raises(FileFormatError, match=f"The ACL dump config {missing} does not exist"):
         register_hook(torch.nn.Linear(2, 2), overflow_check, dump_mode="acl", dump_config=str(missing))
 
 
@@ -74,7 +74,7 @@ def test_acl_with_a_missing_dump_config(session, fake_npu, tmp_path):
                                                               ("ON", "off", "filter_switch")])
 def test_switch_values(session, no_npu, switch, filter_switch, parameter):
     register_hook(torch.nn.Linear(2, 2), overflow_check)
-    with pytest.raises(ParameterError, match=r"^Invalid {}=.*must be 'ON' or 'OFF'".format(parameter)):
+    with pytest.raises(ParameterError, match=fr"^Invalid {parameter}=.*must be 'ON' or 'OFF'"):
         set_overflow_check_switch(switch, filter_switch)
 
 

@@ -36,7 +36,7 @@ def test_third_overflow_stops_training_with_the_legacy_message(tmp_path, session
     files = _overflow_files(rank_dir)
     assert sorted(files) == [1, 2, 3]
     third = os.path.join(str(rank_dir), files[3])
-    assert str(raised.value) == "[overflow 3 times]: dump file is saved in '{}'.".format(third)
+    assert str(raised.value) == f"[overflow 3 times]: dump file is saved in '{third}'."
     # each pkl has its npy dir of the same name, nothing else is written
     assert sorted(os.listdir(rank_dir)) == sorted(list(files.values()) + [name[:-4] for name in files.values()])
 

@@ -61,8 +61,8 @@ def test_a_second_process_overflow_dumping_into_the_same_rank_dir_is_refused(tmp
         assert second.returncode == 0, err
         assert len(_results(out)) == 1, out
         refusal = _results(out)[0]
-        assert refusal.startswith("refused: Another process writes to {}".format(rank_dir))
-        assert "held by pid {} on host".format(first.pid) in refusal
+        assert refusal.startswith(f"refused: Another process writes to {rank_dir}")
+        assert f"held by pid {first.pid} on host" in refusal
         out, err = first.communicate("go\n", timeout=120)
         assert first.returncode == 0, err
         assert _results(out) == ["dumped again"]

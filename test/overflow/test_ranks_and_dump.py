@@ -81,10 +81,10 @@ def _run_ranks(tmp_path, source):
 def test_an_overflow_arriving_through_all_reduce_is_found_on_every_rank(tmp_path):
     outputs = _run_ranks(tmp_path, ALL_REDUCE_SCRIPT)
     for rank in range(2):
-        rank_dir = tmp_path / "out" / "ptdbg_dump_v1.0" / "rank{}".format(rank)
+        rank_dir = tmp_path / "out" / "ptdbg_dump_v1.0" / f"rank{rank}"
         pkls = [name for name in os.listdir(str(rank_dir)) if name.endswith(".pkl")]
         assert len(pkls) == 1
-        assert outputs[rank] == "[overflow 1 times]: dump file is saved in '{}'.".format(rank_dir / pkls[0])
+        assert outputs[rank] == f"[overflow 1 times]: dump file is saved in '{rank_dir / pkls[0]}'."
         with open(str(rank_dir / pkls[0]), encoding="utf-8") as handle:
             lines = [json.loads(line) for line in handle]
         assert [line[0] for line in lines] == ["Distributed_all_reduce_0_forward_stack_info",
@@ -107,7 +107,7 @@ def test_each_rank_counts_its_own_overflows(tmp_path):
     assert [re.sub(r"_\d{8}_\d{6}_", "_T_", name) for name in pkls] == ["Overflow_info_T_1.pkl", "Overflow_info_T_2.pkl"]
     # rank 1 stopped at step 1, on its second overflow (exp, then sum of inf)
     second = str(tag_dir / "rank1" / pkls[1])
-    assert outputs[1] == repr((1, "[overflow 2 times]: dump file is saved in '{}'.".format(second)))
+    assert outputs[1] == repr((1, f"[overflow 2 times]: dump file is saved in '{second}'."))
     with open(second, encoding="utf-8") as handle:
         assert json.loads(handle.readline())[0] == "Tensor_sum_1_forward_stack_info"
 

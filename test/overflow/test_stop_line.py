@@ -56,8 +56,7 @@ def _run(tmp_path, source):
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("ASCEND_WORK_PATH", None)
-    done = subprocess.run([sys.executable, str(script), str(out)], env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr
     return out, done.stderr.rstrip("\n").splitlines()
 

@@ -43,7 +43,7 @@ def write_dump(root: str, calls: Iterable[Tuple[str, list, dict]], tensors: Opti
             torch.save(content, path)
     data = {}
     for index, (name, args, kwargs) in enumerate(calls):
-        data["{}.{}.forward".format(name, index)] = {"input_args": args, "input_kwargs": kwargs,
+        data[f"{name}.{index}.forward"] = {"input_args": args, "input_kwargs": kwargs,
                                                      "output": []}
     dump = {"task": task, "level": "L1", "dump_data_dir": data_dir, "data": data}
     dump.update(extra or {})
@@ -58,14 +58,14 @@ def write_dump(root: str, calls: Iterable[Tuple[str, list, dict]], tensors: Opti
 
 def nested(levels: int, leaf: Dict[str, Any]) -> str:
     """A placeholder for ``leaf`` inside ``levels`` lists, spliced into the dump.json as raw text."""
-    placeholder = "__nested_{}__".format(levels)
+    placeholder = f"__nested_{levels}__"
     RAW_JSON[placeholder] = "[" * levels + json.dumps(leaf) + "]" * levels
     return placeholder
 
 
 def raw(text: str) -> str:
     """A placeholder for the JSON text ``text`` (a number json cannot write: ``1e400``), spliced in as it is."""
-    placeholder = "__raw_{}__".format(len(RAW_JSON))
+    placeholder = f"__raw_{len(RAW_JSON)}__"
     RAW_JSON[placeholder] = text
     return placeholder
 

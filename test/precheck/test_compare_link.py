@@ -254,7 +254,7 @@ def test_compare_from_before_the_finding_file_is_linked_to_its_first_failure(mod
     assert report.anchor_kind == "the compare's first failing call"
     assert report.anchor_name == "Functional_gelu_0_forward_output"
     printed = capsys.readouterr().out
-    assert "has an advisor report but no {}".format(os.path.basename(finding_path_of(copied))) in printed
+    assert f"has an advisor report but no {os.path.basename(finding_path_of(copied))}" in printed
     assert "Re-run compare to link to the suspect." in printed
 
 
@@ -380,9 +380,9 @@ def test_a_finding_copied_from_another_compare_is_refused(model_dumps, planted_c
         with pytest.raises(FileFormatError) as error:
             run_ut(model_dumps["planted"], str(out), progress=False, compare_csv=copied)
         message = str(error.value)
-        assert message.startswith("{} is not the finding of {}: ".format(finding_path_of(copied), copied)), message
+        assert message.startswith(f"{finding_path_of(copied)} is not the finding of {copied}: "), message
         assert "Re-run compare to write both again" in message
-    assert "but line {} of the CSV is ".format(good["line"] + 7) in message or "first failing row" in message
+    assert f"but line {good['line'] + 7} of the CSV is " in message or "first failing row" in message
     assert not out.exists()  # refused before anything is written
     # the finding that belongs to it is linked as before
     write_finding(copied, good)

@@ -23,7 +23,7 @@ print("torch" in sys.modules)
 
 def run_python(code, env):
     return subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, env=env, timeout=60)
+                          text=True, env=env, timeout=60)
 
 
 def test_precheck_functions_are_exported_lazily(child_env):

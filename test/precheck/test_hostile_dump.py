@@ -28,7 +28,7 @@ def read_rows(path):
         return {row[0]: row for row in list(csv.reader(handle))[1:]}
 
 
-class MarkerPayload(object):
+class MarkerPayload:
     """Unpickling it opens (creates) the marker file: what a malicious pickle does."""
 
     def __init__(self, marker):
@@ -91,7 +91,7 @@ def hostile_calls(markers, payload, outside):
 
 def check_nothing_ran(markers, rows):
     for name, marker in markers.items():
-        assert not os.path.exists(marker), "the {} marker exists: code named by the dump ran".format(name)
+        assert not os.path.exists(marker), f"the {name} marker exists: code named by the dump ran"
     for name, row in rows.items():
         if name.startswith("Torch.relu."):
             assert row[1:3] == ["pass", " "], row
@@ -159,13 +159,13 @@ def test_every_refused_category_stops_its_apis_even_when_they_are_wrapped(tmp_pa
 
     assert {category for _, _, category in CATEGORY_PROBES} == {c.name for c in admission.categories()}
     x = torch.ones(2)
-    calls = [("{}.{}".format(prefix, api), [tensor_leaf("x.pt", x)], {}) for prefix, api, _ in CATEGORY_PROBES]
+    calls = [(f"{prefix}.{api}", [tensor_leaf("x.pt", x)], {}) for prefix, api, _ in CATEGORY_PROBES]
     dump = write_dump(str(tmp_path / "dump"), calls, {"x.pt": x})
     markers = {}
     for prefix, api, category in CATEGORY_PROBES:
         found = admission.category_of(prefix, api)
         assert found is not None and found.name == category, (prefix, api, found)
-        markers[(prefix, api)] = str(tmp_path / "called_{}_{}".format(prefix, api))
+        markers[(prefix, api)] = str(tmp_path / f"called_{prefix}_{api}")
 
         def spy(*args, _marker=markers[(prefix, api)], **kwargs):
             open(_marker, "w").close()
@@ -178,12 +178,12 @@ def test_every_refused_category_stops_its_apis_even_when_they_are_wrapped(tmp_pa
     monkeypatch.setattr(admission, "wrap_list", lambda: extended)
     outcome = run_ut(dump, str(tmp_path / "out"), progress=False)
     for (prefix, api), marker in markers.items():
-        assert not os.path.exists(marker), "{}.{} ran".format(prefix, api)
+        assert not os.path.exists(marker), f"{prefix}.{api} ran"
     reasons = dict(outcome.skipped)
     for index, (prefix, api, category) in enumerate(CATEGORY_PROBES):
-        reason = reasons["{}.{}.{}".format(prefix, api, index)]
-        assert reason.startswith("{}.{} is never re-run from a dump".format(prefix, api)), reason
-        assert reason.endswith("(category {}).".format(category)), reason
+        reason = reasons[f"{prefix}.{api}.{index}"]
+        assert reason.startswith(f"{prefix}.{api} is never re-run from a dump"), reason
+        assert reason.endswith(f"(category {category})."), reason
 
 
 FORBIDDEN_MODULES = ("torch.serialization", "torch.hub", "torch.distributed", "torch.random", "torch.profiler",

@@ -32,7 +32,7 @@ def read_rows(path):
 
 def run_capped(args, cwd, env, cap=CAP):
     started = time.time()
-    process = subprocess.run(["prlimit", "--as={}".format(cap), sys.executable, "-m", "ptdbg_ascend.cli"] + args,
+    process = subprocess.run(["prlimit", f"--as={cap}", sys.executable, "-m", "ptdbg_ascend.cli"] + args,
                              cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
     return process.returncode, process.stdout.decode(errors="replace"), time.time() - started
 
@@ -118,9 +118,9 @@ def test_the_default_budget_follows_the_address_space_limit(child_env):
 
     script = ("from ptdbg_ascend.memory import available_memory, default_budget\n"
               "print(available_memory(), default_budget())")
-    process = subprocess.run(["prlimit", "--as={}".format(CAP), sys.executable, "-c", script], env=child_env,
+    process = subprocess.run(["prlimit", f"--as={CAP}", sys.executable, "-c", script], env=child_env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
-    available, budget = [int(word) for word in process.stdout.decode().split()]
+    available, budget = (int(word) for word in process.stdout.decode().split())
     assert 0 < available < CAP and budget == max(256 * 1024 ** 2, available // 4)
     assert available_memory() > available  # without the cap this process may take more
     assert default_budget(4) < default_budget(1)

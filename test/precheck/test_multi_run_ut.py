@@ -231,7 +231,7 @@ def test_torchrun_two_ranks_rank0_writes_the_merged_csvs(model_dumps, single_cle
 ])
 def test_bad_options_are_refused_before_anything_is_written(model_dumps, tmp_path, options, parameter):
     out = tmp_path / "out"
-    with pytest.raises(ParameterError, match="Invalid {}=".format(parameter)):
+    with pytest.raises(ParameterError, match=f"Invalid {parameter}="):
         multi_run_ut(model_dumps["clean"], out_path=str(out), progress=False, **options)
     assert not out.exists()
 

@@ -209,7 +209,7 @@ def test_cli_multi_run_ut_summary_shows_one_item_per_line_on_a_terminal(hostile_
     first = next(i for i, line in enumerate(shown.lines) if line.startswith("multi_run_ut: 2 APIs: "))
     summary = shown.lines[first:]
     assert not [line for line in summary if "\\x0a" in line], summary
-    (result,) = [name for name in os.listdir(str(out)) if name.startswith("accuracy_checking_result_")]
+    (result,) = (name for name in os.listdir(str(out)) if name.startswith("accuracy_checking_result_"))
     assert summary[0].startswith("multi_run_ut: 2 APIs: 0 pass, 0 warning, 1 error, 1 SKIP (2 run now in ")
     assert summary[1] == "  result:  " + str(out / result)
     assert summary[2] == "  details: " + str(out / result.replace("_result_", "_details_"))

@@ -86,9 +86,9 @@ def test_resume_with_another_dump_is_refused_and_touches_nothing(model_dumps, tm
     with pytest.raises(ParameterError) as caught:
         run_ut(model_dumps["planted"], progress=False, result_csv_path=result, white_list=SHORT)
     message = str(caught.value)
-    assert message.startswith("Invalid result_csv_path={!r}: must be a run of the same dump.json.".format(result))
+    assert message.startswith(f"Invalid result_csv_path={result!r}: must be a run of the same dump.json.")
     assert os.path.abspath(model_dumps["clean"]) in message and model_dumps["planted"] in message
-    assert "Resume with -api_info {}".format(os.path.abspath(model_dumps["clean"])) in message
+    assert f"Resume with -api_info {os.path.abspath(model_dumps['clean'])}" in message
     assert (read_bytes(result), read_bytes(details)) == before
     with pytest.raises(ParameterError, match="must be a run of the same dump.json"):
         multi_run_ut(model_dumps["planted"], n=1, progress=False, result_csv_path=result, white_list=SHORT)
@@ -123,7 +123,7 @@ def test_missing_or_corrupt_run_file_is_a_clear_error(model_dumps, tmp_path):
     with pytest.raises(ParameterError) as caught:
         run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT)
     assert "Invalid result_csv_path=" in str(caught.value)
-    assert "{} is missing: the CSVs were written before ptdbg_ascend recorded which dump.json".format(run_file) \
+    assert f"{run_file} is missing: the CSVs were written before ptdbg_ascend recorded which dump.json" \
         in str(caught.value)
     assert "Start a new run" in str(caught.value)
     for bad, expected in ((b"{\"format\": ", "is not valid JSON"),
@@ -212,7 +212,7 @@ def test_a_symlinked_csv_is_refused_and_stays_a_link(model_dumps, tmp_path):
     shutil.copy(run_file_of(result), str(mixed))
     details_name = name.replace("result", "details")
     os.symlink(result.replace("result", "details"), str(mixed / details_name))
-    with pytest.raises(ParameterError, match="{} is a symlink".format(details_name)):
+    with pytest.raises(ParameterError, match=f"{details_name} is a symlink"):
         run_ut(model_dumps["clean"], progress=False, result_csv_path=str(mixed / name), white_list=SHORT)
     assert os.path.islink(str(mixed / details_name))
 
@@ -227,7 +227,7 @@ def test_a_fifo_or_directory_named_like_a_result_csv_is_refused_at_once(model_du
     process = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              timeout=60, env=child_env)
     text = process.stdout.decode()
-    assert "{} is a FIFO.".format(fifo) in text, text
+    assert f"{fifo} is a FIFO." in text, text
     assert time.time() - started < 30  # refused, not blocked opening the FIFO
     directory = tmp_path / "d" / "accuracy_checking_result_20240101000000.csv"
     directory.mkdir(parents=True)
@@ -245,7 +245,7 @@ def test_a_held_lock_refuses_a_resume_naming_the_holder(model_dumps, tmp_path):
             run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=SHORT)
         message = str(caught.value)
         assert "must not be in use by another run" in message
-        assert "(pid {} on host ".format(os.getpid()) in message
+        assert f"(pid {os.getpid()} on host " in message
         assert os.path.join(str(tmp_path), "." + os.path.basename(result) + ".lock") in message
     finally:
         lock.release()
@@ -272,7 +272,7 @@ def test_two_resumes_started_at_the_same_moment_exactly_one_proceeds(model_dumps
     go = tmp_path / "go"
     processes = []
     for number in range(2):
-        ready = tmp_path / "ready{}".format(number)
+        ready = tmp_path / f"ready{number}"
         processes.append((ready, subprocess.Popen(
             [sys.executable, str(script), str(ready), str(go), "run-ut", "-api_info", model_dumps["clean"],
              "-csv_path", result, "--no-progress"],
@@ -307,8 +307,7 @@ def test_torchrun_rank0_checks_the_fingerprint_too(model_dumps, tmp_path, child_
                              cwd=str(tmp_path))
     text = process.stdout.decode(errors="replace")
     assert process.returncode != 0, text
-    assert "ptdbg multi-run-ut: error: Invalid result_csv_path={!r}: must be a run of the same dump.json".format(
-        result) in text
+    assert f"ptdbg multi-run-ut: error: Invalid result_csv_path={result!r}: must be a run of the same dump.json" in text
     assert "multi_run_ut: rank 0 could not start" in text  # rank 1 stops too, naming rank 0's reason
     assert read_bytes(result) == before
 
@@ -325,7 +324,7 @@ def test_csvs_of_another_dump_under_this_runs_run_file_are_refused(model_dumps, 
     before = read_bytes(clean), read_bytes(clean.replace("result", "details"))
     done = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", "run-ut", "-api_info", model_dumps["planted"],
                            "-csv_path", clean, "--no-progress", "-white_list"] + SHORT,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300,
+                          capture_output=True, text=True, timeout=300,
                           env=child_env)
     assert done.returncode == 2, (done.returncode, done.stdout[-1500:], done.stderr[-1500:])
     assert done.stderr.count("\n") == 1, done.stderr

@@ -62,7 +62,7 @@ def wait_for_rows(directory, count, process, timeout=120):
         if found and len(read_csv(found[0])) > count:
             return found[0]
         time.sleep(0.02)
-    raise AssertionError("no {} rows in time".format(count))
+    raise AssertionError(f"no {count} rows in time")
 
 
 def whole_apis_only(result_csv):
@@ -92,7 +92,7 @@ def test_ctrl_c_run_ut_names_the_csv_and_the_resume_completes(model_dumps, tmp_p
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, (stdout, stderr)
-    assert stderr.decode() == "ptdbg run-ut: interrupted: resume with -csv_path {}\n".format(result)
+    assert stderr.decode() == f"ptdbg run-ut: interrupted: resume with -csv_path {result}\n"
     written = read_csv(result)[1:]
     assert 3 <= len(written) < len(read_csv(whole.result_csv)) - 1  # stopped mid-run
     assert written == read_csv(whole.result_csv)[1:1 + len(written)]
@@ -114,7 +114,7 @@ def test_ctrl_c_multi_run_ut_stops_workers_and_resumes(model_dumps, tmp_path, sl
     os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, (stdout, stderr)
-    assert stderr.decode() == "ptdbg multi-run-ut: interrupted: resume with -csv_path {}\n".format(result)
+    assert stderr.decode() == f"ptdbg multi-run-ut: interrupted: resume with -csv_path {result}\n"
     deadline = time.time() + 20
     while time.time() < deadline:  # the workers and the fork server end with the parent
         try:
@@ -190,7 +190,7 @@ def test_stale_rank_environment_gives_up_after_cluster_timeout(model_dumps, tmp_
     process = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", "multi-run-ut", "-api_info",
                               model_dumps["clean"], "-o", str(out), "-n", "1", "--no-progress",
                               "--cluster-timeout", "3"],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+                             env=env, capture_output=True, timeout=120)
     elapsed = time.time() - started
     stdout, stderr = process.stdout.decode(), process.stderr.decode()
     assert process.returncode == 2, (stdout, stderr)
@@ -276,8 +276,8 @@ def test_a_full_disk_stops_with_one_line_naming_the_file_and_what_was_kept(model
     whole = run_ut(model_dumps["clean"], str(tmp_path / "whole"), progress=False)
     extra = ["-n", "1"] if command == "multi-run-ut" else []
     done = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", command, "-api_info", model_dumps["clean"],
-                           "-o", str(small_disk), "--no-progress"] + extra, env=child_env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+                           "-o", str(small_disk), "--no-progress"] + extra, env=child_env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert done.stderr.count("\n") == 1, done.stderr
     (result,) = result_csvs(small_disk)
@@ -320,8 +320,8 @@ def test_a_full_disk_before_the_first_api_leaves_no_pair(model_dumps, tmp_path, 
         finally:
             os.close(descriptor)
         done = subprocess.run([sys.executable, "-m", "ptdbg_ascend.cli", "run-ut", "-api_info", model_dumps["clean"],
-                               "-o", str(path), "--no-progress"], env=child_env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+                               "-o", str(path), "--no-progress"], env=child_env, capture_output=True, text=True,
+                              timeout=300)
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1, done.stderr
         assert done.stderr.startswith("ptdbg run-ut: error: Cannot write ") and "No space left on device" in done.stderr

@@ -180,7 +180,7 @@ def test_resume_after_sigkill_gives_the_uninterrupted_csvs(model_dumps, tmp_path
     result = str(out / result_name[0])
     assert len(read_csv(result)) == 1 + 6  # six APIs finished before the kill
     with open(result, "ab") as handle:  # and a kill in the middle of writing a line, inside a character
-        handle.write("Functional.linear.9,pa精".encode("utf-8")[:-1])
+        handle.write("Functional.linear.9,pa精".encode()[:-1])
     resumed = run_ut(model_dumps["clean"], progress=False, result_csv_path=result, white_list=RESUME_LIST)
     assert resumed.result_csv == result and os.path.basename(resumed.details_csv) == details_name[0]
     assert resumed.apis_resumed == 6 and resumed.apis_run == len(read_csv(whole.result_csv)) - 1 - 6

@@ -30,7 +30,7 @@ def scenario(request, tmp_path_factory):
         if item.module is request.module:
             planned += [name for name in getattr(getattr(item, "function", None), "scenarios", ()) if name not in planned]
     runner = Runner(str(tmp_path_factory.mktemp("scenarios")), planned)
-    cache = {}  # type: Dict[str, Dumps]
+    cache: Dict[str, Dumps] = {}
 
     def get(name: str) -> Dumps:
         if name not in cache:
@@ -51,7 +51,7 @@ def run_compare(tmp_path):
         from ptdbg_ascend import compare
 
         counter[0] += 1
-        out = tmp_path / "compare{}".format(counter[0])
+        out = tmp_path / f"compare{counter[0]}"
         out.mkdir()
         param = dumps.param() if isinstance(dumps, Dumps) else dumps
         outcome = compare(param, str(out), stack_mode=True, **kwargs)

@@ -173,7 +173,7 @@ def main():
         loss = loss_fn(model(inputs), target)
         loss.backward()
         optimizer.step()
-        print("step {} loss {:.8f}".format(step, loss.item()), flush=True)
+        print(f"step {step} loss {loss.item():.8f}", flush=True)
     set_dump_switch("OFF")
     return 0
 

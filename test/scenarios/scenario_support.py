@@ -78,16 +78,16 @@ def runs_of(name: str):
     return (name, "npu"), (BENCH_OF.get(name, name), "bench")
 
 
-class Runner(object):
+class Runner:
     """Runs ``train_scenario.py`` once per (scenario, side), at most ``jobs`` processes at a time (one per
     run: the dump wraps torch globally). A background thread dumps the runs in the order the selected
     tests need them, ahead of the tests; :meth:`dumps` moves a scenario's runs to the front and waits."""
 
     def __init__(self, root: str, planned: List[str], jobs: int = 2, steps: int = 2) -> None:
         self.root, self.jobs, self.steps = root, jobs, steps
-        self.queue = []  # type: List[tuple]
-        self.running = {}  # type: Dict[tuple, tuple]
-        self.finished = {}  # type: Dict[tuple, object]  (return code or "timeout")
+        self.queue: List[tuple] = []
+        self.running: Dict[tuple, tuple] = {}
+        self.finished: Dict[tuple, object] = {}  # (return code or "timeout")
         for name in planned:
             self._enqueue(runs_of(name), front=False)
         self.lock = threading.Lock()

@@ -36,7 +36,7 @@ RUNS = {
 
 
 def _side(directory, side):
-    pkls = glob.glob(os.path.join(directory, "ptdbg_dump_v*", "rank0", "api_stack_{}_dump.pkl".format(side)))
+    pkls = glob.glob(os.path.join(directory, "ptdbg_dump_v*", "rank0", f"api_stack_{side}_dump.pkl"))
     assert len(pkls) == 1, (directory, pkls)
     return pkls[0], pkls[0][: -len(".pkl")]
 
@@ -55,7 +55,7 @@ def dumps(tmp_path_factory):
                    for out, command in jobs[start:start + 2]]
         for out, process in running:
             log, _ = process.communicate(timeout=180)
-            assert process.returncode == 0, "{} failed:\n{}".format(out, log.decode(errors="replace")[-3000:])
+            assert process.returncode == 0, f"{out} failed:\n{log.decode(errors='replace')[-3000:]}"
     params = {}
     for name in RUNS:
         npu, bench = _side(str(root / name / "npu"), "npu"), _side(str(root / name / "bench"), "bench")
@@ -86,17 +86,17 @@ def check_root(name, param, outcome):
     warning, since every call after it (BatchNorm, softmax) carries no more than that reduced precision
     explains through it, so nothing fails."""
     finding = outcome.finding
-    summary = "{}: {}; {}".format(name, outcome, finding)
+    summary = f"{name}: {outcome}; {finding}"
     assert outcome and outcome.first_failure is None and finding is not None, summary
     assert finding.call == _first_matmul_class(param), summary
     assert (finding.kind, finding.level, finding.precision) == ("cause", "warning", LABEL), summary
     path, line, code = parse_user_line(finding.user_line)
     assert (os.path.basename(path), line) == (os.path.basename(SCRIPT), _site_line(name)), summary
     text = _text(outcome.advisor_path)
-    assert "Warning: {} computes below float32 precision ({}): its inputs match".format(finding.call, LABEL) in text, \
+    assert f"Warning: {finding.call} computes below float32 precision ({LABEL}): its inputs match" in text, \
         text
     assert "torch.npu.matmul.allow_hf32" in text, text  # a conv/matmul class: the HF32/TF32 switches
-    assert "computing below its dtype's precision ({})".format(LABEL) in str(outcome)
+    assert f"computing below its dtype's precision ({LABEL})" in str(outcome)
     return text
 
 
@@ -127,9 +127,9 @@ def test_mlp_tf32_passes_with_a_warning(dumps, run_compare):
         LABEL) in str(outcome)
     text = _text(outcome.advisor_path)
     assert "Expert Advice: All data in comparison result meets the accuracy requirements." in text, text
-    assert "Warning: Functional_linear_0_forward computes below float32 precision ({})".format(LABEL) in text, text
+    assert f"Warning: Functional_linear_0_forward computes below float32 precision ({LABEL})" in text, text
     path, line, _ = parse_user_line(finding.user_line)
-    assert line == _site_line("mlp") and "Code: {}".format(finding.user_line) in text
+    assert line == _site_line("mlp") and f"Code: {finding.user_line}" in text
     finding_path = os.path.join(os.path.dirname(outcome.csv_path),
                                 os.path.basename(outcome.csv_path).replace("compare_result_", "compare_finding_")
                                 .replace(".csv", ".json"))

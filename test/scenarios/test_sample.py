@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.slow
 def test_end_to_end_sample_names_the_planted_bf16_linear(tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "sample", "end_to_end.py"), "--out", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert result.returncode == 0, result.stdout
     advice = result.stdout[result.stdout.index("\nAdvisor:\n"):]
     # The planted layer (legacy_train.py: F.linear on bfloat16 copies) is the cause, with its code line.
@@ -37,7 +37,7 @@ def test_precheck_demo_names_the_planted_gelu_and_links_it_to_the_compare(tmp_pa
     """``sample/precheck_demo.py``: run_ut on one dump names the planted gelu (and nothing else), and the
     linked run says the compare of the two runs fails there too, with gelu as the advisor's suspect."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "sample", "precheck_demo.py"), "--out", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert result.returncode == 0, result.stdout
     alone, linked = result.stdout.split("== 1. run_ut on the NPU run's dump alone ==")[1].split("== 2. ")
     for part in (alone, linked):

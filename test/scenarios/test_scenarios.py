@@ -41,14 +41,14 @@ def csv_rows(outcome):
 def call_of(record_name: str) -> str:
     """``Functional_linear_1_forward_output`` -> ``Functional_linear_1_forward``."""
     match = RECORD.match(record_name)
-    assert match, "not a record name: {!r}".format(record_name)
+    assert match, f"not a record name: {record_name!r}"
     return record_name[: match.end("direction")]
 
 
 def describe(outcome) -> str:
     finding = outcome.finding
     if finding is None:
-        return "first_failure={!r}, finding=None".format(outcome.first_failure)
+        return f"first_failure={outcome.first_failure!r}, finding=None"
     return "first_failure={!r}, finding: call={!r} api={!r} kind={!r} user_line={!r}".format(
         outcome.first_failure, finding.call, finding.api, finding.kind, finding.user_line)
 
@@ -58,7 +58,7 @@ def check_planted(name, dumps, outcome, kind="cause"):
     planted = planted_call(dumps)
     order = call_order(read_pkl(dumps.npu.pkl)[0])
     where = order.index(planted)
-    summary = "{}: planted {} (npu call #{}); {}".format(name, planted, where, describe(outcome))
+    summary = f"{name}: planted {planted} (npu call #{where}); {describe(outcome)}"
     print(summary)
     assert outcome.first_failure is not None, "nothing failed. " + summary
     assert order.index(call_of(outcome.first_failure)) >= where, "the first failure is before the plant. " + summary
@@ -79,7 +79,7 @@ def check_planted(name, dumps, outcome, kind="cause"):
 
 
 def check_no_failure(name, outcome):
-    print("{}: {}".format(name, describe(outcome)))
+    print(f"{name}: {describe(outcome)}")
     errors = [row["NPU Name"] for row in csv_rows(outcome) if row.get("Result") == "error"]
     assert outcome.first_failure is None, describe(outcome)
     assert outcome.finding is None, describe(outcome)
@@ -219,7 +219,7 @@ def test_nothing_comparable(scenario, run_compare, tmp_path):
     """Two equal runs whose npy files are gone: nothing can be compared, which is not a pass."""
     param = _without_npy(scenario("equal_runs"), tmp_path / "dumps")
     outcome = run_compare(param)
-    print("nothing_comparable: {}, counts={}".format(describe(outcome), outcome.counts))
+    print(f"nothing_comparable: {describe(outcome)}, counts={outcome.counts}")
     assert outcome.counts.compared == 0, outcome.counts
     assert bool(outcome) is False
     text = advisor_text(outcome)
@@ -231,7 +231,7 @@ def test_nothing_comparable(scenario, run_compare, tmp_path):
     command = [sys.executable, "-m", "ptdbg_ascend.cli", "compare", param["npu_pkl_path"], param["bench_pkl_path"],
                str(out), "--npu-dump-data-dir", param["npu_dump_data_dir"],
                "--bench-dump-data-dir", param["bench_dump_data_dir"]]
-    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+    result = subprocess.run(command, capture_output=True, text=True,
                             cwd=REPO, timeout=120)
     assert result.returncode == 3, (result.returncode, result.stderr[-2000:])  # incomplete, not an error
     assert "ptdbg compare: incomplete: " in result.stderr
@@ -250,13 +250,13 @@ def test_summary_mode_notes_the_bf16_linear_too(scenario, run_compare):
     nothing fails, the answer says it compared statistics only and notes the planted linear."""
     dumps = scenario("conv_bn")
     outcome = run_compare(_statistics_only(dumps))
-    print("conv_bn summary: {}".format(describe(outcome)))
+    print(f"conv_bn summary: {describe(outcome)}")
     check_no_failure("conv_bn summary", outcome)
     assert outcome.counts.statistics_only
     text = advisor_text(outcome)
     assert text.splitlines()[0] == ("All data in comparison result meets the accuracy requirements. (Statistics "
                                     "only: max, min, mean and norm were compared, no tensor files.)"), text
-    assert "Note: {} is the first call".format(planted_call(dumps)) in text, text
+    assert f"Note: {planted_call(dumps)} is the first call" in text, text
 
 
 @uses("equal_runs")

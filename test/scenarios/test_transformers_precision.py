@@ -46,7 +46,7 @@ def dumps(tmp_path_factory):
     def run(name):
         out = str(root / name)
         result = subprocess.run([sys.executable, RUNNER, "--out", out] + RUNS[name], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, universal_newlines=True, timeout=600)
+                                stderr=subprocess.STDOUT, text=True, timeout=600)
         assert result.returncode == 0, result.stdout[-3000:]
         (pkl,) = glob.glob(os.path.join(out, "ptdbg_dump_v*", "rank0", "api_stack_dump.pkl"))
         return name, pkl

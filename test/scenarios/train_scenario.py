@@ -245,7 +245,7 @@ def build(scenario, planted):
         model = ConvBNNet(bf16_layer=planted)
         batch = (torch.randn(4, 3, 6, 6), torch.randint(0, 10, (4,)))
     else:
-        raise SystemExit("unknown scenario {!r}; one of {}".format(scenario, ", ".join(SCENARIOS)))
+        raise SystemExit(f"unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
     return model, torch.optim.SGD(model.parameters(), lr=0.1), batch, F.cross_entropy, None
 
 
@@ -280,7 +280,7 @@ def main():
                 loss = loss_fn(model(inputs), target)
         loss.backward()
         optimizer.step()
-        print("step {} loss {:.8f}".format(step, loss.item()), flush=True)
+        print(f"step {step} loss {loss.item():.8f}", flush=True)
     set_dump_switch("OFF")
     if PLANT:
         with open(os.path.join(args.out, "plant.json"), "w") as handle:

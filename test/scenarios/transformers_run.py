@@ -81,7 +81,7 @@ def main() -> None:
     optimizer.step()
     optimizer.zero_grad()
     set_dump_switch("OFF")
-    print("loss {:.6f}".format(out.loss.item()))
+    print(f"loss {out.loss.item():.6f}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def shape_text(shape: Tuple[int, ...]) -> str:
     return text
 
 
-class NumbersText(object):
+class NumbersText:
     """:func:`formats.pkl.numbers_text`, remembered for the statistics lists of the last calls: the statistics
     cache hands out the same list object each time a tensor recurs (an output that is the next call's
     input, an in-place op's input and output), so recurring records skip the float formatting.

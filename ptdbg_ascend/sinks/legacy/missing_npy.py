@@ -22,7 +22,7 @@ from ptdbg_ascend.memory import is_out_of_memory, out_of_memory_reason
 from ptdbg_ascend.sinks.legacy.npy_files import host_copy
 
 
-class MissingNpyFiles(object):
+class MissingNpyFiles:
     """The records of one window whose npy was not written.
 
     Args:
@@ -32,9 +32,9 @@ class MissingNpyFiles(object):
 
     def __init__(self, npy_dir: Optional[str]) -> None:
         self.path = os.path.join(npy_dir, NO_NPY_FILE) if npy_dir is not None else ""
-        self.names = set()  # type: Set[str]
-        self._order = []  # type: List[str]
-        self._reason = None  # type: Optional[str]
+        self.names: Set[str] = set()
+        self._order: List[str] = []
+        self._reason: Optional[str] = None
 
     def __contains__(self, name: str) -> bool:
         return name in self.names
@@ -68,7 +68,7 @@ class MissingNpyFiles(object):
             finally:
                 os.close(descriptor)
         except OSError as error:  # the warnings still say it; the compare's row then says only "not found"
-            logger.warning("Cannot note in {} that {} has no npy file: {}".format(self.path, name, error))
+            logger.warning(f"Cannot note in {self.path} that {name} has no npy file: {error}")
 
     def say_summary(self) -> None:
         """Log :meth:`summary` (the window ends), if there is one."""

@@ -58,11 +58,11 @@ def _kind_note(kind: str) -> Optional[str]:
     if kind == "plain":
         return None
     if kind in ("meta", "fake"):
-        return "Records of {} tensors hold no values: null statistics, no npy.".format(kind)
+        return f"Records of {kind} tensors hold no values: null statistics, no npy."
     if kind == "vmap":
         return ("Records of vmap-batched tensors hold the whole batch, batch dims first (outermost vmap first), "
                 "in their shape, statistics and npy (doc/dump_guide.md).")
-    return "Records of {} tensors hold their values as doc/dump_guide.md describes.".format(kind)
+    return f"Records of {kind} tensors hold their values as doc/dump_guide.md describes."
 
 
 def host_copy(tensor: Any) -> Any:

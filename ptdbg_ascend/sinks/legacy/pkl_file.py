@@ -24,7 +24,7 @@ def open_pkl(pkl_path: str, npy_dir: Optional[str], fresh: bool, own_levels: int
     try:
         if fresh:
             if os.path.islink(pkl_path) or os.path.isdir(pkl_path):
-                raise DumpPathError("The dump file {} is a symlink or a directory; remove it first.".format(pkl_path))
+                raise DumpPathError(f"The dump file {pkl_path} is a symlink or a directory; remove it first.")
             if os.path.exists(pkl_path):
                 os.remove(pkl_path)
             if npy_dir is not None and os.path.isdir(npy_dir) and not os.path.islink(npy_dir):
@@ -44,4 +44,4 @@ def open_pkl(pkl_path: str, npy_dir: Optional[str], fresh: bool, own_levels: int
         if error.errno == errno.ELOOP:
             raise DumpPathError("The dump file {} is a symlink; ptdbg_ascend does not write through links. "
                                 "Remove it first.".format(pkl_path)) from error
-        raise DumpWriteError("Cannot create the dump file {}: {}".format(pkl_path, error)) from error
+        raise DumpWriteError(f"Cannot create the dump file {pkl_path}: {error}") from error

@@ -33,21 +33,21 @@ from ptdbg_ascend.statistics.rules import LEGACY
 # StatisticsCache.lookup). write_call passes ``compute`` for the tensors whose statistics it defers.
 StatisticsLookup = Callable[..., Tuple[List[Optional[float]], Optional[str]]]
 
-class PreparedRecords(object):
+class PreparedRecords:
     """Records taken by :meth:`LegacyPklWriter.prepare`, not written yet (lines, npy copies, pending
     statistics); one ``write_call(..., before=)`` of the same writer writes them."""
 
     __slots__ = ("writer", "lines", "files", "reductions", "nbytes")
 
-    def __init__(self, writer: "LegacyPklWriter") -> None:
-        self.writer = writer  # type: Optional[LegacyPklWriter]
-        self.lines = []  # type: List[Any]
-        self.files = []  # type: List[Tuple[str, Any, Optional[str]]]
-        self.reductions = []  # type: List[Tuple[Any, List[Optional[float]]]]
+    def __init__(self, writer: LegacyPklWriter) -> None:
+        self.writer: Optional[LegacyPklWriter] = writer
+        self.lines: List[Any] = []
+        self.files: List[Tuple[str, Any, Optional[str]]] = []
+        self.reductions: List[Tuple[Any, List[Optional[float]]]] = []
         self.nbytes = 0
 
 
-class LegacyPklWriter(object):
+class LegacyPklWriter:
     """Writer of one pkl file and its npy directory.
 
     Args:
@@ -91,7 +91,7 @@ class LegacyPklWriter(object):
         self._descriptor, self._size = open_pkl(pkl_path, npy_dir, fresh, own_levels)
         # The first write error (disk full...): every later write is refused, so the pkl keeps only
         # whole lines whatever the caller does next. A new writer (a new ON) starts again.
-        self._failed = None  # type: Optional[str]
+        self._failed: Optional[str] = None
         self._closed = False
         # The middle of every tensor line: '", {dump_step}, [], "'.
         self._step_text = line_head(dump_step)
@@ -100,7 +100,7 @@ class LegacyPklWriter(object):
         # the lines held until their batch is read (statistics only; with a writer thread its jobs read the
         # batch).
         self._statistics = statistics or StatisticsPlanner(LEGACY)
-        self._held = []  # type: List[Any]
+        self._held: List[Any] = []
         self._missing = MissingNpyFiles(npy_dir)  # records left without npy (out of memory)
 
     # -- records -------------------------------------------------------------------------------
@@ -127,7 +127,7 @@ class LegacyPklWriter(object):
         self.write_call([], stack_line=stack_line(name, frames))
 
     def prepare(self, records: Sequence[Tuple[str, Any]],
-                lookup: Optional[StatisticsLookup] = None) -> "PreparedRecords":
+                lookup: Optional[StatisticsLookup] = None) -> PreparedRecords:
         """The statistics and npy copies of ``records`` taken now, written later by
         ``write_call(..., before=)``: the inputs of an in-place call are taken before the call changes
         them and written with its outputs, in one go (a call whose original raises is never written)."""
@@ -136,7 +136,7 @@ class LegacyPklWriter(object):
         return prepared
 
     def write_call(self, records: Sequence[Tuple[str, Any]], stack_line: Optional[str] = None,
-                   lookup: Optional[StatisticsLookup] = None, before: Optional["PreparedRecords"] = None) -> None:
+                   lookup: Optional[StatisticsLookup] = None, before: Optional[PreparedRecords] = None) -> None:
         """The ``(name, value)`` records of one API call, then an optional pre-encoded stack line: npy
         files first, then every line in one write, so a killed process leaves the call whole or absent
         from the pkl.
@@ -157,7 +157,7 @@ class LegacyPklWriter(object):
         if not lines:
             return
         if self._closed:
-            raise DumpWriteError("The dump file {} is closed.".format(self.pkl_path))
+            raise DumpWriteError(f"The dump file {self.pkl_path} is closed.")
         if self._failed is not None:
             raise DumpWriteError(self._failed)
         if not files and self._background is None:  # statistics only: straight to the file
@@ -199,7 +199,7 @@ class LegacyPklWriter(object):
                 batch.resolve()  # on the writer thread: the training thread never waits for the device
             for array, pending in reductions:
                 planner.from_copy(pending, on_host(array))
-            written = []  # type: List[str]
+            written: List[str] = []
             try:
                 for path, array, source in files:
                     if source is not None:
@@ -284,7 +284,7 @@ class LegacyPklWriter(object):
                 if npy_dir is not None:
                     files.append((os.path.join(npy_dir, name + ".npy"), value, None))
             # formats.pkl.RECORD_LINE, spelled out: a %-format of a constant compiles to an f-string.
-            lines.append('["%s%s%s", %s, %s]\n' % (name, head, dtype, shape, numbers_of(statistics)))
+            lines.append(f'["{name}{head}{dtype}", {shape}, {numbers_of(statistics)}]\n')
         return nbytes
 
     def _npy_file(self, name: str, value: Any, statistics: Any, same_as: Optional[str],
@@ -358,7 +358,7 @@ class LegacyPklWriter(object):
             except OSError:
                 pass
             self._fail(error)
-            raise DumpWriteError("Cannot write to {}: {}".format(self.pkl_path, error)) from error
+            raise DumpWriteError(f"Cannot write to {self.pkl_path}: {error}") from error
         self._size += len(data)
 
     def _fail(self, error: BaseException) -> None:

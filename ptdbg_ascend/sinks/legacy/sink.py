@@ -21,7 +21,7 @@ from ptdbg_ascend.fs.locks import RankDirectoryClaim
 from ptdbg_ascend.fs.writes import LOCK_NAME
 
 
-class DumpLocation(object):
+class DumpLocation:
     """Where one window writes: the tag dir; rank, pkl and npy dir once the rank is known."""
 
     def __init__(self, directory: str, tag: str, stem: str, version: str) -> None:
@@ -47,7 +47,7 @@ class LegacySink(RecordSink):
         self.config = config
         self.location = location
         self.rank = rank
-        self._writer = None  # type: Optional[LegacyPklWriter]
+        self._writer: Optional[LegacyPklWriter] = None
         self._inputs = config.writes_tensors and "input" in config.sides
         self._outputs = config.writes_tensors and "output" in config.sides
         self._filter = config.filter_switch
@@ -150,7 +150,7 @@ class LegacySink(RecordSink):
                                    "{} stays in {}, so compare and parse name it as cut.".format(
                                        writer.pkl_path, cut, LOCK_NAME, os.path.dirname(writer.pkl_path)))
                 else:
-                    logger.info("Dump data of this window is in {}.".format(writer.pkl_path))
+                    logger.info(f"Dump data of this window is in {writer.pkl_path}.")
         finally:
             self._release(cut if writer is not None else "")
 

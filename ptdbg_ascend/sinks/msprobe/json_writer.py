@@ -53,7 +53,7 @@ from ptdbg_ascend.fs.writes import link_file, own_dir, own_dirs, remove_quietly
 from ptdbg_ascend.fs.locks import RankDirectoryClaim
 
 
-class MsprobeJsonWriter(object):
+class MsprobeJsonWriter:
     """Writes one ``step{N}/rank{R}`` directory.
 
     Args:
@@ -103,9 +103,9 @@ class MsprobeJsonWriter(object):
         # (None while all is well; set, nothing more is written), whether the training thread has raised it
         # yet, and the data_names queued since the last add_entry (an entry still being built: its files are
         # removed when a write error leaves it unfinished).
-        self._failed = None  # type: Optional[str]
+        self._failed: Optional[str] = None
         self._reported = False
-        self._unclaimed = []  # type: List[str]
+        self._unclaimed: List[str] = []
         self._entries_on_disk = 0  # in dump.json as last written
         # One rewrite at a time, so the files never go back to an older state (reentrant: a rewrite that
         # fails goes on to the last rewrite after the error).
@@ -330,10 +330,9 @@ class MsprobeJsonWriter(object):
             try:
                 write_files(self.directory, texts, self._write_file)
                 self._entries_on_disk = shown
-                held = "its dump.json holds the {} entr{} finished before the error".format(
-                    shown, "y" if shown == 1 else "ies")
+                held = f"its dump.json holds the {shown} entr{'y' if shown == 1 else 'ies'} finished before the error"
             except DumpWriteError as error:  # even the reserve's space was not enough
-                held = "its dump.json could not be rewritten ({}): {}".format(error, self._on_disk_text())
+                held = f"its dump.json could not be rewritten ({error}): {self._on_disk_text()}"
             self._failed = ("{}. Dumping to {} stopped: {}; nothing more is written to it. Free space (or fix the "
                             "cause) and call start() again to resume.".format(reason, self.directory, held))
 
@@ -350,7 +349,7 @@ class MsprobeJsonWriter(object):
         if not os.path.exists(os.path.join(self.directory, DUMP_FILE)):
             return "there is no dump.json"
         held = self._entries_on_disk
-        return "it holds the {} entr{} of its last rewrite".format(held, "y" if held == 1 else "ies")
+        return f"it holds the {held} entr{'y' if held == 1 else 'ies'} of its last rewrite"
 
     def _raise_failed(self) -> None:
         with self._rewrite_lock:  # the rewrite after the error may be running on the writer thread

@@ -50,8 +50,8 @@ def tensor_error_text(path: str, error: BaseException) -> str:
             break
         cause = cause.__cause__ or cause.__context__
     if isinstance(cause, OSError) and cause.errno is not None:
-        return "Cannot write the tensor file {}: {}".format(path, cause)
-    return "Cannot write the tensor file {}: {}: {}".format(path, type(error).__name__, error)
+        return f"Cannot write the tensor file {path}: {cause}"
+    return f"Cannot write the tensor file {path}: {type(error).__name__}: {error}"
 
 
 def data_names(value: Any) -> List[str]:

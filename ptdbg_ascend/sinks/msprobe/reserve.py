@@ -43,7 +43,7 @@ SHRINK_FACTOR = 4
 _ZEROS = b"\0" * (1024 * 1024)
 
 
-class JsonReserve(object):
+class JsonReserve:
     """``{directory}/.ptdbg.reserve``, sized for the next rewrite of the JSON files (see the module docstring).
 
     Args:
@@ -58,11 +58,11 @@ class JsonReserve(object):
 
     def __init__(self, directory: str) -> None:
         self.path = os.path.join(directory, RESERVE_NAME)
-        self.pending = [0, 0, 0]  # type: List[int]
+        self.pending: List[int] = [0, 0, 0]
         self.size = 0
         self._longest_stack = 0
-        self._file_sizes = [0, 0, 0]  # type: List[int]  # dump.json, stack.json, construct.json as last written
-        self._descriptor = None  # type: Optional[int]
+        self._file_sizes: List[int] = [0, 0, 0]  # dump.json, stack.json, construct.json as last written
+        self._descriptor: Optional[int] = None
         self._lock = threading.Lock()
 
     # -- measuring -------------------------------------------------------------------------------

@@ -225,7 +225,7 @@ class MsprobeSink(RecordSink):
     def _dump_overflow(self, item: Tuple[MsprobeJsonWriter, str, Callable[[], Entry], Any], k: int) -> str:
         """Write overflowing call number ``k`` (the overflow policy's ``dump``); returns its directory."""
         writer, name, build, stack_literals = item
-        logger.warning("{} overflows (inf, nan or saturation in its data).".format(name))
+        logger.warning(f"{name} overflows (inf, nan or saturation in its data).")
         writer.add_entry(name, build())
         if stack_literals is not None:
             writer.add_stack_literals(name, stack_literals)
