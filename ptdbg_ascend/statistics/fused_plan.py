@@ -151,8 +151,8 @@ def chunk_partials(array: Any, wide: bool) -> Any:
     """The ``[chunks, WIDTH]`` float64 partials of one array (read in memory order, as the kernel reads it),
     its elements cast to float32 first when ``wide`` (:func:`width32`)."""
     flat = numpy.ravel(array, order="K")
-    values = flat.astype(numpy.float32) if wide else flat
-    values = values.astype(numpy.float64)
+    with numpy.errstate(over="ignore"):  # a float64 beyond float32's range is inf there, as in the eager cast
+        values = (flat.astype(numpy.float32) if wide else flat).astype(numpy.float64)
     chunks = -(-values.size // CHUNK)
     padded = numpy.zeros(chunks * CHUNK, dtype=numpy.float64)
     padded[:values.size] = values
