@@ -18,9 +18,10 @@ VENV="${TRITON_VENV:-$ROOT/.venv-triton}"
 PYTHON="${PYTHON:-python3}"
 TORCH_SPEC="torch==2.13.0"
 MARK="$TORCH_SPEC numpy pytest triton"
-LOG="$VENV.build.log"
+LOG="$ROOT/bench/out/triton_venv_build.log"  # bench/out/ is gitignored
 
 setup() {
+    mkdir -p "$(dirname "$LOG")"
     if [ -f "$VENV/.ready" ] && [ "$(cat "$VENV/.ready")" = "$MARK" ]; then
         return 0
     fi

@@ -166,6 +166,9 @@ def test_views_are_read_where_they_lie_or_copied_when_not_dense(fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("values, dtype", [
     ([2 ** 62 + 1, -(2 ** 63), 2 ** 53 + 1, 7], torch.int64),  # float32 rounding of large ints (msprobe)
+    # A float32 tie only after rounding to float64: rounded up straight to float32 (torch's cast), down through
+    # float64 (double rounding); msprobe's Max must be the former.
+    ([2 ** 62 + 2 ** 38 + 1, 1], torch.int64),
     ([16777217, -16777219, 3], torch.int32),  # beyond 2**24: rounded in float32, exact in float64
     ([255, 0, 128], torch.uint8),
 ])
@@ -300,7 +303,7 @@ def interpreted(monkeypatch):
 
 KERNEL_CASES = ([random_tensor(size, dtype, seed=size) for size in SIZES for dtype in FLOATS + INTS]
                 + list(SPECIAL.values()) + [torch.full((100,), 1e20), random_tensor(70 * 130, torch.float32)
-                                            .reshape(70, 130).t(), torch.tensor([2 ** 62 + 1, -7])])
+                                            .reshape(70, 130).t(), torch.tensor([2 ** 62 + 2 ** 38 + 1, -7])])
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's inf - inf
