@@ -182,7 +182,8 @@ def test_int_tensors_are_reduced_in_each_formats_float(fmt, values, dtype):
     ("squares beyond float32", torch.full((100,), 1e20)),  # x*x overflows float32: the eager norm is inf
     ("sum beyond float32", torch.full((40000,), 1e35)),  # the float32 sum overflows: mean and norm inf
     ("near float32's max", torch.tensor([3.4e38, -3.4e38, 1.0])),
-    ("large but safe", torch.full((CHUNK + 1,), 1e18)),  # squares 1e36: no overflow anywhere
+    ("squares summing beyond float32", torch.full((CHUNK + 1,), 1e18)),  # each 1e36, their sum 4.1e39
+    ("large but safe", torch.full((CHUNK + 1,), 1e17)),  # squares summing to 4.1e37: no overflow anywhere
     ("float64 squares beyond float64", torch.tensor([1e200, -1e200, 3.0], dtype=torch.float64)),
     ("half at its max", torch.full((CHUNK,), 65504.0, dtype=torch.float16)),
 ])
@@ -215,6 +216,18 @@ def test_the_sums_are_at_least_as_accurate_as_the_device_batchs(dtype):
     assert abs(fused[3] - exact_norm) <= abs(pending[3] - exact_norm) + 1e-12 * exact_norm
 
 
+MANY_CHUNKS = random_tensor(300 * CHUNK + 11, torch.float32, seed=1)  # 301 chunks: three finalize blocks
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_tensors_over_several_finalize_blocks_match_the_eager_statistics(fmt):
+    last_block_inf = MANY_CHUNKS.clone()
+    last_block_inf[-1] = -INF  # in the last chunk of the last finalize block
+    assert MANY_CHUNKS.numel() > 2 * CHUNK * FINAL_BLOCK
+    for numbers, tensor in zip(emulated([MANY_CHUNKS, last_block_inf], fmt), [MANY_CHUNKS, last_block_inf]):
+        assert_like_eager(numbers, tensor, fmt)
+
+
 def test_a_batch_of_many_tensors_gives_each_its_own_numbers():
     tensors = [random_tensor(size, dtype, seed=size) for size in SIZES for dtype in (torch.float32, torch.int32)]
     tensors.append(SPECIAL["a mix over chunks"])
@@ -234,8 +247,6 @@ def test_the_emulator_gives_the_same_bits_twice_and_the_public_emulate_agrees():
 
 # -- the checks must be able to fail: broken arithmetic is caught ------------------------------------------
 
-MANY_CHUNKS = random_tensor(300 * CHUNK + 11, torch.float32, seed=1)  # 301 chunks: three finalize blocks
-
 
 def test_a_wrong_combine_order_changes_the_bits():
     # The fixed order is what makes the bits reproducible; a reversed order is a different result.
@@ -244,7 +255,6 @@ def test_a_wrong_combine_order_changes_the_bits():
     wrong = fused_plan.emulate_finals(plan.arrays(), plan.widths(), order=lambda partials: partials[::-1])
     assert right[:, :2].tobytes() == wrong[:, :2].tobytes()  # max and min do not see the order
     assert right[:, 2:4].tobytes() != wrong[:, 2:4].tobytes()
-    assert 300 * CHUNK // FINAL_BLOCK > CHUNK // FINAL_BLOCK  # (the tensor spans several finalize blocks)
 
 
 @pytest.mark.parametrize("tensor", [SPECIAL["nan in the last chunk"], random_tensor(3 * CHUNK + 7, torch.float32)],
