@@ -16,6 +16,12 @@ large model records 2,285 tensors a step. This measures, per tensor of a fixed m
                launches it replaces. Dynamo still compiles a graph per rank, layout and dtype (6 for this mix,
                ~1 s each on the CPU; a flattened view passed in does not help: it guards on the view's base),
                so a real model would need more.
+* ``triton``   the whole mix in one fused pass (``statistics/fused_triton``: one chunk launch over a table of
+               tensor pointers, one finalize launch, one read-back), where triton imports: the design the
+               device batch is to take. Its host time per tensor is the batch's launches (and the pointer
+               table's upload) over the mix's tensors; its numbers are the format's, compared like ``fused``'s.
+               Under ``TRITON_INTERPRET=1`` on the CPU it runs in the interpreter: a check of the numbers, not
+               a timing.
 
 Per row: host us per tensor (the enqueue loop only, the device drained before each round), device us per
 tensor (the round synchronised), median of ``--rounds``; then the largest relative difference of each fused
@@ -39,6 +45,7 @@ import torch  # noqa: E402
 
 from ptdbg_ascend.statistics.device_batch import device_reductions, finite_pair  # noqa: E402
 from ptdbg_ascend.statistics.eager import torch_types  # noqa: E402
+from ptdbg_ascend.statistics import fused_plan, fused_triton  # noqa: E402
 
 NAMES = ("max", "min", "sum", "norm", "finite max", "finite min")
 
@@ -115,6 +122,46 @@ def compare(mix: List[Any], fused: Callable[[Any], List[Any]]) -> List[float]:
     return worst
 
 
+def triton_row(mix: List[Any], device: str, rounds: int) -> int:
+    """The ``triton`` row: the mix as one fused batch (launches only, then the read-back), and its numbers
+    against the eager launches'. Returns 1 when the kernels fail on this device."""
+    if not fused_triton.available():
+        print(f"triton: skipped, triton does not import ({fused_triton.IMPORT_ERROR})")
+        return 0
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        print("triton: skipped on the CPU without TRITON_INTERPRET=1 (the kernels need a GPU or the interpreter)")
+        return 0
+    accepted = [tensor for tensor in mix if fused_plan.accepts(tensor)]
+    try:
+        numbers = fused_triton.fused_statistics(accepted, fused_plan.MSPROBE)  # (the first call compiles)
+    except Exception as error:  # noqa: BLE001 - a device without a working triton: say so, the rows above stand
+        print(f"triton: the fused pass failed on {device}: {type(error).__name__}: {str(error).splitlines()[0]}")
+        return 1
+    host, total = [], []
+    for _ in range(rounds):
+        sync(device)
+        start = time.perf_counter()
+        finals = fused_triton.fused_finals(fused_plan.Plan(accepted, fused_plan.MSPROBE))
+        enqueued = time.perf_counter()
+        finals.tolist()
+        done = time.perf_counter()
+        host.append((enqueued - start) / len(accepted) * 1e6)
+        total.append((done - start) / len(accepted) * 1e6)
+    print_row("triton", {"host": statistics.median(host), "device": statistics.median(total)})
+    worst = [0.0] * len(NAMES)
+    for tensor, got in zip(accepted, numbers):
+        eager = [float(value) for value in debugger_launches(tensor)]
+        # The record's Mean back to a sum; a record without the finite pair has finite Max and Min (its pair).
+        fused = [got[0], got[1], got[2] * tensor.numel(), got[3]] + (got[4:6] if len(got) > 4 else got[:2])
+        for index, (want, value) in enumerate(zip(eager, fused)):
+            if value == want or (want != want and value != value):
+                continue
+            worst[index] = max(worst[index], abs(value - want) / max(abs(want), 1e-30))
+    print("triton vs eager, largest relative difference: " + ", ".join(
+        f"{label} {value:.1e}" for label, value in zip(NAMES, worst)))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -135,8 +182,9 @@ def main() -> int:
         print_row(row, measure(launch, mix, args.device, args.rounds))
     if on_cpu:
         print("(CPU: every launch runs at once, host time includes the arithmetic; run on a GPU for the answer)")
+    status = triton_row(mix, args.device, args.rounds)
     if args.no_compile:
-        return 0
+        return status
     started = time.perf_counter()
     fused = fused_launches(torch.compile(fused_six, dynamic=True, fullgraph=True))
     try:
@@ -154,7 +202,7 @@ def main() -> int:
     worst = compare(mix, fused)
     print("fused vs eager, largest relative difference: " + ", ".join(
         f"{label} {value:.1e}" for label, value in zip(NAMES, worst)))
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The accelerator checks of issue 20 in one run, for a session lent a GPU. Every step is bounded, and the
+# The accelerator checks in one run, for a session lent a GPU. Every step is bounded, and the
 # whole run ends inside BUDGET seconds (default 585: run it with the device tool's timeout_s=600; the device
 # machine allows 10 minutes per command and 15 in all, start-up included). The steps, most wanted first:
 #
 #   1. bench/device_stream_check.py   tensor files, statistics and overflow flags of calls made on a side
 #                                     stream behind 50 ms of device work hold the call's values (PASS/FAIL)
 #   2. bench/device_bench.py --quick  the issue's table: large model (statistics rows), then small (every row)
-#   2b. bench/device_kernels.py       host us per tensor of the statistics launches: legacy 3, debugger 7, and
-#                                     one torch.compile'd fused kernel (the candidate for the 1.5x target)
+#   2b. bench/device_kernels.py       host us per tensor of the statistics launches: legacy 3, debugger 7, one
+#                                     torch.compile'd fused kernel, and the Triton batch (statistics/fused_triton:
+#                                     the whole mix in two launches and one read-back), each against eager's numbers
 #   3. with BASELINE: device_bench.py --baseline (the large model's statistics rows, both trees, one machine),
 #      then bench/device_ab.py (bench_dump's reference model: the same files, step times)
 #   4. bench/device_bench.py --profile  where the large model's dumped steps spend host time (cProfile)
