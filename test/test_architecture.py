@@ -259,3 +259,26 @@ def test_no_module_over_400_lines():
         if lines > MAX_LINES:
             long.append(f"{os.path.relpath(path, ROOT)} ({lines} lines)")
     assert not long, f"modules over {MAX_LINES} lines (split them by concern): {', '.join(long)}"
+
+
+MAX_FUNCTION_LINES = 60
+# Longer functions kept whole, with the reason (each split costs a Python call on a path that runs per tensor).
+LONG_FUNCTIONS = {
+    ("ptdbg_ascend/sinks/legacy/pkl_writer.py", "_take"): "the pkl writer's per-API hot path: a split costs a call "
+                                                          "per recorded tensor",
+}
+
+
+def test_no_function_over_60_lines():
+    long = []
+    for module, path in sorted(MODULES.items()):
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), path)
+        relative = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES and (relative, node.name) not in LONG_FUNCTIONS:
+                    long.append(f"{relative}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines (split them where a decision ends, or name them "
+                      f"in LONG_FUNCTIONS with the reason): {', '.join(long)}")
