@@ -36,6 +36,11 @@ def available() -> bool:
 
 if triton is not None:
     @triton.jit
+    def _widen(v, wide):
+        """``v`` as float64, rounded to float32 first when ``wide`` (the format reduces in float32)."""
+        return tl.where(wide != 0, v.to(tl.float32).to(tl.float64), v.to(tl.float64))
+
+    @triton.jit
     def _load_widened(addr, code, wide, offsets, valid, CHUNK: tl.constexpr):
         """The chunk's elements as float64 (0 where not ``valid``), cast to float32 first when ``wide``."""
         x = tl.zeros([CHUNK], tl.float64)
@@ -47,23 +52,23 @@ if triton is not None:
             x = tl.load(addr.to(tl.pointer_type(tl.bfloat16)) + offsets, mask=valid, other=0.0).to(tl.float64)
         elif code == 3:
             v = tl.load(addr.to(tl.pointer_type(tl.float64)) + offsets, mask=valid, other=0.0)
-            x = tl.where(wide != 0, v.to(tl.float32).to(tl.float64), v)
+            x = _widen(v, wide)
         elif code == 4:
             v = tl.load(addr.to(tl.pointer_type(tl.int8)) + offsets, mask=valid, other=0)
-            x = tl.where(wide != 0, v.to(tl.float32).to(tl.float64), v.to(tl.float64))
+            x = _widen(v, wide)
         elif code == 5:
             v = tl.load(addr.to(tl.pointer_type(tl.uint8)) + offsets, mask=valid, other=0)
-            x = tl.where(wide != 0, v.to(tl.float32).to(tl.float64), v.to(tl.float64))
+            x = _widen(v, wide)
         elif code == 6:
             v = tl.load(addr.to(tl.pointer_type(tl.int16)) + offsets, mask=valid, other=0)
-            x = tl.where(wide != 0, v.to(tl.float32).to(tl.float64), v.to(tl.float64))
+            x = _widen(v, wide)
         elif code == 7:
             v = tl.load(addr.to(tl.pointer_type(tl.int32)) + offsets, mask=valid, other=0)
-            x = tl.where(wide != 0, v.to(tl.float32).to(tl.float64), v.to(tl.float64))
+            x = _widen(v, wide)
         elif code == 8:
             # Straight to float32 (as torch casts an int64), never through float64: no double rounding.
             v = tl.load(addr.to(tl.pointer_type(tl.int64)) + offsets, mask=valid, other=0)
-            x = tl.where(wide != 0, v.to(tl.float32).to(tl.float64), v.to(tl.float64))
+            x = _widen(v, wide)
         return x
 
     @triton.jit

@@ -111,8 +111,12 @@ def extended(name: str, entry: Entry, addition: Entry) -> Entry:
     blocks = dict(_blocks(entry))
     blocks.update(_blocks(addition))
     late = [leaf for _, leaves in blocks.values() for leaf in leaves]
-    text = member_of_text(name, object_of_texts([(key, text) for key, (text, _) in blocks.items()], BLOCK_LEVEL - 1),
-                          ENTRY_DEPTH)
+    return _entry(name, [(key, text) for key, (text, _) in blocks.items()], late)
+
+
+def _entry(name: str, blocks: Sequence[Tuple[str, str]], late: List[TensorLeaf]) -> Entry:
+    """Entry ``name`` of ``(key, text)`` blocks: its member text, or a template while ``late`` leaves wait."""
+    text = member_of_text(name, object_of_texts(blocks, BLOCK_LEVEL - 1), ENTRY_DEPTH)
     return EntryTemplate(text, late) if late else text
 
 
@@ -162,8 +166,7 @@ class EntryEncoder:
 
     def entry(self, name: str, blocks: Sequence[Tuple[str, str]], late: List[TensorLeaf]) -> Entry:
         """Entry ``name`` of ``(key, text)`` blocks from the methods below; ``late``: the leaves they collected."""
-        text = member_of_text(name, object_of_texts(blocks, BLOCK_LEVEL - 1), ENTRY_DEPTH)
-        return EntryTemplate(text, late) if late else text
+        return _entry(name, blocks, late)
 
     def values_block(self, values: Sequence[Any], base: str, late: List[TensorLeaf]) -> str:
         """A block that is a list of values (``input_args``, ``output``, a backward's ``input``); ``base`` its

@@ -162,13 +162,8 @@ class MsprobeSink(RecordSink):
         outputs = _as_list(output)  # (an in-place collective's: the arguments it wrote into, a tuple from dispatch)
 
         def build() -> Entry:
-            late = list(before.late) if before is not None else []
-            blocks = list(before) if before is not None else self._input_blocks(name, args, kwargs, late)
-            if self.options.wanted(FORWARD, "output"):
-                blocks.append(("output", self._encoder.values_block(outputs, name + ".output", late)))
-            if autocast is not None:
-                blocks.append((AUTOCAST, value_text(autocast, BLOCK_LEVEL)))
-            return self._encoder.entry(name, blocks, late)
+            extra = [(AUTOCAST, value_text(autocast, BLOCK_LEVEL))] if autocast is not None else []
+            return self._forward_entry(name, args, kwargs, outputs, before, extra)
 
         self.add_entry(name, build, stack=stack, values=(args, kwargs, output))
 
@@ -180,10 +175,17 @@ class MsprobeSink(RecordSink):
 
     # -- entries (shared with the module hooks) ------------------------------------------------------
     def forward_entry(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any], output: Any) -> Entry:
-        late: List[TensorLeaf] = []
-        blocks = self._input_blocks(name, args, kwargs, late)
+        return self._forward_entry(name, args, kwargs, _as_list(output))
+
+    def _forward_entry(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any], outputs: List[Any],
+                       before: Any = None, extra: Sequence[Tuple[str, str]] = ()) -> Entry:
+        """A forward entry: the inputs (``before``: an in-place call's, taken before it ran), the outputs, then
+        ``extra`` blocks already written (the autocast value)."""
+        late = list(before.late) if before is not None else []
+        blocks = list(before) if before is not None else self._input_blocks(name, args, kwargs, late)
         if self.options.wanted(FORWARD, "output"):
-            blocks.append(("output", self._encoder.values_block(_as_list(output), name + ".output", late)))
+            blocks.append(("output", self._encoder.values_block(outputs, name + ".output", late)))
+        blocks.extend(extra)
         return self._encoder.entry(name, blocks, late)
 
     def gradient_entry(self, name: str, incoming: Sequence[Optional[Any]], produced: Sequence[Optional[Any]]) -> Entry:
