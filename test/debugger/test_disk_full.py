@@ -294,6 +294,51 @@ def test_stop_raises_the_error_no_record_saw(small_disk):
     assert sorted(os.listdir(str(rank_dir))) == FILES
 
 
+def test_a_failed_file_does_not_deadlock_a_record_waiting_for_the_queue(small_disk):
+    """The training thread waits in the full queue (holding the queue's order) while the writer thread fails a
+    file and drops the unclaimed ones: both go on (CI hung here once), and the record raises the error."""
+    disk = small_disk(1)
+    rank_dir = disk / "step0" / "rank"
+    background = BackgroundWriter(max_pending_bytes=3 << 20)
+    writer = MsprobeJsonWriter(str(rank_dir), "tensor", "L1", saves_tensors=True, background=background)
+    writer.claim()
+    gate, taken = threading.Event(), threading.Event()
+    outcome = []
+
+    def hold():
+        taken.set()
+        gate.wait()
+
+    def record():  # 2 + 1.5 MiB is more than the queue's bound: this file waits for the writer
+        try:
+            writer.save_tensor("Torch.d.0.forward.output.0", torch.ones(384, 1024))
+            outcome.append("queued")
+        except DumpWriteError as error:
+            outcome.append(str(error))
+
+    try:
+        background.submit(hold)
+        assert taken.wait(10)  # off the queue, running: the next file is accepted into an empty queue
+        writer.save_tensor("Torch.b.0.forward.output.0", torch.ones(512, 1024))  # 2 MiB on a 1 MiB disk
+        writer.save_tensor("Torch.c.0.forward.output.0", torch.ones(1024))  # still queued when the 2 MiB one fails
+        waiting = threading.Thread(target=record, daemon=True)
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive()  # blocked in the queue behind the two files
+        gate.set()
+        waiting.join(20)
+        assert not waiting.is_alive(), "the record and the writer thread deadlocked"
+        with pytest.raises(DumpWriteError) as raised:
+            writer.flush()
+    finally:
+        gate.set()
+        writer.release()
+        background.close()
+    assert str(raised.value).startswith("Cannot write the tensor file ")
+    assert outcome in (["queued"], [str(raised.value)])
+    assert os.listdir(str(rank_dir / "dump_tensor_data")) == []  # every file dropped: no entry named them
+
+
 def test_start_on_a_full_disk_says_so_and_leaves_no_lock(small_disk, session):
     disk = small_disk(1)
     filler = disk / "filler"

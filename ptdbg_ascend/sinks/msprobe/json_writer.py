@@ -106,6 +106,7 @@ class MsprobeJsonWriter:
         self._failed: Optional[str] = None
         self._reported = False
         self._unclaimed: List[str] = []
+        self._unclaimed_lock = threading.Lock()  # never held across a wait (submit may block under _submit_lock)
         self._entries_on_disk = 0  # in dump.json as last written
         # One rewrite at a time, so the files never go back to an older state (reentrant: a rewrite that
         # fails goes on to the last rewrite after the error).
@@ -148,7 +149,7 @@ class MsprobeJsonWriter:
             added = self._failed is None  # else stopped meanwhile (on the writer thread)
             if added:
                 if self._unclaimed:
-                    with self._submit_lock:
+                    with self._unclaimed_lock:
                         self._unclaimed = []  # the files queued since the last entry: this entry names them
                 queued = self._queued
                 self._entries.add(name, entry, queued if queued > self._written else None)
@@ -192,7 +193,8 @@ class MsprobeJsonWriter:
         with self._submit_lock:
             self._queued += 1
             number = self._queued
-            self._unclaimed.append(data_name)
+            with self._unclaimed_lock:
+                self._unclaimed.append(data_name)
 
             def job() -> None:
                 if self._failed is not None:  # stopped: nothing more is written
@@ -340,7 +342,7 @@ class MsprobeJsonWriter:
         """Forget the entries still waiting (for a file or for statistics): back to their last finished
         version, or gone with their stack. Returns the data_names only they (or an entry still being
         built) named, whose files are to be removed (under ``_lock``)."""
-        with self._submit_lock:
+        with self._unclaimed_lock:  # not _submit_lock: the training thread may hold it, waiting for this thread
             orphans, self._unclaimed = self._unclaimed, []
         orphans.extend(self._entries.drop_unfinished())
         return orphans
@@ -365,7 +367,7 @@ class MsprobeJsonWriter:
                 self._background.flush()
             except DumpWriteError:
                 pass
-        with self._lock, self._submit_lock:
+        with self._lock, self._submit_lock, self._unclaimed_lock:
             self._written = self._queued
             self._unclaimed = []
             self._failed = None
