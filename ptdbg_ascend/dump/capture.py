@@ -124,6 +124,27 @@ def _has_tensor(value: Any) -> bool:
     return False
 
 
+_CONTAINERS = (list, tuple, dict)
+
+
+def call_tensors(args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]:
+    """``tensors_in((args, kwargs))``, the common case first (every argument a tensor or a scalar): one loop,
+    no stack. Runs for every call where autograd records."""
+    found: List[Any] = []
+    for item in args:
+        if isinstance(item, _Tensor):
+            found.append(item)
+        elif isinstance(item, _CONTAINERS):
+            return tensors_in((args, kwargs))
+    if kwargs:
+        for item in kwargs.values():
+            if isinstance(item, _Tensor):
+                found.append(item)
+            elif isinstance(item, _CONTAINERS):
+                return tensors_in((args, kwargs))
+    return found
+
+
 def tensors_in(value: Any) -> List[Any]:
     """Every tensor in ``value`` (lists/tuples/dict values, depth first), in argument order."""
     found: List[Any] = []

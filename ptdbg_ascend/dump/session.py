@@ -18,7 +18,7 @@ import torch
 from ptdbg_ascend.dump import backward as backward_capture
 from ptdbg_ascend.dump import compiled
 from ptdbg_ascend.dump import jit_builtins
-from ptdbg_ascend.dump.capture import collective_outputs, tensors_in, written_arguments
+from ptdbg_ascend.dump.capture import call_tensors, collective_outputs, tensors_in, written_arguments
 from ptdbg_ascend.dump.inplace import ALWAYS, KEYWORDS, inplace_call
 from ptdbg_ascend.dump.interception import install
 from ptdbg_ascend.inside import THREAD_STATE
@@ -203,9 +203,11 @@ class DumpSession:
             if prefix != "Distributed" and _is_grad_enabled():
                 backward = [item for item in observers if item.wants_backward(call)]
                 if backward:
-                    inputs = tensors_in((args, kwargs))
-                    if any(tensor.requires_grad for tensor in inputs):
-                        edges = backward_capture.input_edges(inputs)
+                    inputs = call_tensors(args, kwargs)
+                    for tensor in inputs:
+                        if tensor.requires_grad:
+                            edges = backward_capture.input_edges(inputs)
+                            break
             # In place (dump/inplace.py): the observers take the inputs now, before the call changes them.
             # Most calls are not: their rule is KEYWORDS and they have no keyword arguments.
             if forward and (rule == ALWAYS or ((kwargs or rule >= 0) and inplace_call(rule, args, kwargs))):

@@ -130,12 +130,18 @@ class MsprobeSelection(Selector, SelectionPolicy):
         self.backward = direction_wanted(config.data_mode, BACKWARD)
 
     def forward_event(self, call: Any) -> bool:
+        if not (self.scope or self.api_list):  # every call (the default): no name to build
+            return True
         return self.api_event(dotted(call, FORWARD))
 
     def backward_armed(self, call: Any) -> bool:
         if self.scope:
             return True  # decided when the gradients arrive (the range is walked in time order)
+        if not self.api_list:
+            return True
         return self.api_event(dotted(call, BACKWARD))  # a list alone: known now, skip the hooks
 
     def backward_event(self, call: Any) -> bool:
+        if not (self.scope or self.api_list):
+            return True
         return self.api_event(dotted(call, BACKWARD))

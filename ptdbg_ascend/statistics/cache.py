@@ -36,31 +36,24 @@ class StatisticsCache:
         """Start the next call (recorded or not): entries older than ``max_age`` calls become invalid."""
         self._generation += 1
 
-    def lookup(self, tensor: Any, name: str,
-               compute: Optional[Callable[[Any], Statistics]] = None) -> Tuple[Statistics, Optional[str]]:
+    def lookup(self, tensor: Any, name: str, compute: Optional[Callable[[Any], Statistics]] = None,
+               which: int = 0) -> Tuple[Statistics, Optional[str]]:
         """``(statistics, first_name)``: the statistics of ``tensor`` and the name under which the same
         unchanged tensor was recorded recently (None when it is new; it is then remembered as ``name``).
-        ``compute`` gives the statistics of a new tensor (default :func:`tensor_statistics`)."""
-        return self._find(0, tensor, name, compute or tensor_statistics)
-
-    def saved(self, tensor: Any, name: str, make: Callable[[Any], Any]) -> Tuple[Any, Optional[str]]:
-        """``(value, first_name)`` for a tensor about to be saved: ``first_name`` names the file the same
-        unchanged tensor was saved to recently (None when it is new: it is then remembered as saved to
-        ``name``, with ``make(tensor)`` as its value, e.g. the statistics its file's writer will read)."""
-        return self._find(1, tensor, name, make)
-
-    def _find(self, which: int, tensor: Any, name: str, compute: Callable[[Any], Any]) -> Tuple[Any, Optional[str]]:
+        ``compute`` gives the statistics of a new tensor (default :func:`tensor_statistics`). ``which``: the
+        table (default 0, the statistics; :meth:`saved` passes 1). Called for every recorded tensor: the work is
+        done here, not in a helper."""
         key = id(tensor)
         try:
             version = tensor._version
         except RuntimeError:  # inference-mode tensors have no version counter: never cached
-            return compute(tensor), None
+            return (compute or tensor_statistics)(tensor), None
         table: _Table = self._tables[which]
         entry = table.get(key)
         if entry is not None and entry[0]() is tensor and entry[1] == version \
                 and entry[4] >= self._generation - self._max_age:
             return entry[2], entry[3]
-        value = compute(tensor)
+        value = (compute or tensor_statistics)(tensor)
         if len(table) > 256 and self._pruned_at[which] != self._generation:
             # At most once per call: within one call nothing expires, so pruning again would only
             # rebuild the dict for every further tensor of a call that records hundreds (torch.cat).
@@ -72,6 +65,12 @@ class StatisticsCache:
         except TypeError:  # not weak-referenceable: no caching
             pass
         return value, None
+
+    def saved(self, tensor: Any, name: str, make: Callable[[Any], Any]) -> Tuple[Any, Optional[str]]:
+        """``(value, first_name)`` for a tensor about to be saved: ``first_name`` names the file the same
+        unchanged tensor was saved to recently (None when it is new: it is then remembered as saved to
+        ``name``, with ``make(tensor)`` as its value, e.g. the statistics its file's writer will read)."""
+        return self.lookup(tensor, name, make, 1)
 
     def clear(self) -> None:
         """Forget everything (a new file, or a call that changes tensors behind the version counter)."""

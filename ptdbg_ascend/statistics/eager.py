@@ -31,6 +31,7 @@ check :func:`~ptdbg_ascend.tensor_kinds.transforms_active` once per call and the
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Callable, List, Optional, Tuple
 
 import numpy
@@ -76,7 +77,7 @@ def tensor_statistics(tensor: Any) -> Statistics:
     numpy on the same memory, others with three torch reductions whose four numbers are read at once
     (one device->host copy off the CPU).
     """
-    types = torch_types()
+    types = _TYPES[0] if _TYPES else torch_types()
     small = _small_cpu_first(tensor, types, types.numpy_reals)
     if small is not None:
         return small
@@ -94,7 +95,7 @@ def small_float32_statistics(tensor: Any) -> Optional[Statistics]:
     element, as :func:`tensor_statistics` computes them (through numpy); None for any other tensor (the
     caller then takes its general path). The per-leaf fast path of the msprobe format, which reduces
     float64 in float32 and so cannot use :func:`tensor_statistics`'s float64 branch."""
-    types = torch_types()
+    types = _TYPES[0] if _TYPES else torch_types()  # (a call fewer per recorded tensor)
     return _small_cpu_first(tensor, types, types.float32_only)
 
 
@@ -252,7 +253,7 @@ class TorchTypes:
         self.float32_only = frozenset((torch.float32,))
         # Whether a tensor lives on the CPU: Tensor.is_cpu (torch >= 1.13) is cheaper than .device.
         if hasattr(torch.Tensor, "is_cpu"):
-            self.is_cpu: Callable[[Any], bool] = lambda tensor: tensor.is_cpu
+            self.is_cpu: Callable[[Any], bool] = operator.attrgetter("is_cpu")  # (C: no Python frame per tensor)
         else:
             self.is_cpu = lambda tensor: tensor.device.type == "cpu"
 

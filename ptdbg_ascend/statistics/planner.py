@@ -57,7 +57,7 @@ class StatisticsPlanner:
         on_read: given to the device batch (``DeviceStatisticsBatch(on_read=)``). Default None.
     """
 
-    __slots__ = ("rules", "defer_cpu", "from_copies", "max_pending", "batch", "takes_device", "_on_read")
+    __slots__ = ("rules", "defer_cpu", "from_copies", "max_pending", "batch", "takes_device", "cpu_eager", "_on_read")
 
     def __init__(self, rules: Any, defer_cpu: Optional[bool] = None, from_copies: Optional[bool] = None,
                  max_pending: Optional[int] = None, on_read: Optional[Callable[[int], None]] = None) -> None:
@@ -71,6 +71,8 @@ class StatisticsPlanner:
         # takes_device(tensor): whether the statistics of ``tensor`` go through the device batch. The rules' test
         # made once: it runs for every recorded tensor.
         self.takes_device: Callable[[Any], bool] = rules.device_test(self.defer_cpu)
+        # Whether takes_device is False for every CPU tensor (a sink may then skip asking it for those).
+        self.cpu_eager = not self.defer_cpu
 
     def device_batch(self) -> DeviceStatisticsBatch:
         """The device batch (made now if no tensor took it yet)."""

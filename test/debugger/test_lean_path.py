@@ -250,6 +250,34 @@ def test_entries_are_written_as_json_writes_them(session, tmp_path, monkeypatch)
     assert stacks[0] and set(stacks[0]) <= set(data)
 
 
+def test_encoder_fast_leaf_writes_what_the_general_path_writes(session, tmp_path, monkeypatch):
+    """``values_block`` writes a plain CPU tensor's leaf straight from its numbers; with that shortcut off every
+    value goes through ``value()``: the same model (bool, empty, inf/NaN, Parameters, in-place, backward) gives
+    the same bytes in every file. Also checks the shortcut is taken (the general path is entered less)."""
+    from ptdbg_ascend.sinks.msprobe import encoder
+
+    general = []
+    original_value, original_bind = encoder.EntryEncoder.value, encoder.EntryEncoder.bind
+
+    def counting(self, value, *args):
+        general.append(type(value))
+        return original_value(self, value, *args)
+
+    def without_shortcut(self, *args, **kwargs):
+        original_bind(self, *args, **kwargs)
+        self._plain_cpu = False
+
+    monkeypatch.setattr(encoder.EntryEncoder, "value", counting)
+    fast, _ = _mixed_dump(tmp_path, "fast", monkeypatch)
+    taken = len(general)
+    general.clear()
+    monkeypatch.setattr(encoder.EntryEncoder, "value", counting)
+    monkeypatch.setattr(encoder.EntryEncoder, "bind", without_shortcut)
+    slow, _ = _mixed_dump(tmp_path, "slow", monkeypatch)
+    assert fast == slow
+    assert taken < len(general) / 2, (taken, len(general))
+
+
 def test_a_tensor_whose_statistics_raise_is_written_as_the_dicts_write_it(session, tmp_path, monkeypatch, read_dump):
     """A dtype the reductions refuse must not stop the user's call: the tensor is written as a leaf of a special
     kind, with the numbers of the values it holds."""

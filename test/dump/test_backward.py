@@ -83,3 +83,17 @@ def test_nested_calls_are_not_recorded_and_counters_count_every_call(dump_sessio
     finally:
         dump_session.remove_observer(observer)
     assert observer.forward == ["Functional_relu_1_forward"]  # F.relu calls torch.relu inside: invisible
+
+
+def test_call_tensors_finds_every_tensor_in_argument_order():
+    """The inputs scanned for autograd edges: the flat case and every nesting give the tensors depth first, in
+    argument order (keywords after positionals), nothing else."""
+    from ptdbg_ascend.dump.capture import call_tensors
+
+    a, b, c, d, e = (torch.ones(1) * k for k in range(5))
+    assert [id(t) for t in call_tensors((a, 2, "x", b), {})] == [id(a), id(b)]
+    assert [id(t) for t in call_tensors((a,), {"other": b, "alpha": 1.5})] == [id(a), id(b)]
+    nested = call_tensors((a, [b, (c, 3)], {"k": d}), {"out": e, "dims": (0, 1)})
+    assert [id(t) for t in nested] == [id(a), id(b), id(c), id(d), id(e)]
+    assert [id(t) for t in call_tensors((a,), {"tensors": [b, c]})] == [id(a), id(b), id(c)]
+    assert call_tensors((), {}) == [] and call_tensors((1, None), {"x": "y"}) == []

@@ -156,13 +156,16 @@ class EntryEncoder:
         self._takes_device: Callable[[Any], bool] = _never
         self._pending_of: Optional[Callable[[Any], Any]] = None
         self._peek = tensor_kinds.transform_peek()
+        self._plain_cpu = not md5  # (bind)
 
     def bind(self, save: Optional[SaveTensor], takes_device: Optional[Callable[[Any], bool]],
-             pending_of: Optional[Callable[[Any], Any]]) -> None:
+             pending_of: Optional[Callable[[Any], Any]], cpu_now: bool = False) -> None:
         """A step's writer: ``save`` writes a tensor's file (None: statistics only); ``takes_device(tensor)``
         whether its statistics are read back later (None: never), ``pending_of(tensor)`` then gives them (its
-        planner's)."""
+        planner's); ``cpu_now`` (default False): ``takes_device`` is False for every CPU tensor."""
         self._save, self._takes_device, self._pending_of = save, takes_device or _never, pending_of
+        # The common leaf straight from its numbers (values_block): a CPU tensor's statistics read now, no file.
+        self._plain_cpu = save is None and not self._md5 and (cpu_now or takes_device is None)
 
     def entry(self, name: str, blocks: Sequence[Tuple[str, str]], late: List[TensorLeaf]) -> Entry:
         """Entry ``name`` of ``(key, text)`` blocks from the methods below; ``late``: the leaves they collected."""
@@ -171,8 +174,25 @@ class EntryEncoder:
     def values_block(self, values: Sequence[Any], base: str, late: List[TensorLeaf]) -> str:
         """A block that is a list of values (``input_args``, ``output``, a backward's ``input``); ``base`` its
         files' stem (``{call}.input``), ``.{i}`` added per item. ``late`` collects the leaves written later."""
-        return list_of_texts([self.value(value, LEAF_LEVEL, f"{base}.{index}", None, late)
-                              for index, value in enumerate(values)], BLOCK_LEVEL)
+        texts = []
+        plain_cpu = self._plain_cpu and (self._peek is None or self._peek() is None)
+        for index, value in enumerate(values):
+            # Most values are plain CPU tensors of a statistics dump: their leaf from the numbers, without
+            # value()/_tensor()'s dispatch (what those would write, tested in test_encoder_fast_leaf).
+            kind = type(value)
+            if plain_cpu and (kind is _TENSOR or kind is _PARAMETER) and value.is_cpu and value.layout is _STRIDED \
+                    and not value.is_nested and not value.is_quantized:
+                try:
+                    numbers = self._statistics_of(value)
+                except (RuntimeError, TypeError, ValueError, NotImplementedError):  # value() says what it is
+                    numbers = None
+                text = None if numbers is None else tensor_leaf_text(
+                    LEAF_LEVEL, dtype_text(value.dtype), value.shape, bool(value.requires_grad), numbers)
+                if text is not None:
+                    texts.append(text)
+                    continue
+            texts.append(self.value(value, LEAF_LEVEL, f"{base}.{index}", None, late))
+        return list_of_texts(texts, BLOCK_LEVEL)
 
     def keywords_block(self, kwargs: Dict[str, Any], base: str, late: List[TensorLeaf]) -> str:
         """``input_kwargs``. A keyword's file is named like its compare row, ``{base}.{key}.0`` (1.0.4 wrote

@@ -101,8 +101,10 @@ def object_of_texts(members: Sequence[Tuple[str, str]], level: int) -> str:
     if not members:
         return "{}"
     inner = "\n" + " " * (level + 1)
-    return "{" + inner + ("," + inner).join(_STRING(key) + ": " + text for key, text in members) + \
-        "\n" + " " * level + "}"
+    parts = []
+    for key, text in members:  # (a loop, not a generator: every entry's blocks pass here)
+        parts.append(_STRING(key) + ": " + text)
+    return "{" + inner + ("," + inner).join(parts) + "\n" + " " * level + "}"
 
 
 # The common tensor leaf (``leaves.py``: type, dtype, shape, Max, Min, Mean, Norm, requires_grad), filled into

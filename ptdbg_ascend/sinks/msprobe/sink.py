@@ -88,7 +88,8 @@ class MsprobeSink(RecordSink):
         self.writer = writer
         late = writer.late
         late.cached = self._cached
-        self._encoder.bind(self._save_tensor if writer.saves_tensors else None, late.takes_device, late.pending_of)
+        self._encoder.bind(self._save_tensor if writer.saves_tensors else None, late.takes_device, late.pending_of,
+                           late.planner.cpu_eager)
         self._forward_parent.clear()
         self.module_stack = []
         self._not_saved = set()  # a new step's files: none is missing yet
