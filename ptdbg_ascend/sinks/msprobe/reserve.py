@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import os
+import queue
 import threading
 from typing import List, Optional
 
@@ -153,7 +154,32 @@ class JsonReserve:
                 remove_quietly(self.path)
                 return
             remove_quietly(self.path)
-        threading.Thread(target=_close_quietly, args=(descriptor,), name="ptdbg-reserve-close", daemon=True).start()
+        _CLOSER.close(descriptor)
+
+
+class _Closer:
+    """One daemon thread that closes released reserve files, so the file system gives their blocks back off the
+    training thread. One for the process, not one per release: starting a thread cost every stop() about a
+    millisecond (``bench/bench_dump.py``'s 12 ms step). Started again in a forked child (threads do not survive
+    a fork)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: Optional["queue.SimpleQueue[int]"] = None
+        self._pid = 0
+
+    def close(self, descriptor: int) -> None:
+        with self._lock:
+            if self._queue is None or self._pid != os.getpid():
+                self._queue, self._pid = queue.SimpleQueue(), os.getpid()
+                threading.Thread(target=self._run, args=(self._queue,), name="ptdbg-reserve-close",
+                                 daemon=True).start()
+            self._queue.put(descriptor)
+
+    @staticmethod
+    def _run(descriptors: "queue.SimpleQueue[int]") -> None:
+        while True:
+            _close_quietly(descriptors.get())
 
 
 def _close_quietly(descriptor: int) -> None:
@@ -161,6 +187,9 @@ def _close_quietly(descriptor: int) -> None:
         os.close(descriptor)
     except OSError:  # nothing to report: the name is gone, the kernel frees the blocks at exit anyway
         pass
+
+
+_CLOSER = _Closer()
 
 
 def _allocate(descriptor: int, offset: int, length: int) -> None:
