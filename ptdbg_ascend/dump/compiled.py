@@ -47,7 +47,10 @@ _LOCK = threading.Lock()
 # The thread dicts marked by a start callback and what their "inside" flag was (nested compiles).
 _MARKED: List[Tuple[Dict[str, Any], Any]] = []
 _TOLD: List[bool] = []  # the one-line message was logged (once per process)
-GRAPH_CODES: Dict[Any, bool] = {}  # code object -> whether it is a dynamo graph's generated code
+# id(code object) -> (the code, whether it is a dynamo graph's generated code); by id, as ``dump/stack.py`` keys
+# frames (a code object's hash is computed from its constants on every lookup). The entry keeps the code alive,
+# so an id is never another object's while it is cached.
+GRAPH_CODES: Dict[int, Tuple[Any, bool]] = {}
 GRAPH_CODES_LIMIT = 4096
 _TORCH_DIR = os.path.dirname(os.path.abspath(sys.modules["torch"].__file__)) + os.sep if "torch" in sys.modules else None
 
@@ -124,12 +127,13 @@ def from_compiled_graph(frame: Any) -> bool:
     if frame is None:
         return False
     code = frame.f_code
-    known = GRAPH_CODES.get(code)
-    if known is None:
-        known = _is_compiled_code(code, frame)
-        if len(GRAPH_CODES) >= GRAPH_CODES_LIMIT:
-            GRAPH_CODES.clear()  # (dispatch holds the same dict)
-        GRAPH_CODES[code] = known
+    entry = GRAPH_CODES.get(id(code))
+    if entry is not None:
+        return entry[1]
+    known = _is_compiled_code(code, frame)
+    if len(GRAPH_CODES) >= GRAPH_CODES_LIMIT:
+        GRAPH_CODES.clear()  # (dispatch holds the same dict)
+    GRAPH_CODES[id(code)] = (code, known)
     return known
 
 

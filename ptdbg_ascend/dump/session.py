@@ -32,7 +32,7 @@ _is_grad_enabled = torch.is_grad_enabled
 _compiler = getattr(torch, "compiler", None)
 if not hasattr(_compiler, "_is_compiling_flag"):
     _compiler = compiled.NoCompileFlag
-_graph_codes = compiled.GRAPH_CODES  # code object -> whether it is compiled code (dump/compiled.py)
+_graph_codes = compiled.GRAPH_CODES  # id(code object) -> (code, whether it is compiled code): dump/compiled.py
 
 
 def check_extra_apis(extra_apis: Optional[bool]) -> None:
@@ -187,9 +187,9 @@ class DumpSession:
         unmarked = _compiler._is_compiling_flag and compiled.compiling_unmarked()
         if not unmarked:
             caller = sys._getframe(2)  # the code that called the wrapper: one frame, one dict lookup
-            from_graph = _graph_codes.get(caller.f_code)
-            if from_graph is None:  # first sight of this code object
-                from_graph = compiled.from_compiled_graph(caller)
+            seen = _graph_codes.get(id(caller.f_code))
+            # (first sight of this code object: examined once)
+            from_graph = seen[1] if seen is not None else compiled.from_compiled_graph(caller)
         if unmarked or from_graph:
             return self._run_unrecorded(prefix, api, original, args, kwargs, unmarked)
         call = ApiCall(prefix, api, index, original)
