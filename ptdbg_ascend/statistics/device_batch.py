@@ -155,7 +155,8 @@ class DeviceStatisticsBatch:
                     self._on_read(len(ordered) + len(loose))
 
     def add_value(self, value: Any, extra: Optional[Callable[[Any], List[Any]]] = None) -> PendingStatistics:
-        """The statistics of a 0-d ``value`` (already in the dtype to read back) as the value four times, and
+        """The statistics of a 0-d ``value`` (already in the dtype to read back, and a copy: the tensor recorded
+        may change before the read, see :func:`device_reductions`) as the value four times, and
         ``extra(value)``'s 0-d tensors after them: queued, no reduction (reading it now would stop the host until
         the device has caught up with everything queued before it)."""
         with Inside():
@@ -202,6 +203,9 @@ def device_reductions(data: Any, types: TorchTypes) -> Any:
         return prepared
     work, accumulate = prepared
     if work.dim() == 0:
+        # A copy when it is the tensor itself: read back later, the tensor may have changed by then (AdamW's
+        # ``step_t += 1`` made the dump show the incremented step as the increment's input). One small launch.
+        work = work.clone() if work is data else work
         return work, work, work, None, 1
     torch = types.torch
     try:

@@ -106,9 +106,10 @@ def on_device(batch: DeviceStatisticsBatch, tensor: Any) -> Any:
     numbers (:func:`extremes_except_inf_nan` reads them)."""
     floating = tensor.is_floating_point()
     if tensor.dim() == 0:
-        # The value, exact, four times, not reduced in float32; an int as float64 (exact to 2**53).
+        # The value, exact, four times, not reduced in float32; an int as float64 (exact to 2**53). A copy either
+        # way: read back later, the tensor itself may have changed by then (AdamW's ``step_t += 1``).
         with Inside():
-            value = tensor.detach() if floating else tensor.detach().double()
+            value = tensor.detach().clone() if floating else tensor.detach().double()
             return batch.add_value(value, finite_pair if floating else None)
     # Values reduced from ints cannot be infinite or NaN: no finite extremes to prepare for them.
     return batch.add(msprobe_reduced(tensor), extra=finite_pair if floating else None)
