@@ -137,15 +137,17 @@ if triton is not None:
         tl.store(out + 6, neg)
 
 
-def fused_finals(plan: Plan, device: Any = None) -> Any:
+def fused_finals(plan: Plan, device: Any = None, table: Any = None) -> Any:
     """The ``[tensors, WIDTH]`` float64 final rows of ``plan`` on ``device`` (default: the first source's):
-    two launches, nothing read back. Raises RuntimeError without triton."""
+    two launches, nothing read back. ``table``: the plan's table already on ``device`` (default None: made by
+    ``plan.table(device)``, whose copy from pageable memory waits for the device; ``fused_batch`` passes one
+    copied from pinned memory). Raises RuntimeError without triton."""
     if triton is None:
         raise RuntimeError(f"the fused statistics kernels need triton ({IMPORT_ERROR})")
     import torch
 
     device = plan.sources[0].device if device is None else device
-    table = plan.table(device)
+    table = plan.table(device) if table is None else table
     rows = len(plan.sources)
     partials = torch.empty((plan.chunks, WIDTH), dtype=torch.float64, device=device)
     finals = torch.empty((rows, WIDTH), dtype=torch.float64, device=device)
