@@ -333,3 +333,157 @@ def test_writes_nothing_saw_give_nulls_and_one_warning(tmp_path, dump_session, e
     assert _numbers(data["Torch.neg.0.forward"]["input_args"][0]) == [6.0, 5.0, 5.5, math.sqrt(61.0)]
     warnings = warnings_of()
     assert len(warnings) == 1 and "2 tensor(s) changed in place" in warnings[0], warnings
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["launched at the pass's end", "broken: not launched"])
+def test_an_accumulated_gradient_keeps_the_numbers_of_its_own_pass(tmp_path, dump_session, emulated, monkeypatch,
+                                                                    broken):
+    """Two backward passes without zero_grad: autograd stole the first pass's gradient (the queue holds an
+    alias of it, not the tensor, so no clone) and adds the second into it in place, which no wrapper sees. The
+    first pass's numbers are read when that pass ends."""
+    if broken:
+        monkeypatch.setattr(FusedQueue, "_launch_at_backward_end", lambda self: None)
+    weight = torch.nn.Parameter(torch.tensor([1.0, -1.0, 2.0]))
+    debugger = _debugger(tmp_path, "dump")
+    debugger.start()
+    for x in ([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]):
+        torch.mul(torch.tensor(x), weight).sum().backward()
+    debugger.stop()
+    data = _dump_json(tmp_path, "dump")
+    first, second = (_numbers(data[f"Torch.mul.{index}.backward"]["output"][1]) for index in (0, 1))
+    assert weight.grad.tolist() == [5.0, 7.0, 9.0]
+    assert second == pytest.approx([6.0, 4.0, 5.0, math.sqrt(77.0)], rel=1e-6)
+    assert first == ([None] * 4 if broken else pytest.approx([3.0, 1.0, 2.0, math.sqrt(14.0)], rel=1e-6))
+
+
+def _linear_and_adamw(tmp_path, kind, section):
+    """A Linear's forward (its weight recorded as an input), backward and one AdamW step of ``kind``; returns
+    (the weight before the step, dump.json's data)."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    options = {"fused": dict(fused=True), "foreach": dict(foreach=True), "single": dict(foreach=False)}[kind]
+    optimizer = torch.optim.AdamW(net.parameters(), lr=0.5, **options)
+    before = net.weight.detach().clone()
+    debugger = _debugger(tmp_path, "dump", **section)
+    debugger.start()
+    net(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    debugger.stop()
+    assert not torch.equal(before, net.weight)
+    return before, _dump_json(tmp_path, "dump")
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["watched", "broken: not watched"])
+# Forward only: a recorded backward would launch the queue at its end, before the step.
+@pytest.mark.parametrize("section", [{"data_mode": ["forward"]}, {"list": ["Functional.linear.0.forward"]}],
+                         ids=["step recorded", "step not selected"])
+@pytest.mark.parametrize("kind", ["fused", "foreach", "single"])
+def test_an_optimizer_step_launches_the_pass_before_it_writes_the_parameters(tmp_path, dump_session, emulated,
+                                                                             monkeypatch, kind, section, broken):
+    """The fused step (``torch._fused_adamw_``) writes the parameters without bumping their version counters: only
+    the memory check before the call keeps the numbers recorded before it. The foreach and single-tensor steps
+    bump them (unwatched: nulls)."""
+    from ptdbg_ascend.statistics.msprobe_rules import eager_statistics
+
+    if broken:
+        _without_the_watch(monkeypatch)
+    before, data = _linear_and_adamw(tmp_path, kind, section)
+    recorded = _numbers(data["Functional.linear.0.forward"]["input_args"][1])
+    expected = pytest.approx(eager_statistics(before), rel=1e-6)
+    if not broken:
+        assert recorded == expected
+    elif kind == "fused":  # no version bump: the numbers after the step, the wrong ones
+        assert recorded != expected and None not in recorded
+    else:
+        assert recorded == [None] * 4
+    if kind == "fused" and "list" not in section and not broken:
+        params = data["Torch._fused_adamw_.0.forward"]["input_args"][0]
+        assert _numbers(params[0]) == expected  # the step's own input, read before it writes
+
+
+# -- the bound, and what the queue does not take ------------------------------------------------------------
+
+def test_the_queue_launches_at_1024_tensors_and_reads_once_at_resolve():
+    reads = []
+    batch = DeviceStatisticsBatch(on_read=reads.append, fused=EMULATED)
+    tensors = [torch.full((3,), float(index)) for index in range(FusedQueue.MAX_TENSORS + 2)]
+    pending = [batch.queued(tensor, LEGACY) for tensor in tensors[:FusedQueue.MAX_TENSORS - 1]]
+    assert batch.queue.has_queued() and not any(numbers.done() for numbers in pending)
+    pending.append(batch.queued(tensors[FusedQueue.MAX_TENSORS - 1], LEGACY))
+    assert not batch.queue.has_queued()  # the 1024th launched the pass
+    pending += [batch.queued(tensor, LEGACY) for tensor in tensors[FusedQueue.MAX_TENSORS:]]
+    assert batch.queue.has_queued() and batch.pending_count() == len(tensors)
+    batch.resolve()
+    assert reads == [len(tensors)]  # one read for both passes
+    assert [numbers[0] for numbers in pending] == [float(index) for index in range(len(tensors))]
+    assert pending[5] == [5.0, 5.0, 5.0, pytest.approx(math.sqrt(75.0))]
+
+
+def test_the_queue_launches_at_its_bytes_counting_a_shared_storage_once(monkeypatch):
+    monkeypatch.setattr(FusedQueue, "MAX_BYTES", 1 << 20)
+    queue = FusedQueue(EMULATED)
+    base = torch.arange(200_000, dtype=torch.float32)  # 800,000 bytes
+    for view in (base[:100_000], base[50_000:], base, base.reshape(400, 500).t()):
+        assert queue.add(view, MSPROBE) is not None
+    assert queue.has_queued()  # four tensors of one storage: 800,000 bytes, under the bound
+    queue.add(torch.ones(100_000), MSPROBE)  # another 400,000
+    assert not queue.has_queued()
+    launched, changed = queue.take_launched()
+    assert [len(item.pending) for item in launched] == [5] and changed == 0
+
+
+def test_inference_tensors_and_views_with_gaps_take_the_per_tensor_path():
+    from ptdbg_ascend.statistics import rules
+    from ptdbg_ascend.statistics.planner import StatisticsPlanner
+
+    with torch.inference_mode():
+        inference = torch.arange(12.0).reshape(3, 4)
+    gappy = torch.arange(64.0).reshape(8, 8)[:, ::2]
+    dense = torch.arange(20.0).reshape(4, 5).t()  # a transpose is dense in memory: queued as it lies
+    statistics = StatisticsPlanner(rules.LEGACY, fused=EMULATED)
+    numbers = [statistics.device(tensor) for tensor in (inference, gappy, dense)]
+    assert [type(item.values) for item in numbers] == [list, list, bool]  # reductions launched / a reference
+    statistics.batch.resolve()
+    for item, tensor in zip(numbers, (inference, gappy, dense)):
+        expected = rules.LEGACY.eager(tensor.clone())
+        assert item[:2] == expected[:2] and item[2:] == pytest.approx(expected[2:], rel=1e-6)
+
+
+def test_auto_on_the_cpu_and_off_keep_the_per_tensor_path():
+    from ptdbg_ascend.errors import ParameterError
+    from ptdbg_ascend.statistics import rules
+    from ptdbg_ascend.statistics.planner import StatisticsPlanner
+
+    assert planner.DEFAULTS.fused == fused_batch.AUTO
+    assert DeviceStatisticsBatch(fused=fused_batch.AUTO).queued(torch.ones(3), LEGACY) is None  # no CUDA here
+    assert DeviceStatisticsBatch(fused=OFF).queue is None
+    assert StatisticsPlanner(rules.MSPROBE, fused=EMULATED).defer_cpu  # the emulator reads CPU tensors
+    with pytest.raises(ParameterError, match="fused"):
+        StatisticsPlanner(rules.LEGACY, fused="on")
+
+
+# -- the engine's watch ---------------------------------------------------------------------------------
+
+def test_an_in_place_call_costs_one_attribute_test_while_nothing_is_queued(tmp_path, dump_session, emulated,
+                                                                           monkeypatch):
+    """The engine asks the watch before an in-place call only when ``WRITES.armed``: with nothing queued that
+    attribute is the whole cost (no argument scan, no lock)."""
+    asked = []
+    real = fused_batch.WRITES.before_write
+    monkeypatch.setattr(fused_batch.WRITES, "before_write", lambda args, kwargs: (asked.append(1), real(args, kwargs)))
+    x = torch.ones(3)
+    debugger = _debugger(tmp_path, "dump", list=["Torch.neg.0.forward"])
+    debugger.start()
+    assert not fused_batch.WRITES.armed
+    x.add_(1.0)  # not selected, nothing queued
+    torch.mul(x, 2.0, out=torch.empty(3))
+    assert asked == []
+    torch.neg(x)  # recorded: its input and output queued
+    assert fused_batch.WRITES.armed
+    x.add_(1.0)  # writes a queued tensor: launched first
+    assert asked == [1] and not fused_batch.WRITES.armed
+    x.mul_(3.0)
+    assert asked == [1]
+    debugger.stop()
+    assert _numbers(_dump_json(tmp_path, "dump")["Torch.neg.0.forward"]["input_args"][0]) == \
+        [2.0, 2.0, 2.0, pytest.approx(math.sqrt(12.0))]
