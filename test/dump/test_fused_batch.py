@@ -487,3 +487,73 @@ def test_an_in_place_call_costs_one_attribute_test_while_nothing_is_queued(tmp_p
     debugger.stop()
     assert _numbers(_dump_json(tmp_path, "dump")["Torch.neg.0.forward"]["input_args"][0]) == \
         [2.0, 2.0, 2.0, pytest.approx(math.sqrt(12.0))]
+
+
+# -- the queue on the Triton kernels, interpreted on the CPU (bash scripts/triton_venv.sh --test) -----------
+
+@pytest.fixture
+def interpreted_kernels(monkeypatch):
+    """The queue's CPU tensors read by the Triton kernels under ``TRITON_INTERPRET=1`` (skipped without triton)."""
+    import importlib
+    import importlib.util
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed (bash scripts/triton_venv.sh --test runs this under the interpreter)")
+    fused_triton = importlib.import_module("ptdbg_ascend.statistics.fused_triton")
+    if not fused_triton.available():
+        pytest.skip(f"triton cannot be imported: {fused_triton.IMPORT_ERROR}")
+    if type(fused_triton._chunk_kernel).__name__ != "InterpretedFunction":
+        pytest.fail("fused_triton was imported before TRITON_INTERPRET=1 was set: its kernels are not interpreted")
+    return {"cpu": fused_batch.TRITON}
+
+
+def _mixed_tensors():
+    generator = torch.Generator().manual_seed(3)
+    floats = torch.randn(3 * 4096 + 7, generator=generator, dtype=torch.float64) * 3 + 1
+    special = floats[:50].clone().float()
+    special[[3, 9, 20]] = torch.tensor([math.inf, -math.inf, math.nan])
+    return [floats.float(), floats.to(torch.bfloat16), floats, (floats * 100).to(torch.int32), special,
+            floats[:6000].float().reshape(60, 100).t(), torch.tensor([2 ** 62 + 2 ** 38 + 1, -7]),
+            torch.full((100,), 1e20)]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's inf - inf
+@pytest.mark.parametrize("fmt", [LEGACY, MSPROBE])
+def test_the_queue_on_the_interpreted_kernels_reads_what_the_emulator_reads(interpreted_kernels, fmt):
+    tensors = _mixed_tensors()
+    results = []
+    for runners in (interpreted_kernels, None):
+        reads = []
+        batch = DeviceStatisticsBatch(on_read=reads.append, fused=EMULATED, runners=runners)
+        pending = [batch.queued(tensor, fmt) for tensor in tensors]
+        batch.launch()  # the kernels queued here, read below
+        batch.resolve()
+        assert reads == [len(tensors)] and all(numbers.done() for numbers in pending)
+        results.append([list(numbers) for numbers in pending])
+    kernel, emulator = results
+    for got, expected in zip(kernel, emulator):
+        assert len(got) == len(expected)
+        assert got[:2] == expected[:2] and got[4:] == expected[4:]  # extremes exact, and msprobe's pair
+        assert got[2:4] == pytest.approx(expected[2:4], rel=1e-12, nan_ok=True)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_a_precision_debugger_dump_on_the_interpreted_kernels_has_the_eager_numbers(tmp_path, dump_session,
+                                                                                   interpreted_kernels, monkeypatch):
+    monkeypatch.setattr(planner.DEFAULTS, "fused", OFF)
+    reference = _debugger_dump(tmp_path, "eager")
+    monkeypatch.setattr(planner.DEFAULTS, "fused", EMULATED)
+    monkeypatch.setattr(fused_batch, "_runner_for", lambda kind, mode: interpreted_kernels.get(kind))
+    launched = []
+    real = fused_batch._kernel_finals
+    monkeypatch.setattr(fused_batch, "_kernel_finals",
+                        lambda plan, device, stream: (launched.append(len(plan.sources)), real(plan, device, stream))[1])
+    clean_session(dump_session)
+    queued = _debugger_dump(tmp_path, "kernels")
+    assert list(queued) == list(reference)
+    expected_leaves, got_leaves = list(tensor_leaves(reference)), list(tensor_leaves(queued))
+    for expected, got in zip(expected_leaves, got_leaves):
+        assert list(got) == list(expected)
+        _close(_numbers(got), _numbers(expected), got)
+    assert sum(launched) >= len(got_leaves) // 2
