@@ -21,10 +21,11 @@ the same limit).
 Memory held: for each queued tensor a detached alias (about 0.3 KB of host memory, no copy of the data: an alias,
 unlike the tensor itself, leaves autograd free to steal a fresh gradient instead of cloning it), which keeps its
 storage alive until the launch; at most :attr:`FusedQueue.MAX_TENSORS` (1024) tensors or
-:attr:`FusedQueue.MAX_BYTES` (256 MiB, a storage shared by several tensors counted once) before a launch. A launch
-adds the pointer table (32 bytes per tensor on the device, and 32 in pinned host memory), the partials (56 bytes
-per chunk of ``fused_plan.CHUNK`` = 4,096 elements) and the final rows (56 bytes per tensor), held with the
-aliases until the batch is read back: at the bound, under 4 MiB.
+:attr:`FusedQueue.MAX_BYTES` (256 MiB, a storage shared by several tensors counted once) before a launch, which
+drops the aliases (``record_stream`` keeps the memory from reuse until the pass has read it). A launched pass
+holds its pointer table (32 bytes per tensor on the device, and 32 in pinned host memory) and final rows (56 bytes
+per tensor) until the batch is read back; its partials (56 bytes per chunk of ``fused_plan.CHUNK`` = 4,096
+elements: 3.5 MiB for 256 MiB of int8, 0.9 MiB of float32) only until its finalize kernel has run.
 """
 
 from __future__ import annotations
@@ -96,9 +97,9 @@ WRITES = WriteWatch()
 
 
 class Launched:
-    """One launched pass: its plan (whose sources keep the memory read alive), the final rows (a device tensor,
-    or the emulator's numpy array), the pending numbers in plan order, and what must live until the read (the
-    pinned table)."""
+    """One launched pass: its plan (its counts and formats; the references are dropped at the launch), the final
+    rows (a device tensor, or the emulator's numpy array), the pending numbers in plan order, and what must live
+    until the read (the pinned table)."""
 
     __slots__ = ("device", "plan", "finals", "pending", "keep")
 
@@ -244,7 +245,9 @@ class FusedQueue:
         runner = self._runners[device.type]
         try:
             if runner == EMULATOR:
-                return Launched(device, plan, fused_plan.emulate_finals(plan.arrays(), plan.widths()), pending)
+                finals = fused_plan.emulate_finals(plan.arrays(), plan.widths())
+                plan.sources = []  # read: the references go (the bound holds what waits to be launched)
+                return Launched(device, plan, finals, pending)
             finals, table = _kernel_finals(plan, device, stream)
             return Launched(device, plan, finals, pending, keep=table)
         except Exception as error:  # noqa: BLE001 - a dump must never stop training
@@ -283,7 +286,8 @@ def _runner_for(kind: str, mode: str) -> Optional[str]:
 def _kernel_finals(plan: fused_plan.Plan, device: Any, stream: Any) -> Tuple[Any, Any]:
     """``(final rows on the device, the host table)``: the Triton pass queued on ``stream`` (the one its tensors
     were recorded on, so a later write there runs after it; None: the current one), its table copied from pinned
-    memory without waiting (on the CPU, under ``TRITON_INTERPRET=1``, the table as it is)."""
+    memory without waiting (on the CPU, under ``TRITON_INTERPRET=1``, the table as it is). The plan's references
+    are dropped once the pass is queued."""
     import contextlib
 
     from ptdbg_ascend.statistics import fused_triton
@@ -294,7 +298,15 @@ def _kernel_finals(plan: fused_plan.Plan, device: Any, stream: Any) -> Tuple[Any
     context = module.stream(stream) if stream is not None and module is not None else contextlib.nullcontext()
     with context:
         table = host if on_cpu else host.to(device, non_blocking=True)
-        return fused_triton.fused_finals(plan, device, table=table), host
+        finals = fused_triton.fused_finals(plan, device, table=table)
+        if not on_cpu:
+            # The references go now, not at the read: the allocator reuses a tensor's memory only after the work
+            # queued on this stream (the pass), even a tensor made on another stream. So the bound on what the
+            # queue keeps alive holds launched passes too.
+            for source in plan.sources:
+                source.record_stream(module.current_stream(device) if stream is None else stream)
+    plan.sources = []
+    return finals, host
 
 
 def _referenced(spans: Dict[int, List[int]], alias: Any) -> int:

@@ -356,6 +356,24 @@ def test_an_accumulated_gradient_keeps_the_numbers_of_its_own_pass(tmp_path, dum
     assert first == ([None] * 4 if broken else pytest.approx([3.0, 1.0, 2.0, math.sqrt(14.0)], rel=1e-6))
 
 
+@pytest.mark.parametrize("broken", [False, True], ids=["an alias", "broken: the tensor itself"])
+def test_a_queued_gradient_is_still_stolen_by_autograd_not_cloned(tmp_path, dump_session, emulated, monkeypatch,
+                                                                  broken):
+    """The queue keeps an alias of a recorded gradient, not the tensor: autograd, which steals a fresh gradient
+    into ``.grad`` only when nothing else holds it, still does, instead of cloning it for every parameter."""
+    if broken:
+        held, real = [], FusedQueue.add
+        monkeypatch.setattr(FusedQueue, "add", lambda self, tensor, fmt: (held.append(tensor), real(self, tensor, fmt))[1])
+    weight = torch.nn.Parameter(torch.tensor([1.0, -1.0, 2.0]))
+    arriving = []
+    weight.register_hook(lambda gradient: arriving.append(gradient.data_ptr()))  # before autograd stores it
+    debugger = _debugger(tmp_path, "dump")
+    debugger.start()
+    torch.mul(torch.tensor([1.0, 2.0, 3.0]), weight).sum().backward()
+    debugger.stop()
+    assert (weight.grad.data_ptr() == arriving[0]) is not broken
+
+
 def _linear_and_adamw(tmp_path, kind, section):
     """A Linear's forward (its weight recorded as an input), backward and one AdamW step of ``kind``; returns
     (the weight before the step, dump.json's data)."""
@@ -430,6 +448,7 @@ def test_the_queue_launches_at_its_bytes_counting_a_shared_storage_once(monkeypa
     assert not queue.has_queued()
     launched, changed = queue.take_launched()
     assert [len(item.pending) for item in launched] == [5] and changed == 0
+    assert launched[0].plan.sources == []  # read: the references went at the launch, not at the read-back
 
 
 def test_inference_tensors_and_views_with_gaps_take_the_per_tensor_path():
