@@ -65,8 +65,8 @@ class StatisticsPlanner:
         max_pending: read the batch back at once when this many tensors wait (a bound on device memory).
             Default None: no bound here (the writer reads it back when due).
         on_read: given to the device batch (``DeviceStatisticsBatch(on_read=)``). Default None.
-        fused: ``AUTO``, ``OFF`` or ``EMULATED`` (the module docstring; EMULATED implies ``defer_cpu``: the
-            emulator reads CPU tensors). Default None: :data:`DEFAULTS`' ``fused``.
+        fused: ``AUTO``, ``OFF`` or ``EMULATED`` (the module docstring; EMULATED makes ``defer_cpu`` default to
+            True: the emulator reads CPU tensors). Default None: :data:`DEFAULTS`' ``fused``.
     """
 
     __slots__ = ("rules", "defer_cpu", "from_copies", "max_pending", "batch", "takes_device", "cpu_eager", "fused",
@@ -79,8 +79,8 @@ class StatisticsPlanner:
         self.fused = DEFAULTS.fused if fused is None else fused
         if self.fused not in MODES:
             raise ParameterError("fused", self.fused, "must be one of {}".format(", ".join(map(repr, MODES))))
-        self.defer_cpu = DEFAULTS.defer_cpu if defer_cpu is None else defer_cpu
-        self.defer_cpu = self.defer_cpu or self.fused == EMULATED
+        # EMULATED reads CPU tensors: it sends them to the device batch unless told otherwise here.
+        self.defer_cpu = (DEFAULTS.defer_cpu or self.fused == EMULATED) if defer_cpu is None else defer_cpu
         self.from_copies = DEFAULTS.from_copies if from_copies is None else from_copies
         self.max_pending = max_pending
         self._on_read = on_read

@@ -477,6 +477,7 @@ def test_auto_on_the_cpu_and_off_keep_the_per_tensor_path():
     assert DeviceStatisticsBatch(fused=fused_batch.AUTO).queued(torch.ones(3), LEGACY) is None  # no CUDA here
     assert DeviceStatisticsBatch(fused=OFF).queue is None
     assert StatisticsPlanner(rules.MSPROBE, fused=EMULATED).defer_cpu  # the emulator reads CPU tensors
+    assert not StatisticsPlanner(rules.MSPROBE, fused=EMULATED, defer_cpu=False).defer_cpu  # unless told not to
     with pytest.raises(ParameterError, match="fused"):
         StatisticsPlanner(rules.LEGACY, fused="on")
 
