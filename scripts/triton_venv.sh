@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Opt-in environment for the Triton interpreter test of the fused statistics kernel
-# (test/dump/test_fused_statistics.py, ptdbg_ascend/statistics/fused_triton.py). Not part of
+# Opt-in environment for the Triton interpreter tests of the fused statistics kernel
+# (test/dump/test_fused_statistics.py, ptdbg_ascend/statistics/fused_triton.py) and of the queue that runs it
+# in a dump (test/dump/test_fused_batch.py, ptdbg_ascend/statistics/fused_batch.py). Not part of
 # scripts/run_tests.sh: CI stays fast and works offline; without triton that test skips with its reason.
 #
 # Usage: bash scripts/triton_venv.sh --setup   build .venv-triton/ (gitignored by .venv*/), once
-#        bash scripts/triton_venv.sh --test    run the fused statistics tests in it with TRITON_INTERPRET=1
+#        bash scripts/triton_venv.sh --test    run the fused statistics and queue tests in it with TRITON_INTERPRET=1
 #                                             (builds the venv first when it is missing)
 # Exit codes: 0 done / tests pass; 1 a test failed; 3 the environment could not be built (reason printed).
 #
@@ -54,7 +55,7 @@ case "${1:-}" in
         shift
         # The test sets TRITON_INTERPRET=1 itself before importing triton; set here too for any other import.
         TRITON_INTERPRET=1 PYTHONPATH="$ROOT" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-            test/dump/test_fused_statistics.py "$@" || exit 1
+            test/dump/test_fused_statistics.py test/dump/test_fused_batch.py "$@" || exit 1
         ;;
     *)
         echo "usage: bash scripts/triton_venv.sh --setup | --test [pytest arguments]"

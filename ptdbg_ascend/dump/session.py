@@ -25,6 +25,7 @@ from ptdbg_ascend.inside import THREAD_STATE
 from ptdbg_ascend.dump.observers import ApiCall, CallObserver
 from ptdbg_ascend.errors import ParameterError
 from ptdbg_ascend.log import logger
+from ptdbg_ascend.statistics.fused_batch import WRITES as _WRITES
 
 _is_grad_enabled = torch.is_grad_enabled
 # torch.compiler._is_compiling_flag: True while dynamo/AOTAutograd/inductor compile (a torch without it: never).
@@ -213,6 +214,9 @@ class DumpSession:
             if forward and (rule == ALWAYS or ((kwargs or rule >= 0) and inplace_call(rule, args, kwargs))):
                 output = _run_inplace(call, forward, original, args, kwargs)
             else:
+                # Not recorded, but it may write a tensor whose statistics are still to be read: read it first.
+                if _WRITES.armed and (rule == ALWAYS or ((kwargs or rule >= 0) and inplace_call(rule, args, kwargs))):
+                    _WRITES.before_write(args, kwargs)
                 output = original(*args, **kwargs)
             # A collective (all_reduce...) writes its result into its arguments: those are its outputs for
             # every observer, decided here once (the original's return value, None or a Work, is not).
@@ -312,10 +316,14 @@ def _mark_forked_child() -> None:
 def _run_inplace(call: ApiCall, forward: List[CallObserver], original: Callable[..., Any], args: Tuple[Any, ...],
                  kwargs: Dict[str, Any]) -> Any:
     """Run an in-place call (dump/inplace.py): the observers take its inputs first, before the call changes
-    them, and hear of it when it raises."""
+    them, the statistics queued of the tensors it writes are launched (``statistics/fused_batch.WRITES``), and
+    the observers hear of it when it raises."""
     call.inplace = True
     for observer in forward:
         observer.before_forward(call, args, kwargs)
+    # After the observers queued the inputs, before the write: queued tensors it writes are read first.
+    if _WRITES.armed:
+        _WRITES.before_write(args, kwargs)
     try:
         return original(*args, **kwargs)
     except BaseException:

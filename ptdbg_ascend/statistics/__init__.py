@@ -5,6 +5,8 @@
 * ``planner``: chooses eager / device batch / writer thread for each tensor of a writer;
 * ``device_batch``: the reductions launched on a device and read back in batches (the one place that runs
   statistics kernels on an accelerator);
+* ``fused_batch``: the references a device batch keeps instead, read by one fused pass (``fused_plan``: the chunk
+  plan and its numpy emulator; ``fused_triton``: the Triton kernels) at a launch, before any write to them;
 * ``eager``: the reductions run now (torch, and numpy for small CPU tensors and the writer's copies);
 * ``cache``: the statistics of the tensors of the last call or two, so a tensor recorded twice is reduced once;
 * ``flags``: the reductions of the overflow check.

@@ -2,9 +2,11 @@
 launches statistics kernels on a device (the seam to replace for other kernels).
 
 On an accelerator, reading a tensor's four numbers back is a host sync, which stalls the training thread
-until the device has caught up. :class:`DeviceStatisticsBatch` launches the reductions of each tensor at
-its call (:func:`device_reductions`, and the extras a format's rules ask for, such as msprobe's
-:func:`finite_pair`) and reads a whole batch back with one device->host copy per device; each tensor's
+until the device has caught up. :class:`DeviceStatisticsBatch` either queues a reference to a tensor in its
+:class:`~ptdbg_ascend.statistics.fused_batch.FusedQueue` (:meth:`~DeviceStatisticsBatch.queued`: one fused pass
+over many tensors at a launch) or launches the reductions of the tensor at its call (:meth:`~DeviceStatisticsBatch.add`:
+:func:`device_reductions`, and the extras a format's rules ask for, such as msprobe's :func:`finite_pair`), and
+reads a whole batch back with one device->host copy per device; each tensor's
 :class:`~ptdbg_ascend.statistics.pending.PendingStatistics` is filled in place then. Which tensors take this
 path is the planner's choice (``planner.py``).
 """
@@ -17,6 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ptdbg_ascend.inside import Inside
 from ptdbg_ascend.statistics.eager import (Statistics, TorchTypes, min_max, reduction_input, special_statistics,
                                            tensor_statistics, torch_types)
+from ptdbg_ascend.statistics.fused_batch import AUTO, OFF, FusedQueue, Launched, unseen_warning
+from ptdbg_ascend.statistics.fused_plan import WIDTH
 from ptdbg_ascend.statistics.pending import DEVICE, PendingStatistics
 from ptdbg_ascend.streams import LAUNCH_STREAMS
 
@@ -48,9 +52,12 @@ class DeviceStatisticsBatch:
     # The numbers of this many tensors recorded on one stream are joined into one tensor.
     STACK_EVERY = 32
 
-    def __init__(self, on_read: Optional[Callable[[int], None]] = None) -> None:
+    def __init__(self, on_read: Optional[Callable[[int], None]] = None, fused: str = AUTO,
+                 runners: Optional[Dict[str, str]] = None) -> None:
         """``on_read(tensors)`` (default None) is called after each device->host copy with the number of tensors
-        it read (one copy per device per :meth:`resolve`): how tests and benchmarks count the host syncs."""
+        it read (one copy per device per :meth:`resolve`): how tests and benchmarks count the host syncs.
+        ``fused``: ``fused_batch.AUTO`` (default), ``EMULATED`` or ``OFF`` (no queue: every tensor's reductions
+        are launched at its call); ``runners``: given to the queue (``FusedQueue(runners=)``), default None."""
         import threading
 
         self._pending: List[PendingStatistics] = []
@@ -61,6 +68,29 @@ class DeviceStatisticsBatch:
         # made, each with its tensors in order.
         self._runs: Dict[Any, List[PendingStatistics]] = {}
         self._stacks: List[Tuple[Any, List[PendingStatistics]]] = []
+        # The references to tensors read by one fused pass (None: OFF).
+        self.queue: Optional[FusedQueue] = None if fused == OFF else FusedQueue(fused, runners)
+
+    def queued(self, tensor: Any, fmt: str) -> Optional[PendingStatistics]:
+        """The statistics of ``tensor`` in format ``fmt`` (``fused_plan.LEGACY``/``MSPROBE``) from the fused
+        queue, pending until the batch is read back; None where the queue does not take it (the caller then
+        takes :meth:`add`'s path)."""
+        queue = self.queue
+        if queue is None:
+            return None
+        pending = queue.add(tensor, fmt)
+        if pending is not None:
+            # After the queue (never the other way round): a read between the two fills it early, never not at all.
+            with self._lock:
+                if not self._pending:
+                    self._since = time.monotonic()
+                self._pending.append(pending)
+        return pending
+
+    def launch(self) -> None:
+        """Queue the fused pass over the tensors the queue holds now (nothing read back)."""
+        if self.queue is not None:
+            self.queue.launch()
 
     def add(self, tensor: Any, extra: Optional[Callable[[Any], List[Any]]] = None) -> Statistics:
         """The statistics of ``tensor``: pending when it lives on an accelerator and needs reductions,
@@ -127,35 +157,64 @@ class DeviceStatisticsBatch:
                                   or time.monotonic() - self._since >= self.BATCH_SECONDS)
 
     def resolve(self) -> None:
-        """Read every pending statistics back (one copy per device) and fill them in place: the stacks, and the
-        parts of the tensors whose run is not full yet. Safe on any thread (the writer's, or the training
-        thread at OFF): its torch calls are never recorded."""
+        """Read every pending statistics back (one copy per device) and fill them in place: the stacks, the parts
+        of the tensors whose run is not full yet and the fused passes (launched now if still queued). Safe on
+        any thread (the writer's, or the training thread at OFF): its torch calls are never recorded."""
         with self._lock, Inside():
             pending, self._pending = self._pending, []
             if not pending:
                 return
+            launched, changed = self.queue.take_launched() if self.queue is not None else ([], 0)
             torch = torch_types().torch
-            stacks, self._stacks = self._stacks, []
-            runs, self._runs = self._runs, {}
-            by_device: Dict[Any, Tuple[List[Any], List[PendingStatistics], List[Any]]] = {}
-            for stacked, items in stacks:
-                joined, ordered, _ = by_device.setdefault(stacked.device, ([], [], []))
-                joined.append(stacked)
-                ordered.extend(items)
-            for run in runs.values():
-                for item in run:
-                    by_device.setdefault(item.values[0].device, ([], [], []))[2].append(item)
-            for device, (joined, ordered, loose) in by_device.items():
-                with LAUNCH_STREAMS.reading(device):  # after the streams the reductions and stacks went to
-                    if loose:
-                        joined.append(torch.stack([part for item in loose for part in item.values]))
-                    host = _read_back(torch, joined)
-                _fill(ordered + loose, host)
-                if self._on_read is not None:
-                    self._on_read(len(ordered) + len(loose))
+            for device, parts in self._by_device(launched).items():
+                self._read_device(torch, device, *parts)
+        if changed:
+            unseen_warning(changed)
+
+    def _by_device(self, launched: List[Launched]) -> Dict[Any, Tuple[List[Any], List[PendingStatistics],
+                                                                      List[PendingStatistics], List[Launched]]]:
+        """Per device: the stacks made, the tensors they hold, those of the runs not stacked yet, and the fused
+        passes; taken out of the batch (under its lock)."""
+        stacks, self._stacks = self._stacks, []
+        runs, self._runs = self._runs, {}
+        by_device: Dict[Any, Tuple[List[Any], List[PendingStatistics], List[PendingStatistics], List[Launched]]] = {}
+        for stacked, items in stacks:
+            joined, ordered, _, _ = by_device.setdefault(stacked.device, ([], [], [], []))
+            joined.append(stacked)
+            ordered.extend(items)
+        for run in runs.values():
+            for item in run:
+                by_device.setdefault(item.values[0].device, ([], [], [], []))[2].append(item)
+        for item in launched:
+            by_device.setdefault(item.device, ([], [], [], []))[3].append(item)
+        return by_device
+
+    def _read_device(self, torch: Any, device: Any, joined: List[Any], ordered: List[PendingStatistics],
+                     loose: List[PendingStatistics], passes: List[Launched]) -> None:
+        """One device's read-back: the stacks, the loose parts and the fused passes' final rows in one copy (an
+        emulated pass's rows are host numbers already)."""
+        on_device = [item for item in passes if not item.on_host()]
+        with LAUNCH_STREAMS.reading(device):  # after the streams the reductions, stacks and passes went to
+            if loose:
+                joined.append(torch.stack([part for item in loose for part in item.values]))
+            tails = joined + [item.finals.reshape(-1) for item in on_device]
+            host = _read_back(torch, tails) if tails else []
+        stacked = ordered + loose
+        start = sum(len(item) for item in stacked)
+        _fill(stacked, host[:start])
+        for item in on_device:
+            end = start + len(item.pending) * WIDTH
+            item.fill(host[start:end])
+            start = end
+        for item in passes:
+            if item.on_host():
+                item.fill(item.finals.reshape(-1).tolist())
+        if self._on_read is not None:
+            self._on_read(len(stacked) + sum(len(item.pending) for item in passes))
 
     def add_value(self, value: Any, extra: Optional[Callable[[Any], List[Any]]] = None) -> PendingStatistics:
-        """The statistics of a 0-d ``value`` (already in the dtype to read back) as the value four times, and
+        """The statistics of a 0-d ``value`` (already in the dtype to read back, and a copy: the tensor recorded
+        may change before the read, see :func:`device_reductions`) as the value four times, and
         ``extra(value)``'s 0-d tensors after them: queued, no reduction (reading it now would stop the host until
         the device has caught up with everything queued before it)."""
         with Inside():
@@ -202,6 +261,9 @@ def device_reductions(data: Any, types: TorchTypes) -> Any:
         return prepared
     work, accumulate = prepared
     if work.dim() == 0:
+        # A copy when it is the tensor itself: read back later, the tensor may have changed by then (AdamW's
+        # ``step_t += 1`` made the dump show the incremented step as the increment's input). One small launch.
+        work = work.clone() if work is data else work
         return work, work, work, None, 1
     torch = types.torch
     try:

@@ -4,7 +4,7 @@ The fused kernel (``fused_triton.py``) reads every tensor of a batch in chunks o
 program per chunk, and writes one row of :data:`COLUMNS` partials per chunk; a finalize combines each tensor's
 rows in a fixed order into one row of the same columns; :func:`format_numbers` turns that row into the numbers
 a format writes. :func:`emulate` is the same arithmetic in numpy (the reference on the CPU, and the tests'
-oracle for the kernel). Not yet used by the dump path (that goes behind ``DeviceStatisticsBatch``).
+oracle for the kernel). The dump path runs it through ``fused_batch.FusedQueue``, behind ``DeviceStatisticsBatch``.
 
 The arithmetic, and why:
 
@@ -128,12 +128,21 @@ class Plan:
 
     def table(self, device: Any = None) -> Any:
         """The kernel's int64 table, one row per tensor: data address, element count, flags (dtype code, bit 8
-        width32), first chunk; on ``device`` (default: the CPU)."""
+        width32), first chunk; on ``device`` (default: the CPU; elsewhere a blocking copy, see
+        :meth:`host_table`)."""
+        table = self.host_table()
+        return table if device is None else table.to(device)
+
+    def host_table(self, pinned: bool = False) -> Any:
+        """:meth:`table` in host memory, page-locked when ``pinned`` (default False): a copy from pinned memory
+        with ``non_blocking=True`` is queued on the stream, while one from pageable memory waits for the device
+        (a host sync at every launch). 32 bytes per tensor."""
         import torch
 
         rows = [[source.data_ptr(), count, flag, first]
                 for source, count, flag, first in zip(self.sources, self.counts, self.flags, self.first_chunks)]
-        return torch.tensor(rows, dtype=torch.int64, device=device)
+        table = torch.tensor(rows, dtype=torch.int64)
+        return table.pin_memory() if pinned else table
 
     def arrays(self) -> List[Any]:
         """The sources as numpy arrays (CPU tensors only; bfloat16 widened to float32, exactly)."""

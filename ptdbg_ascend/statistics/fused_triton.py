@@ -20,6 +20,8 @@ from typing import Any, List, Optional, Sequence
 from ptdbg_ascend.statistics.eager import Statistics
 from ptdbg_ascend.statistics.fused_plan import CHUNK, FINAL_BLOCK, WIDTH, Plan
 
+SEARCH_STEPS = 11  # binary-search steps of the chunk kernel for up to 2,047 tensors (fused_finals)
+
 try:  # optional: a guard, so the module imports (and says why not) without triton
     import triton
     import triton.language as tl
@@ -137,20 +139,24 @@ if triton is not None:
         tl.store(out + 6, neg)
 
 
-def fused_finals(plan: Plan, device: Any = None) -> Any:
+def fused_finals(plan: Plan, device: Any = None, table: Any = None) -> Any:
     """The ``[tensors, WIDTH]`` float64 final rows of ``plan`` on ``device`` (default: the first source's):
-    two launches, nothing read back. Raises RuntimeError without triton."""
+    two launches, nothing read back. ``table``: the plan's table already on ``device`` (default None: made by
+    ``plan.table(device)``, whose copy from pageable memory waits for the device; ``fused_batch`` passes one
+    copied from pinned memory). Raises RuntimeError without triton."""
     if triton is None:
         raise RuntimeError(f"the fused statistics kernels need triton ({IMPORT_ERROR})")
     import torch
 
     device = plan.sources[0].device if device is None else device
-    table = plan.table(device)
+    table = plan.table(device) if table is None else table
     rows = len(plan.sources)
     partials = torch.empty((plan.chunks, WIDTH), dtype=torch.float64, device=device)
     finals = torch.empty((rows, WIDTH), dtype=torch.float64, device=device)
-    # SEARCH: steps of the binary search, enough for `rows` rows (one compiled variant per bit length).
-    _chunk_kernel[(plan.chunks,)](table, partials, rows, SEARCH=max(1, rows.bit_length()), CHUNK=CHUNK,
+    # SEARCH: steps of the binary search, enough for `rows` rows. At least SEARCH_STEPS, so every batch of the dump's
+    # queue (at most 1,024 tensors, often a few: a launch before an in-place write) runs one compiled variant
+    # instead of one per bit length; a step past the row found keeps it, for one load.
+    _chunk_kernel[(plan.chunks,)](table, partials, rows, SEARCH=max(SEARCH_STEPS, rows.bit_length()), CHUNK=CHUNK,
                                   num_warps=8)
     _finalize_kernel[(rows,)](table, partials, finals, CHUNK=CHUNK, BLOCK=FINAL_BLOCK)
     return finals

@@ -23,6 +23,7 @@ from typing import Any, Callable, List, Optional
 from ptdbg_ascend.inside import Inside
 from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch, finite_pair
 from ptdbg_ascend.statistics.eager import Statistics, small_float32_statistics, tensor_statistics
+from ptdbg_ascend.statistics.fused_plan import MSPROBE as MSPROBE_FORMAT
 
 
 def tensor_statistics_msprobe(tensor: Any) -> Statistics:
@@ -102,14 +103,19 @@ def msprobe_reduced(tensor: Any) -> Any:
 
 def on_device(batch: DeviceStatisticsBatch, tensor: Any) -> Any:
     """The statistics of a :func:`defer_candidate` tensor from ``batch``: pending, or read now where there is
-    nothing to read back. A float tensor's pending list holds :func:`~device_batch.finite_pair` after the four
-    numbers (:func:`extremes_except_inf_nan` reads them)."""
+    nothing to read back. In the batch's fused queue where it takes the tensor (its pass reduces ints and
+    float64 in float32 itself, and gives the ``*_except_inf_nan`` pair); else a float tensor's pending list holds
+    :func:`~device_batch.finite_pair` after the four numbers (:func:`extremes_except_inf_nan` reads them)."""
     floating = tensor.is_floating_point()
     if tensor.dim() == 0:
-        # The value, exact, four times, not reduced in float32; an int as float64 (exact to 2**53).
+        # The value, exact, four times, not reduced in float32; an int as float64 (exact to 2**53). A copy either
+        # way: read back later, the tensor itself may have changed by then (AdamW's ``step_t += 1``).
         with Inside():
-            value = tensor.detach() if floating else tensor.detach().double()
+            value = tensor.detach().clone() if floating else tensor.detach().double()
             return batch.add_value(value, finite_pair if floating else None)
+    queued = batch.queued(tensor, MSPROBE_FORMAT)
+    if queued is not None:
+        return queued
     # Values reduced from ints cannot be infinite or NaN: no finite extremes to prepare for them.
     return batch.add(msprobe_reduced(tensor), extra=finite_pair if floating else None)
 

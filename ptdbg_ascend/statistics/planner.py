@@ -12,14 +12,21 @@ thread from the copy it saves. One :class:`StatisticsPlanner` per writer, with i
 Off the CPU a number read now is a host sync; on the CPU it is a memory read, so CPU tensors are eager unless
 ``defer_cpu`` (tests and benchmarks run the accelerator's path on CPU tensors so, there being no accelerator in
 CI).
+
+In the device batch, ``fused`` chooses how a tensor is read: ``AUTO`` queues a reference to a CUDA tensor for one
+fused Triton pass over the batch where triton imports (``fused_batch.py``), and launches the tensor's own
+reductions at its call elsewhere (today's per-tensor path); ``OFF`` always does the latter; ``EMULATED`` also
+queues CPU tensors, read by the numpy emulator of the pass (how tests and benchmarks run the queue without a GPU).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from ptdbg_ascend.errors import ParameterError
 from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch
 from ptdbg_ascend.statistics.eager import Statistics
+from ptdbg_ascend.statistics.fused_batch import AUTO, EMULATED, MODES
 from ptdbg_ascend.statistics.pending import PendingStatistics, pending_on_writer
 
 
@@ -32,13 +39,16 @@ class PlannerDefaults:
         defer_cpu: CPU tensors take the device batch too (the accelerator's path on CPU tensors). Default False.
         from_copies: the writer thread reads large saved CPU tensors' statistics from its copy. Default True
             (False: every statistic is read at the call, as a reference run in tests).
+        fused: how the device batch reads a tensor (the module docstring): ``AUTO``, ``OFF`` or ``EMULATED``.
+            Default ``AUTO``.
     """
 
-    __slots__ = ("defer_cpu", "from_copies")
+    __slots__ = ("defer_cpu", "from_copies", "fused")
 
     def __init__(self) -> None:
         self.defer_cpu = False
         self.from_copies = True
+        self.fused = AUTO
 
 
 # The process-wide defaults of writers built without explicit parameters.
@@ -55,14 +65,22 @@ class StatisticsPlanner:
         max_pending: read the batch back at once when this many tensors wait (a bound on device memory).
             Default None: no bound here (the writer reads it back when due).
         on_read: given to the device batch (``DeviceStatisticsBatch(on_read=)``). Default None.
+        fused: ``AUTO``, ``OFF`` or ``EMULATED`` (the module docstring; EMULATED makes ``defer_cpu`` default to
+            True: the emulator reads CPU tensors). Default None: :data:`DEFAULTS`' ``fused``.
     """
 
-    __slots__ = ("rules", "defer_cpu", "from_copies", "max_pending", "batch", "takes_device", "cpu_eager", "_on_read")
+    __slots__ = ("rules", "defer_cpu", "from_copies", "max_pending", "batch", "takes_device", "cpu_eager", "fused",
+                 "_on_read")
 
     def __init__(self, rules: Any, defer_cpu: Optional[bool] = None, from_copies: Optional[bool] = None,
-                 max_pending: Optional[int] = None, on_read: Optional[Callable[[int], None]] = None) -> None:
+                 max_pending: Optional[int] = None, on_read: Optional[Callable[[int], None]] = None,
+                 fused: Optional[str] = None) -> None:
         self.rules = rules
-        self.defer_cpu = DEFAULTS.defer_cpu if defer_cpu is None else defer_cpu
+        self.fused = DEFAULTS.fused if fused is None else fused
+        if self.fused not in MODES:
+            raise ParameterError("fused", self.fused, "must be one of {}".format(", ".join(map(repr, MODES))))
+        # EMULATED reads CPU tensors: it sends them to the device batch unless told otherwise here.
+        self.defer_cpu = (DEFAULTS.defer_cpu or self.fused == EMULATED) if defer_cpu is None else defer_cpu
         self.from_copies = DEFAULTS.from_copies if from_copies is None else from_copies
         self.max_pending = max_pending
         self._on_read = on_read
@@ -78,7 +96,7 @@ class StatisticsPlanner:
         """The device batch (made now if no tensor took it yet)."""
         batch = self.batch
         if batch is None:
-            batch = self.batch = DeviceStatisticsBatch(self._on_read)
+            batch = self.batch = DeviceStatisticsBatch(self._on_read, fused=self.fused)
         return batch
 
     def eager(self, tensor: Any) -> Statistics:

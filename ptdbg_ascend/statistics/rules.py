@@ -22,7 +22,7 @@ from typing import Any, Callable, List
 
 from ptdbg_ascend.inside import Inside
 from ptdbg_ascend.log import logger
-from ptdbg_ascend.statistics import msprobe_rules
+from ptdbg_ascend.statistics import fused_plan, msprobe_rules
 from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch
 from ptdbg_ascend.statistics.eager import EMPTY, Statistics, array_statistics, tensor_statistics, torch_types
 
@@ -50,8 +50,10 @@ class LegacyRules:
 
     @staticmethod
     def device(batch: DeviceStatisticsBatch, tensor: Any) -> Statistics:
-        """The four numbers queued in ``batch`` (those of an empty, meta or special tensor at once)."""
-        return batch.add(tensor)
+        """The four numbers queued in ``batch``: in its fused queue where it takes the tensor, else by the
+        tensor's own reductions (those of an empty, meta or special tensor at once)."""
+        queued = batch.queued(tensor, fused_plan.LEGACY)
+        return batch.add(tensor) if queued is None else queued
 
     def takes_writer(self, tensor: Any, defer_cpu: bool) -> bool:
         """A float32/float64/bfloat16 CPU tensor of at least WRITER_STATISTICS_MIN_ELEMENTS elements (its npy

@@ -485,8 +485,9 @@ def test_a_zero_dim_tensor_is_read_back_with_its_batch_not_at_once(tmp_path, dum
 
 
 def test_a_zero_dim_tensor_launches_no_reduction(deferred):
-    """A 0-d value is its own max, min, sum and norm: queuing it launches the two ``nan_to_num`` of msprobe's
-    finite pair and the stack of the six numbers, no reduction (an int: its float64 copy and the stack)."""
+    """A 0-d value is its own max, min, sum and norm: queuing it launches its copy (the tensor may change before
+    the read: AdamW's ``step_t += 1``) and the two ``nan_to_num`` of msprobe's finite pair, no reduction (an int:
+    its float64 copy)."""
     from ptdbg_ascend.sinks.msprobe.late_statistics import LateStatistics
 
     late = LateStatistics()
