@@ -54,6 +54,9 @@ config, size, out, device, tree = sys.argv[1], json.loads(sys.argv[2]), sys.argv
 steps, profile = int(sys.argv[6]), sys.argv[7] == "profile"
 sys.path.insert(0, tree)
 import torch
+if os.environ.get("PTDBG_BENCH_FUSED"):  # off: the per-tensor device path, against the fused queue (auto)
+    from ptdbg_ascend.statistics import planner
+    planner.DEFAULTS.fused = os.environ["PTDBG_BENCH_FUSED"]
 torch.manual_seed(1234)
 cuda = device.startswith("cuda")
 layers, d, seq, batch, vocab = size["layers"], size["d"], size["seq"], size["batch"], size["vocab"]

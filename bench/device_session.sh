@@ -9,6 +9,8 @@
 #   2b. bench/device_kernels.py       host us per tensor of the statistics launches: legacy 3, debugger 7, one
 #                                     torch.compile'd fused kernel, and the Triton batch (statistics/fused_triton:
 #                                     the whole mix in two launches and one read-back), each against eager's numbers
+#   2c. PTDBG_BENCH_FUSED=off device_bench.py   the large model's statistics rows on the per-tensor device path:
+#                                     against 2., what the fused queue (statistics/fused_batch, the default) saves
 #   3. with BASELINE: device_bench.py --baseline (the large model's statistics rows, both trees, one machine),
 #      then bench/device_ab.py (bench_dump's reference model: the same files, step times)
 #   4. bench/device_bench.py --profile  where the large model's dumped steps spend host time (cProfile)
@@ -61,6 +63,8 @@ run stream_check 60 bench/device_stream_check.py
 # BENCH_ARGS: more device_bench.py options (a CPU smoke run: BENCH_ARGS="--vocab 2000 --configs plain,legacy_stats").
 run bench_large 150 bench/device_bench.py --quick --sizes large ${BENCH_ARGS:-}
 run kernels 75 bench/device_kernels.py
+PTDBG_BENCH_FUSED=off run unfused_large 110 bench/device_bench.py --quick --sizes large \
+    --configs legacy_stats,debugger_stats ${BENCH_ARGS:-}
 if [ $# -ge 1 ]; then  # the large model's statistics rows, this tree against BASELINE on this machine
     run ab_large 110 bench/device_bench.py --quick --sizes large --configs legacy_stats,debugger_stats \
         --baseline "$1" ${BENCH_ARGS:-}
