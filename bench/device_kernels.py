@@ -23,6 +23,12 @@ large model records 2,285 tensors a step. This measures, per tensor of a fixed m
                Under ``TRITON_INTERPRET=1`` on the CPU it runs in the interpreter: a check of the numbers, not
                a timing.
 
+Then the dump path itself, through ``statistics/planner.StatisticsPlanner`` with msprobe's rules (what a
+PrecisionDebugger statistics dump runs per tensor): ``path_off`` the per-tensor launches (``fused="off"``),
+``path_queue`` the fused queue (``fused="auto"`` on CUDA; ``"emulated"`` on the CPU, where its launch is the numpy
+emulator: a check, not a timing); host time = every tensor queued and the batch launched, device time = read back,
+and the queue's numbers against the per-tensor path's.
+
 Per row: host us per tensor (the enqueue loop only, the device drained before each round), device us per
 tensor (the round synchronised), median of ``--rounds``; then the largest relative difference of each fused
 number from the eager one. On the CPU every launch runs at once, so host time there includes the arithmetic:
@@ -162,6 +168,40 @@ def triton_row(mix: List[Any], device: str, rounds: int) -> int:
     return 0
 
 
+def path_rows(mix: List[Any], device: str, rounds: int) -> None:
+    """The ``path_off`` and ``path_queue`` rows (the module docstring) and the queue's numbers against the
+    per-tensor path's."""
+    from ptdbg_ascend.statistics.planner import StatisticsPlanner
+    from ptdbg_ascend.statistics.rules import MSPROBE
+
+    results = {}
+    for row, fused in (("path_off", "off"), ("path_queue", "auto" if device.startswith("cuda") else "emulated")):
+        host, total = [], []
+        for round_index in range(rounds + 1):
+            planner = StatisticsPlanner(MSPROBE, defer_cpu=True, fused=fused)
+            sync(device)
+            start = time.perf_counter()
+            pending = [planner.device(tensor) for tensor in mix]
+            planner.batch.launch()
+            enqueued = time.perf_counter()
+            planner.batch.resolve()
+            done = time.perf_counter()
+            if round_index:
+                host.append((enqueued - start) / len(mix) * 1e6)
+                total.append((done - start) / len(mix) * 1e6)
+        results[row] = [list(item) for item in pending]
+        print_row(row, {"host": statistics.median(host), "device": statistics.median(total)})
+    worst = [0.0] * 6
+    for want_row, got_row in zip(results["path_off"], results["path_queue"]):
+        for index, (want, got) in enumerate(zip(want_row, got_row)):
+            if got == want or want is None or got is None or (want != want and got != got):
+                continue
+            worst[index] = max(worst[index], abs(got - want) / max(abs(want), 1e-30))
+    print("path_queue vs path_off, largest relative difference: " + ", ".join(
+        f"{label} {value:.1e}" for label, value in zip(("max", "min", "mean", "norm", "max_except", "min_except"),
+                                                       worst)))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -183,6 +223,7 @@ def main() -> int:
     if on_cpu:
         print("(CPU: every launch runs at once, host time includes the arithmetic; run on a GPU for the answer)")
     status = triton_row(mix, args.device, args.rounds)
+    path_rows(mix, args.device, args.rounds)
     if args.no_compile:
         return status
     started = time.perf_counter()
