@@ -128,12 +128,16 @@ def _check_short_traceback(error):
     assert not [name for name in files if name.endswith(writer_files)], files
 
 
-@pytest.mark.parametrize("deferred", [False, True], ids=["cpu_statistics", "deferred_statistics"])
+@pytest.mark.parametrize("path", ["cpu", "deferred", "queued"],
+                         ids=["cpu_statistics", "deferred_statistics", "fused_queue_statistics"])
 def test_a_full_disk_keeps_every_finished_entry_of_a_tensor_dump(small_disk, tmp_path, session, capsys, monkeypatch,
-                                                                  deferred):
+                                                                  path):
     # deferred: statistics read back in batches, as for tensors on an accelerator (none here: CPU ones
-    # take that path), so entries also wait for their statistics when the disk fills
-    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", deferred)
+    # take that path), so entries also wait for their statistics when the disk fills; queued: the same through
+    # the fused queue (references read by one pass at a launch, its numpy emulator here)
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", path != "cpu")
+    if path == "queued":
+        monkeypatch.setattr(planner.DEFAULTS, "fused", "emulated")
     net, inputs = _model_and_inputs()
     _, errors, _ = _run(session, net, inputs, tmp_path / "reference", "tensor")
     assert not errors
