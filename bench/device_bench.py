@@ -23,7 +23,9 @@ every step ended by a device synchronisation; the row's ratio is to the plain st
 
 Host syncs per step (CUDA only): one more dumped step run under ``torch.cuda.set_sync_debug_mode("warn")``,
 counting the warnings (from every thread). The tensor rows are left out at size ``large`` unless asked for
-by ``--configs`` (GBs per step). ``--quick``: 3 steps per phase and a 120 s limit per row. Each row is bounded
+by ``--configs`` (GBs per step). On CUDA the plain row also says how long the host takes to enqueue a plain
+step against the GPU time of that step (CUDA events): the host work a dump can add before the GPU waits.
+``--quick``: 3 steps per phase and a 120 s limit per row. Each row is bounded
 by ``--limit`` seconds (reported as ``timeout``). Output goes to a temporary directory, removed per row.
 """
 
@@ -141,6 +143,20 @@ def timed(run, count):
 
 step(); sync()  # warm-up: kernels, allocator
 plain = timed(step, steps)
+enqueue = gpu = None  # the plain step: host time to enqueue it against the GPU time it takes (CUDA events)
+if cuda and config == "plain":
+    host_times, gpu_times = [], []
+    for _ in range(steps):
+        sync()
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        started = time.perf_counter()
+        step()
+        host_times.append(time.perf_counter() - started)
+        end.record()
+        sync()
+        gpu_times.append(begin.elapsed_time(end) / 1e3)
+    enqueue, gpu = statistics.median(host_times), statistics.median(gpu_times)
 dumped = step
 if config in ("hooks_off", "legacy_stats", "legacy_tensors"):
     from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
@@ -202,7 +218,8 @@ elif config.startswith("legacy_"):  # one pkl for every step: distinct call name
                     names.update(re.sub(r"_(input|output|stack_info).*$", "", line[2:line.find('"', 2)])
                                  for line in source if line.startswith('["'))
     calls = len(names) // (steps + 1 + (syncs is not None)) or None
-print("RESULT " + json.dumps({"plain": plain, "tool": tool, "syncs": syncs, "kind": kind, "calls": calls}))
+print("RESULT " + json.dumps({"plain": plain, "tool": tool, "syncs": syncs, "kind": kind, "calls": calls,
+                              "enqueue": enqueue, "gpu": gpu}))
 '''
 
 
@@ -299,6 +316,10 @@ def main() -> int:
                     label, result["plain"] * 1e3, result["tool"] * 1e3, ratios[-1],
                     "-" if result["syncs"] is None else result["syncs"], calls or "-",
                     "-" if per_call is None or row == "plain" else f"{per_call:.1f}"))
+                if result.get("enqueue") is not None:  # how much host work can hide behind the GPU
+                    print("{:<18} host enqueues the plain step in {:.2f} ms of its {:.2f} ms on the GPU "
+                          "({:.0f} %)".format("", result["enqueue"] * 1e3, result["gpu"] * 1e3,
+                                              100 * result["enqueue"] / result["gpu"]))
                 if result.get("profile"):
                     print(result["profile"])
                 sys.stdout.flush()
