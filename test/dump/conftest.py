@@ -91,3 +91,20 @@ def check_npy():
         np.testing.assert_allclose(stats, expected, rtol=2e-6, atol=1e-6, err_msg=name)
 
     return check
+
+
+@pytest.fixture
+def interpreted(monkeypatch):
+    """fused_triton with its kernels interpreted on the CPU: TRITON_INTERPRET=1 before triton is imported."""
+    import importlib
+    import importlib.util
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed (bash scripts/triton_venv.sh --test runs this under the interpreter)")
+    fused_triton = importlib.import_module("ptdbg_ascend.statistics.fused_triton")
+    if not fused_triton.available():
+        pytest.skip(f"triton cannot be imported: {fused_triton.IMPORT_ERROR}")
+    if type(fused_triton._chunk_kernel).__name__ != "InterpretedFunction":
+        pytest.fail("fused_triton was imported before TRITON_INTERPRET=1 was set: its kernels are not interpreted")
+    return fused_triton

@@ -512,19 +512,9 @@ def test_an_in_place_call_costs_one_attribute_test_while_nothing_is_queued(tmp_p
 # -- the queue on the Triton kernels, interpreted on the CPU (bash scripts/triton_venv.sh --test) -----------
 
 @pytest.fixture
-def interpreted_kernels(monkeypatch):
-    """The queue's CPU tensors read by the Triton kernels under ``TRITON_INTERPRET=1`` (skipped without triton)."""
-    import importlib
-    import importlib.util
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (bash scripts/triton_venv.sh --test runs this under the interpreter)")
-    fused_triton = importlib.import_module("ptdbg_ascend.statistics.fused_triton")
-    if not fused_triton.available():
-        pytest.skip(f"triton cannot be imported: {fused_triton.IMPORT_ERROR}")
-    if type(fused_triton._chunk_kernel).__name__ != "InterpretedFunction":
-        pytest.fail("fused_triton was imported before TRITON_INTERPRET=1 was set: its kernels are not interpreted")
+def interpreted_kernels(interpreted):
+    """The queue's CPU tensors read by the Triton kernels under ``TRITON_INTERPRET=1`` (skipped without triton;
+    ``interpreted``: test/dump/conftest.py)."""
     return {"cpu": fused_batch.TRITON}
 
 

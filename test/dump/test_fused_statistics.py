@@ -297,18 +297,7 @@ def test_the_kernel_module_imports_without_triton():
         fused_triton.fused_statistics([torch.ones(3)], LEGACY)
 
 
-@pytest.fixture
-def interpreted(monkeypatch):
-    """fused_triton with its kernels interpreted on the CPU: TRITON_INTERPRET=1 before triton is imported."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (bash scripts/triton_venv.sh --test runs this under the interpreter)")
-    fused_triton = importlib.import_module("ptdbg_ascend.statistics.fused_triton")
-    if not fused_triton.available():
-        pytest.skip(f"triton cannot be imported: {fused_triton.IMPORT_ERROR}")
-    if type(fused_triton._chunk_kernel).__name__ != "InterpretedFunction":
-        pytest.fail("fused_triton was imported before TRITON_INTERPRET=1 was set: its kernels are not interpreted")
-    return fused_triton
+# ``interpreted``: fused_triton with its kernels under TRITON_INTERPRET=1 (test/dump/conftest.py).
 
 
 KERNEL_CASES = ([random_tensor(size, dtype, seed=size) for size in SIZES for dtype in FLOATS + INTS]
