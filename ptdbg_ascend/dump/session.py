@@ -211,11 +211,12 @@ class DumpSession:
                             break
             # In place (dump/inplace.py): the observers take the inputs now, before the call changes them.
             # Most calls are not: their rule is KEYWORDS and they have no keyword arguments.
-            if forward and (rule == ALWAYS or ((kwargs or rule >= 0) and inplace_call(rule, args, kwargs))):
+            in_place = rule == ALWAYS or ((kwargs or rule >= 0) and inplace_call(rule, args, kwargs))
+            if forward and in_place:
                 output = _run_inplace(call, forward, original, args, kwargs)
             else:
                 # Not recorded, but it may write a tensor whose statistics are still to be read: read it first.
-                if _WRITES.armed and (rule == ALWAYS or ((kwargs or rule >= 0) and inplace_call(rule, args, kwargs))):
+                if in_place and _WRITES.armed:
                     _WRITES.before_write(args, kwargs)
                 output = original(*args, **kwargs)
             # A collective (all_reduce...) writes its result into its arguments: those are its outputs for

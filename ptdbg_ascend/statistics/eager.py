@@ -246,15 +246,12 @@ def array_statistics(array: Any) -> Statistics:
         high = float(_MAXIMUM(flat))
         low = float(_MINIMUM(flat))
         total = float(_ADD(flat))
-        if flat.size <= _SQUARE_CHUNK:
-            square_sum = float(_ADD(flat * flat))
-        else:
-            square = numpy.empty(_SQUARE_CHUNK, dtype=flat.dtype)
-            square_sum = 0.0
-            for start in range(0, flat.size, _SQUARE_CHUNK):
-                part = flat[start:start + _SQUARE_CHUNK]
-                numpy.multiply(part, part, out=square[:part.size])
-                square_sum += float(_ADD(square[:part.size]))
+        square = numpy.empty(min(flat.size, _SQUARE_CHUNK), dtype=flat.dtype)
+        square_sum = 0.0
+        for start in range(0, flat.size, _SQUARE_CHUNK):
+            part = flat[start:start + _SQUARE_CHUNK]
+            numpy.multiply(part, part, out=square[:part.size])
+            square_sum += float(_ADD(square[:part.size]))
     return [high, low, total / flat.size, math.sqrt(square_sum)]
 
 

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
 from ptdbg_ascend.statistics import device_batch as device_statistics, eager, planner
 from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch
 from ptdbg_ascend.statistics.pending import PendingStatistics as PendingDeviceStatistics
 from fake_torch_npu.fixtures import clean_session
 from dump_json_names import tensor_leaves
+from legacy_pkl_dump import legacy_pkl_lines
 
 
 @pytest.fixture
@@ -78,17 +78,6 @@ def test_a_batch_is_due_when_full_or_old(deferred, monkeypatch):
     assert batch.due()
 
 
-def _dump_lines(tmp_path, model, train, tag, **switch):
-    set_dump_path(str(tmp_path / tag / "npu_dump.pkl"), dump_tag=tag)
-    register_hook(model, acc_cmp_dump)
-    set_dump_switch("ON", **switch)
-    train(model)
-    set_dump_switch("OFF")
-    rank_dir = tmp_path / tag / f"{tag}_v1.0" / "rank0"
-    pkl = next(rank_dir.glob("*.pkl"))
-    return pkl.read_text(encoding="utf-8").splitlines()
-
-
 def _same_dump(reference, candidate, pkl_records_of):
     """Same lines in the same order; statistics equal to float32 rounding (the device path divides
     the sum on the device, the CPU path in float64)."""
@@ -116,12 +105,12 @@ def test_a_real_dump_is_the_same_with_batched_statistics(tmp_path, dump_session,
                                                           monkeypatch):
     initial = {key: value.clone() for key, value in model.state_dict().items()}
     monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", False)
-    reference = _dump_lines(tmp_path, model, train, "sync", **switch)
+    reference = legacy_pkl_lines(tmp_path, model, train, "sync", **switch)
     assert deferred == []  # the CPU path reads nothing back in batches
     monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     clean_session(dump_session)  # counters from 0 again: the same names
     model.load_state_dict(initial)
-    batched = _dump_lines(tmp_path, model, train, "batched", **switch)
+    batched = legacy_pkl_lines(tmp_path, model, train, "batched", **switch)
     _same_dump(reference, batched, _records)
     tensors = sum(1 for line in batched if not line.startswith('["') or "_stack_info" not in line.split(",")[0])
     assert sum(deferred) >= tensors // 2  # most tensor records went through a batch
@@ -141,18 +130,18 @@ def test_a_tensor_recorded_again_after_its_batch_was_read_is_written(tmp_path, d
     monkeypatch.setattr(DeviceStatisticsBatch, "BATCH_RECORDS", 3)
     initial = {key: value.clone() for key, value in model.state_dict().items()}
     monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", False)
-    reference = _dump_lines(tmp_path, model, train, "sync", mode=mode, summary_only=True)
+    reference = legacy_pkl_lines(tmp_path, model, train, "sync", mode=mode, summary_only=True)
     monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
     clean_session(dump_session)
     model.load_state_dict(initial)
-    batched = _dump_lines(tmp_path, model, train, "batched", mode=mode, summary_only=True)
+    batched = legacy_pkl_lines(tmp_path, model, train, "batched", mode=mode, summary_only=True)
     _same_dump(reference, batched, _records)
     assert len(deferred) > 3  # the batches were read many times during the run
 
 
 def test_lines_wait_for_their_batch_and_are_all_written_at_off(tmp_path, dump_session, model, train, deferred):
     """Statistics only: nothing is lost at OFF even when the batch never filled up."""
-    lines = _dump_lines(tmp_path, model, train, "held", mode="all", summary_only=True)
+    lines = legacy_pkl_lines(tmp_path, model, train, "held", mode="all", summary_only=True)
     assert len(lines) > 20 and all(line.endswith("]") for line in lines)
     assert all("null" not in line for line in lines if "_stack_info" not in line)
     assert max(deferred) <= DeviceStatisticsBatch.BATCH_RECORDS + 16  # bounded: read when full (plus one call)

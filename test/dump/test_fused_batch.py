@@ -21,6 +21,7 @@ from ptdbg_ascend.statistics.fused_batch import EMULATED, OFF, FusedQueue
 from ptdbg_ascend.statistics.fused_plan import LEGACY, MSPROBE
 from fake_torch_npu.fixtures import clean_session
 from dump_json_names import tensor_leaves
+from legacy_pkl_dump import legacy_pkl_lines
 
 
 @pytest.fixture
@@ -130,15 +131,7 @@ def test_a_zero_dim_step_count_in_the_legacy_pkl_is_the_one_before_the_increment
 # -- the same numbers as today's eager path, on a real model ------------------------------------------------
 
 def _pkl_records(tmp_path, model, train, tag, **switch):
-    from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch
-
-    set_dump_path(str(tmp_path / tag / "npu_dump.pkl"), dump_tag=tag)
-    register_hook(model, acc_cmp_dump)
-    set_dump_switch("ON", **switch)
-    train(model)
-    set_dump_switch("OFF")
-    pkl = next((tmp_path / tag / f"{tag}_v1.0" / "rank0").glob("*.pkl"))
-    return [json.loads(line) for line in pkl.read_text(encoding="utf-8").splitlines()]
+    return [json.loads(line) for line in legacy_pkl_lines(tmp_path, model, train, tag, **switch)]
 
 
 def _close(got, expected, what):

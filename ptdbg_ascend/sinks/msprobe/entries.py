@@ -57,12 +57,8 @@ class StepEntries:
         ``waits_for``: the number of the last ``.pt`` job queued, when it is not written yet (None: all are)."""
         current = self.data.get(name)
         if current is None and waits_for is None and type(entry) is str and name not in self.ready_at:
-            # Most entries: new and finished (what the lines below do for them, in one call).
-            self.data[name] = _AS_TEXT
-            self.encoded[name] = entry
-            length = len(entry) + SEPARATOR
-            self._space.pending[ENTRY] += length - self.counted.get(name, 0)
-            self.counted[name] = length
+            # Most entries: new and finished (the lines below would reach the same _store_text).
+            self._store_text(name, entry)
             self.previous.pop(name, None)
             return
         if current is not None:
