@@ -154,6 +154,8 @@ def test_a_full_disk_keeps_every_finished_entry_of_a_tensor_dump(small_disk, tmp
             status = os.stat(str(rank_dir / ".ptdbg.reserve"))
         except FileNotFoundError:  # not made yet, or given back at the error meanwhile
             return
+        if status.st_size == 0:  # being made: the writer thread is between its open and its fallocate (CI saw it)
+            return
         reserves.append((status.st_size, status.st_blocks * 512, before))
 
     _, errors, stopped = _run(session, net, inputs, disk / "dump", "tensor", after_step=look)
