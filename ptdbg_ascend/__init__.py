@@ -64,6 +64,10 @@ def __getattr__(name):  # PEP 562: load the msprobe-style front-end only when it
         from ptdbg_ascend.debugger import PrecisionDebugger
 
         return PrecisionDebugger
+    if name in ("FlightRecorder", "FlightRecorderTriggered"):  # the last steps in memory (flight/recorder.py)
+        from ptdbg_ascend.flight import recorder
+
+        return getattr(recorder, name)
     if name in ("CompareOutcome", "Counts"):  # compare's result types (for annotations)
         from ptdbg_ascend.comparison import outcome
 

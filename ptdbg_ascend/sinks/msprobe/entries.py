@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ptdbg_ascend.formats.layout import CONSTRUCT_FILE, DUMP_FILE, STACK_FILE
 from ptdbg_ascend.sinks.msprobe.encoder import Entry, entry_data_names, entry_length, extended
@@ -77,8 +77,10 @@ class StepEntries:
         self._count(name, entry_length(entry))
 
     def _store_text(self, name: str, text: str) -> None:
-        self.data[name] = _AS_TEXT
+        # The text first: a reader that runs between the two lines (the flight recorder's SIGTERM handler, on the
+        # thread that was adding) finds a finished entry complete, or not yet finished.
         self.encoded[name] = text
+        self.data[name] = _AS_TEXT
         self._count(name, len(text))
 
     def _count(self, name: str, length: int) -> None:
@@ -142,6 +144,14 @@ class StepEntries:
             elif name in previous:
                 members.append(previous[name])
         return members_pieces(members, 1), rendering, len(members)
+
+    def finished_items(self) -> Iterator[Tuple[str, str]]:
+        """``(name, member text)`` of the finished entries as :meth:`finished_text` last left them, in dump.json's
+        order."""
+        encoded = self.encoded
+        for name, entry in list(self.data.items()):
+            if entry is _AS_TEXT:
+                yield name, encoded[name]
 
     def drop_unfinished(self) -> List[str]:
         """Forget the entries still waiting (for a file or for statistics): back to their last finished
