@@ -78,6 +78,7 @@ class FlightRecorder:
         self._losses = triggers.LossWatch(loss_spike, window=max(last_steps, 3))
         self._kept: deque = deque(maxlen=last_steps)
         self._written_steps: List[int] = []
+        self._kept_total = 0  # the bytes of the kept steps (each MemoryStepWriter's ``bytes``, summed)
         self._recorder: Optional[Any] = None
         self._module_hooks: Optional[Any] = None
         self._previous_sigterm: Any = None
@@ -117,7 +118,8 @@ class FlightRecorder:
     def step(self, loss: Any = None) -> None:
         """End the current step: check its triggers (``loss``: the step's loss, a number or a one-element tensor;
         default None), write the kept steps when one fires, and start the next step. Raises
-        :class:`FlightRecorderTriggered` after writing (``on_trigger="stop"``)."""
+        :class:`FlightRecorderTriggered` after writing (``on_trigger="stop"``), ``DumpWriteError`` when the files
+        cannot be written (a full disk: the path and the error)."""
         if not self._started:
             raise PtdbgError("FlightRecorder.step() before start(): call start() once before the training loop "
                              "(or use the recorder as a context manager).")
@@ -149,6 +151,8 @@ class FlightRecorder:
         self._recorder.switch(False)
         get_session().remove_observer(self._recorder)
         self._restore_sigterm()
+        self._kept.clear()  # written by a trigger, or no longer wanted: the memory goes back
+        self._kept_total = 0
 
     def __enter__(self) -> "FlightRecorder":
         self.start()
@@ -165,8 +169,8 @@ class FlightRecorder:
 
     @property
     def kept_bytes(self) -> int:
-        """The bytes the kept steps take now (the bound is ``max_bytes``)."""
-        return sum(writer.bytes for writer in self._kept)
+        """The bytes the kept steps take now (the bound is ``max_bytes``; 0 after :meth:`stop`)."""
+        return self._kept_total
 
     @property
     def fired_steps(self) -> List[int]:
@@ -248,16 +252,21 @@ class FlightRecorder:
         from ptdbg_ascend.formats.layout import step_rank_dir
 
         directory = step_rank_dir(self.dump_path, self.current_step, self._rank())
+        if len(self._kept) == self.last_steps:  # the oldest goes out as the new one comes in (the deque's maxlen)
+            self._kept_total -= self._kept[0].bytes
         self._kept.append(MemoryStepWriter(directory, self.current_step, self.config.level, self._room))
         self._recorder.begin_step(self._kept[-1])
 
     def _room(self, size: int) -> bool:
         """Whether ``size`` more bytes may be kept: the oldest kept steps are dropped to make room."""
+        if self._kept_total + size <= self.max_bytes:  # (every member of every call passes here)
+            self._kept_total += size
+            return True
         kept = self._kept
-        total = sum(writer.bytes for writer in kept)
-        while total + size > self.max_bytes and len(kept) > 1:
-            total -= kept.popleft().bytes
-        if total + size <= self.max_bytes:
+        while self._kept_total + size > self.max_bytes and len(kept) > 1:
+            self._kept_total -= kept.popleft().bytes
+        if self._kept_total + size <= self.max_bytes:
+            self._kept_total += size
             return True
         if not self._said_truncated:
             self._said_truncated = True
