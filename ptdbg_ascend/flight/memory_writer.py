@@ -6,6 +6,7 @@ until :meth:`MemoryStepWriter.write` (a trigger). The texts are the msprobe writ
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -95,6 +96,16 @@ class MemoryStepWriter:
         with self._lock:
             self._entries.finished_text(0)  # renders the entries whose numbers came in since
             return iter(list(self._entries.finished_items()))
+
+    def stack_lines(self, name: str) -> List[str]:
+        """The stack.json lines kept for entry ``name`` (empty when none was kept)."""
+        with self._lock:
+            text = self._entries.stack.get(name)
+        try:
+            lines = json.loads("{" + text + "}")[name] if text is not None else []
+        except ValueError:  # (a member text is always one JSON member: cannot happen)
+            return []
+        return [line for line in lines if isinstance(line, str)]
 
     def write(self) -> str:
         """Write dump.json, stack.json and construct.json (level mix) in :attr:`directory`; returns it. Raises

@@ -78,6 +78,7 @@ class FlightRecorder:
         self._losses = triggers.LossWatch(loss_spike, window=max(last_steps, 3))
         self._kept: deque = deque(maxlen=last_steps)
         self._written_steps: List[int] = []
+        self._fired_detail = ""
         self._kept_total = 0  # the bytes of the kept steps (each MemoryStepWriter's ``bytes``, summed)
         self._recorder: Optional[Any] = None
         self._module_hooks: Optional[Any] = None
@@ -130,7 +131,7 @@ class FlightRecorder:
             self.stop()
             raise FlightRecorderTriggered("The flight recorder fired at step {} ({}): steps {} are in {}, and {} says "
                                           "why; training stops (on_trigger='continue' goes on).".format(
-                                              self.current_step, fired[1], self.fired_steps, self.dump_path,
+                                              self.current_step, self._fired_detail, self.fired_steps, self.dump_path,
                                               os.path.join(self.dump_path, triggers.TRIGGER_FILE)))
         from ptdbg_ascend.dump.session import get_session
 
@@ -198,19 +199,34 @@ class FlightRecorder:
                            f"per run: the steps of step {self.fired[0]} are in {self.dump_path}.")
             return False
         rank = self._rank()
-        if first is None and reason != triggers.NONFINITE_OUTPUT:
-            first = next((found for found in (triggers.first_nonfinite(writer.finished()) for writer in self._kept)
-                          if found is not None), None)
+        first, code_line = self._first_nonfinite(first)
         self.fired = (self.current_step, reason)
         self._written_steps = [writer.step for writer in self._kept]
         for writer in list(self._kept):
             writer.write()
         if writes_file:
-            triggers.write_trigger(self.dump_path, self.current_step, rank, reason, first, detail,
+            triggers.write_trigger(self.dump_path, self.current_step, rank, reason, first, code_line, detail,
                                    self._written_steps)
+        if code_line is not None:
+            detail += (f"; its call: {code_line}" if reason == triggers.NONFINITE_OUTPUT
+                       else f"; the first inf/NaN output, {first}, is made at {code_line}")
+        self._fired_detail = detail
         logger.warning("The flight recorder fired at step {} ({}): steps {} written in {}.".format(
             self.current_step, detail, self._written_steps, self.dump_path))
         return True
+
+    def _first_nonfinite(self, first: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+        """``(record, the user's code line of its call)``: ``first`` (found in the current step), else the first
+        non-finite output of the kept steps, oldest first; ``(None, None)`` when there is none."""
+        if first is not None:
+            found = [(first, self._kept[-1])]
+        else:
+            found = [(record, writer) for writer in self._kept
+                     for record in [triggers.first_nonfinite(writer.finished())] if record is not None][:1]
+        if not found:
+            return None, None
+        record, writer = found[0]
+        return record, triggers.user_code_line(writer.stack_lines(triggers.entry_of(record)))
 
     def _fire_quietly(self, reason: str, detail: str) -> None:
         """:meth:`_fire` where an error must not hide the one that is leaving (an exception, SIGTERM, the exit)."""

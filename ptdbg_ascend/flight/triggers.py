@@ -15,6 +15,8 @@ from collections import deque
 from typing import Any, Iterable, List, Optional, Tuple
 
 from ptdbg_ascend.errors import ParameterError
+from ptdbg_ascend.formats.dump_json import parse_stack_line
+from ptdbg_ascend.formats.records import user_line
 from ptdbg_ascend.fs.writes import replace_text_file
 
 TRIGGER_FILE = "trigger.json"
@@ -98,6 +100,19 @@ def first_nonfinite(entries: Iterable[Tuple[str, str]]) -> Optional[str]:
     return None
 
 
+def entry_of(record: str) -> str:
+    """The entry name of a record :func:`first_nonfinite` gives (``Torch.exp.0.forward.output.0`` ->
+    ``Torch.exp.0.forward``)."""
+    return record[:record.rindex(".output")]
+
+
+def user_code_line(stack_lines: List[str]) -> Optional[str]:
+    """``file:line  code`` of the innermost frame of the user's code among a call's stack.json lines (None
+    without one)."""
+    frames = tuple(frame for frame in map(parse_stack_line, stack_lines) if frame is not None)
+    return user_line(frames) if frames else None
+
+
 def _nonfinite_path(value: Any, path: str) -> Optional[str]:
     if isinstance(value, list):
         for index, item in enumerate(value):
@@ -118,10 +133,11 @@ def _nonfinite_path(value: Any, path: str) -> Optional[str]:
 
 
 def write_trigger(dump_path: str, step: int, rank: Optional[int], reason: str, first: Optional[str],
-                  detail: str, steps: List[int]) -> str:
-    """Write ``{dump_path}/trigger.json`` (replaced atomically); returns its path. ``steps``: those written."""
+                  code_line: Optional[str], detail: str, steps: List[int]) -> str:
+    """Write ``{dump_path}/trigger.json`` (replaced atomically); returns its path. ``first``: the first non-finite
+    record, ``code_line`` the user's line that made its call; ``steps``: those written."""
     path = os.path.join(dump_path, TRIGGER_FILE)
     document = {"format": TRIGGER_FORMAT, "version": TRIGGER_VERSION, "step": step, "rank": rank, "reason": reason,
-                "first_nonfinite": first, "detail": detail, "steps_written": steps}
+                "first_nonfinite": first, "code_line": code_line, "detail": detail, "steps_written": steps}
     replace_text_file(path, [json.dumps(document, indent=1) + "\n"], "the flight recorder's trigger file ")
     return path

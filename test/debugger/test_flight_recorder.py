@@ -77,6 +77,8 @@ def test_an_overflow_at_step_13_leaves_the_last_four_steps_and_names_the_first_a
     assert (trigger["step"], trigger["rank"], trigger["reason"]) == (13, None, "nonfinite_output")
     # by hand: fc1 and fc2 stay finite (inputs of ~1e3), exp(~1e3) is inf; relu's and the linears' before it are not
     assert trigger["first_nonfinite"] == "Torch.exp.0.forward.output.0"
+    assert trigger["code_line"].endswith("return self.fc3(torch.exp(self.fc2(torch.relu(self.fc1(x)))))")
+    assert trigger["code_line"].startswith(os.path.abspath(__file__) + ":")
     assert trigger["steps_written"] == [10, 11, 12, 13]
     step13 = json.loads((dump_path / "step13" / "rank" / "dump.json").read_text())
     assert (step13["task"], step13["level"], step13["dump_data_dir"]) == ("statistics", "L1", None)
