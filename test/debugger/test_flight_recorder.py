@@ -91,6 +91,42 @@ def test_an_overflow_at_step_13_leaves_the_last_four_steps_and_names_the_first_a
     assert any("test_flight_recorder.py" in line for line in stack["Torch.exp.0.forward"])
 
 
+@pytest.mark.parametrize("fused", ["off", "emulated"])
+def test_on_the_device_path_the_statistics_read_back_at_step_find_the_overflow(session, tmp_path, monkeypatch, fused):
+    """The accelerator's path on CPU tensors (statistics queued, read back at step(); with the fused queue too): the
+    same steps, the same first non-finite record, and the numbers of the kept steps are those of the CPU path."""
+    from ptdbg_ascend.statistics import planner
+
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", True)
+    monkeypatch.setattr(planner.DEFAULTS, "fused", fused)
+    recorder = FlightRecorder(str(tmp_path / "flight"), last_steps=2)
+    recorder.start()
+    with pytest.raises(FlightRecorderTriggered):
+        train(8, lambda step, loss: recorder.step(loss), planted_step=5)
+    trigger = json.loads((tmp_path / "flight" / "trigger.json").read_text())
+    assert (trigger["step"], trigger["first_nonfinite"], trigger["steps_written"]) == (
+        5, "Torch.exp.0.forward.output.0", [4, 5])
+    step4 = json.loads((tmp_path / "flight" / "step4" / "rank" / "dump.json").read_text())["data"]
+    monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", False)
+    cpu = FlightRecorder(str(tmp_path / "cpu"), last_steps=2)
+    cpu.start()
+    with pytest.raises(FlightRecorderTriggered):
+        train(8, lambda step, loss: cpu.step(loss), planted_step=5)
+    on_cpu = json.loads((tmp_path / "cpu" / "step4" / "rank" / "dump.json").read_text())["data"]
+    assert list(step4) == list(on_cpu)
+    # torch's reductions, not numpy's: a mean near 0 (-5e-4 of values ~0.3) differs by 1e-9 in float32
+    assert numbers_of(step4) == pytest.approx(numbers_of(on_cpu), rel=1e-6, abs=1e-8)
+
+
+def numbers_of(value):
+    """Every number of a dump.json value, in order."""
+    if isinstance(value, dict):
+        return [number for item in value.values() for number in numbers_of(item)]
+    if isinstance(value, list):
+        return [number for item in value for number in numbers_of(item)]
+    return [value] if type(value) in (int, float) else []
+
+
 def test_a_healthy_run_writes_nothing_and_keeps_a_bounded_memory(session, tmp_path):
     recorder = FlightRecorder(str(tmp_path / "flight"), last_steps=3)
     sizes = []
