@@ -12,8 +12,9 @@ Differences from msprobe 1.0.4, on purpose (its quirks, ``reference/msprobe_1_0_
 
 * ``seed: 0`` stays 0 (1.0.4 silently turned it into 1234);
 * ``data_mode`` items are checked (1.0.4 accepted anything and dumped nothing for a typo);
-* the tasks this tool does not implement (free_benchmark, grad_probe) are refused with a clear
-  message instead of being accepted and ignored;
+* the task this tool does not implement (free_benchmark) is refused with a clear message instead of being
+  accepted and ignored; ``grad_probe``'s ``bounds`` must be finite numbers in strictly ascending order (1.0.4
+  accepted equal bounds, which make an empty interval);
 * ``task: "run_ut"`` (the API pre-check's section: ``white_list``, ``black_list``, ``error_data_path``)
   is read by ``ptdbg run-ut -config``; a PrecisionDebugger built with it dumps what the pre-check needs
   (the ``tensor`` task at level L1). The online pre-check (``is_online: true``) is refused.
@@ -36,9 +37,11 @@ from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import ERROR, load_json
 from ptdbg_ascend.log import logger
 
-TASKS = ("statistics", "tensor", "overflow_check", "run_ut")
+TASKS = ("statistics", "tensor", "overflow_check", "run_ut", "grad_probe")
 # Valid in the 1.0.4 schema but not implemented by this tool: refused with a clear message.
-UNSUPPORTED_TASKS = ("free_benchmark", "grad_probe")
+UNSUPPORTED_TASKS = ("free_benchmark",)
+GRAD_LEVELS = ("L0", "L1", "L2")
+DEFAULT_BOUNDS = (-1, 0, 1)
 LEVELS = ("L0", "L1", "L2", "mix")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5")
@@ -61,6 +64,7 @@ SECTION_KEYS = {
     "overflow_check": COMMON_SECTION_KEYS + ("overflow_nums", "check_mode"),
     "run_ut": COMMON_SECTION_KEYS + ("white_list", "black_list", "error_data_path", "is_online", "nfs_path", "host",
                                      "port", "rank_list", "tls_path"),
+    "grad_probe": ("grad_level", "param_list", "bounds"),
 }
 DEFAULT_ERROR_DATA_PATH = "./"
 
@@ -92,6 +96,9 @@ class DebuggerConfig(NamedTuple):
         white_list: run_ut: only these APIs are checked (names of the wrap list, e.g. "conv2d"). Default ().
         black_list: run_ut: these APIs are not checked. Default ().
         error_data_path: run_ut: where ``-save_error_data`` writes (must exist). Default "./".
+        grad_level: grad_probe: "L0", "L1" (default) or "L2" (``grad_probe/``).
+        param_list: grad_probe: the parameter names monitored (exact names); () = all (default).
+        bounds: grad_probe: the interval bounds of the L2 distribution, ascending. Default (-1, 0, 1).
     """
 
     task: str = "statistics"
@@ -115,6 +122,9 @@ class DebuggerConfig(NamedTuple):
     white_list: Tuple[str, ...] = ()
     black_list: Tuple[str, ...] = ()
     error_data_path: str = DEFAULT_ERROR_DATA_PATH
+    grad_level: str = "L1"
+    param_list: Tuple[str, ...] = ()
+    bounds: Tuple[float, ...] = DEFAULT_BOUNDS
 
     @property
     def saves_tensors(self) -> bool:
@@ -143,6 +153,8 @@ class DebuggerConfig(NamedTuple):
             section["white_list"] = list(self.white_list)
             section["black_list"] = list(self.black_list)
             section["error_data_path"] = self.error_data_path
+        elif self.task == "grad_probe":  # (its section holds only its own keys, as in 1.0.4)
+            section = {"grad_level": self.grad_level, "param_list": list(self.param_list), "bounds": list(self.bounds)}
         else:
             section["overflow_nums"] = self.overflow_nums
             section["check_mode"] = self.check_mode
@@ -233,6 +245,10 @@ def config_from_dict(raw: Mapping[str, Any], task: Optional[str] = None, dump_pa
         values["file_format"] = _choice(prefix + "file_format", section.get("file_format", "npy"), FILE_FORMATS)
     elif chosen_task == "run_ut":
         values.update(_run_ut_section(prefix, section))
+    elif chosen_task == "grad_probe":
+        values["grad_level"] = _choice(prefix + "grad_level", section.get("grad_level", "L1"), GRAD_LEVELS)
+        values["param_list"] = _str_list(prefix + "param_list", section.get("param_list", []))
+        values["bounds"] = _bounds(prefix + "bounds", section.get("bounds", list(DEFAULT_BOUNDS)))
     else:
         nums = _integer(prefix + "overflow_nums", section.get("overflow_nums", 1))
         if nums < -1 or nums == 0:
@@ -324,6 +340,18 @@ def _str_list(key: str, value: Any) -> Tuple[str, ...]:
     for item in value:
         if not isinstance(item, str) or not item:
             raise ParameterError(key, value, "every item must be a non-empty string")
+    return tuple(value)
+
+
+def _bounds(key: str, value: Any) -> Tuple[float, ...]:
+    """grad_probe's bounds: finite numbers, strictly ascending (1.0.4: "The input list should be ascending")."""
+    import math
+
+    if not isinstance(value, (list, tuple)) or not all(
+            type(item) in (int, float) and math.isfinite(item) for item in value):
+        raise ParameterError(key, value, "must be a list of finite numbers", "Example: [-1, 0, 1]")
+    if any(later <= earlier for earlier, later in zip(value, value[1:])):
+        raise ParameterError(key, list(value), "must be strictly ascending (each bound above the one before)")
     return tuple(value)
 
 

@@ -34,7 +34,7 @@ class PrecisionDebugger:
     Args:
         config_path: a msprobe 1.0.4 ``config.json``. Default None: msprobe's defaults (task
             statistics, level L1, dump_path "./dump_path").
-        task: overrides the file's ``task`` ("statistics", "tensor", "overflow_check").
+        task: overrides the file's ``task`` ("statistics", "tensor", "overflow_check", "run_ut", "grad_probe").
         dump_path: overrides the file's ``dump_path``.
         level: overrides the file's ``level`` ("L0", "L1", "mix", "L2").
         model: the ``torch.nn.Module`` whose submodules are dumped; required at levels L0 and mix.
@@ -68,10 +68,12 @@ class PrecisionDebugger:
         if config.enable_dataloader:
             raise ParameterError("enable_dataloader", True, "must be false in ptdbg_ascend",
                                  "Call start()/stop()/step() around each step instead.")
-        from ptdbg_ascend.seed import seed_all
+        if config.task != "grad_probe":  # (1.0.4 seeds every task but grad_probe, which only watches gradients)
+            from ptdbg_ascend.seed import seed_all
 
-        seed_all(config.seed, config.is_deterministic)
+            seed_all(config.seed, config.is_deterministic)
         self.config: DebuggerConfig = config
+        self._grad_monitor: Optional[Any] = None
         self.model = model
         self.current_step = 0
         self._recorder: Optional[Any] = None
@@ -84,9 +86,22 @@ class PrecisionDebugger:
         self._started = False
 
     # -- the public API ----------------------------------------------------------------------------
+    def monitor(self, model: Any) -> None:
+        """Task grad_probe: summarise the gradients of ``model``'s parameters before every optimizer step
+        (``grad_probe/monitor.py``; start/stop/step do nothing for this task, as in 1.0.4)."""
+        if self.config.task != "grad_probe":
+            raise ParameterError("task", self.config.task, "must be 'grad_probe' for monitor()",
+                                 "monitor(model) watches gradients; the dump tasks use start()/stop()/step().")
+        if self._grad_monitor is None:
+            from ptdbg_ascend.grad_probe.monitor import GradientMonitor
+
+            self._grad_monitor = GradientMonitor(self.config)
+        self._grad_monitor.monitor(model)
+
     def start(self) -> None:
-        """Turn dumping on for the current step (no-op on an unlisted step or an unselected rank)."""
-        if not self._step_selected() or not self._rank_is_selected():
+        """Turn dumping on for the current step (no-op on an unlisted step or an unselected rank, and for task
+        grad_probe, which :meth:`monitor` runs)."""
+        if self.config.task == "grad_probe" or not self._step_selected() or not self._rank_is_selected():
             return
         from ptdbg_ascend.dump.prebound import rebind as rebind_prebound
         from ptdbg_ascend.dump.session import get_session

@@ -139,5 +139,5 @@ def write_trigger(dump_path: str, step: int, rank: Optional[int], reason: str, f
     path = os.path.join(dump_path, TRIGGER_FILE)
     document = {"format": TRIGGER_FORMAT, "version": TRIGGER_VERSION, "step": step, "rank": rank, "reason": reason,
                 "first_nonfinite": first, "code_line": code_line, "detail": detail, "steps_written": steps}
-    replace_text_file(path, [json.dumps(document, indent=1) + "\n"], "the flight recorder's trigger file ")
+    replace_text_file(path, [json.dumps(document, indent=1) + "\n"], "the flight recorder's trigger file")
     return path

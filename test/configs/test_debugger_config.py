@@ -87,8 +87,14 @@ def test_to_dict_round_trips():
 
 
 @pytest.mark.parametrize("raw, key, fragment", [
-    ({"task": "dump"}, "task", "['statistics', 'tensor', 'overflow_check', 'run_ut']"),
+    ({"task": "dump"}, "task", "['statistics', 'tensor', 'overflow_check', 'run_ut', 'grad_probe']"),
     ({"task": "free_benchmark"}, "task", "not implemented"),
+    ({"task": "grad_probe", "grad_probe": {"grad_level": "L3"}}, "grad_probe.grad_level", "['L0', 'L1', 'L2']"),
+    ({"task": "grad_probe", "grad_probe": {"bounds": [0, -1]}}, "grad_probe.bounds", "strictly ascending"),
+    ({"task": "grad_probe", "grad_probe": {"bounds": [0, 0]}}, "grad_probe.bounds", "strictly ascending"),
+    ({"task": "grad_probe", "grad_probe": {"bounds": ["a"]}}, "grad_probe.bounds", "finite numbers"),
+    ({"task": "grad_probe", "grad_probe": {"bounds": [float("nan")]}}, "grad_probe.bounds", "finite numbers"),
+    ({"task": "grad_probe", "grad_probe": {"param_list": "fc.weight"}}, "grad_probe.param_list", "list of strings"),
     ({"level": "L3"}, "level", "['L0', 'L1', 'L2', 'mix']"),
     ({"level": 1}, "level", "one of"),
     ({"dump_path": ""}, "dump_path", "non-empty"),
