@@ -64,6 +64,10 @@ def __getattr__(name):  # PEP 562: load the msprobe-style front-end only when it
         from ptdbg_ascend.debugger import PrecisionDebugger
 
         return PrecisionDebugger
+    if name == "GradComparator":  # grad_probe's compare (msprobe 1.0.4: from msprobe import GradComparator)
+        from ptdbg_ascend.grad_probe.comparator import GradComparator
+
+        return GradComparator
     if name in ("FlightRecorder", "FlightRecorderTriggered"):  # the last steps in memory (flight/recorder.py)
         from ptdbg_ascend.flight import recorder
 

@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ptdbg_ascend.acl import cli as acl_cli
     from ptdbg_ascend.comparison import cli as comparison_cli
     from ptdbg_ascend.compat import cli as compat_cli
+    from ptdbg_ascend.grad_probe import cli as grad_probe_cli
     from ptdbg_ascend.precheck import cli as precheck_cli
 
     parser = argparse.ArgumentParser(
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error (default: one line on stderr)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (comparison_cli, compat_cli, acl_cli, precheck_cli):
+    for module in (comparison_cli, compat_cli, acl_cli, precheck_cli, grad_probe_cli):
         module.add_commands(subparsers)
     return parser
 

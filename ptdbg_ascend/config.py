@@ -238,26 +238,31 @@ def config_from_dict(raw: Mapping[str, Any], task: Optional[str] = None, dump_pa
         if item not in DATA_MODES:
             raise ParameterError(prefix + "data_mode", list(data_mode), f"every item must be one of {list(DATA_MODES)}")
     values["data_mode"] = data_mode or ("all",)
-    if chosen_task == "statistics":
-        values["summary_mode"] = _choice(prefix + "summary_mode", section.get("summary_mode", "statistics"), SUMMARY_MODES)
-    elif chosen_task == "tensor":
-        values["backward_input"] = _str_list(prefix + "backward_input", section.get("backward_input", []))
-        values["file_format"] = _choice(prefix + "file_format", section.get("file_format", "npy"), FILE_FORMATS)
-    elif chosen_task == "run_ut":
-        values.update(_run_ut_section(prefix, section))
-    elif chosen_task == "grad_probe":
-        values["grad_level"] = _choice(prefix + "grad_level", section.get("grad_level", "L1"), GRAD_LEVELS)
-        values["param_list"] = _str_list(prefix + "param_list", section.get("param_list", []))
-        values["bounds"] = _bounds(prefix + "bounds", section.get("bounds", list(DEFAULT_BOUNDS)))
-    else:
-        nums = _integer(prefix + "overflow_nums", section.get("overflow_nums", 1))
-        if nums < -1 or nums == 0:
-            raise ParameterError(prefix + "overflow_nums", nums, "must be a positive int, or -1 for no limit")
-        values["overflow_nums"] = nums
-        values["check_mode"] = _choice(prefix + "check_mode", section.get("check_mode", "all"), CHECK_MODES)
+    values.update(_task_section(chosen_task, prefix, section))
     config = DebuggerConfig(**values)
     _check_l2(config, prefix)
     return config
+
+
+def _task_section(task: str, prefix: str, section: Mapping[str, Any]) -> Dict[str, Any]:
+    """The values of the task's own section keys (``prefix``: ``"{task}."``, for the messages)."""
+    if task == "statistics":
+        return {"summary_mode": _choice(prefix + "summary_mode", section.get("summary_mode", "statistics"),
+                                        SUMMARY_MODES)}
+    if task == "tensor":
+        return {"backward_input": _str_list(prefix + "backward_input", section.get("backward_input", [])),
+                "file_format": _choice(prefix + "file_format", section.get("file_format", "npy"), FILE_FORMATS)}
+    if task == "run_ut":
+        return _run_ut_section(prefix, section)
+    if task == "grad_probe":
+        return {"grad_level": _choice(prefix + "grad_level", section.get("grad_level", "L1"), GRAD_LEVELS),
+                "param_list": _str_list(prefix + "param_list", section.get("param_list", [])),
+                "bounds": _bounds(prefix + "bounds", section.get("bounds", list(DEFAULT_BOUNDS)))}
+    nums = _integer(prefix + "overflow_nums", section.get("overflow_nums", 1))
+    if nums < -1 or nums == 0:
+        raise ParameterError(prefix + "overflow_nums", nums, "must be a positive int, or -1 for no limit")
+    return {"overflow_nums": nums,
+            "check_mode": _choice(prefix + "check_mode", section.get("check_mode", "all"), CHECK_MODES)}
 
 
 def _run_ut_section(prefix: str, section: Mapping[str, Any]) -> Dict[str, Any]:

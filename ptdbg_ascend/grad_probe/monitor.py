@@ -50,6 +50,7 @@ class GradientMonitor:
         self._names: Dict[int, str] = {}
         self._parameters: List[Any] = []
         self._handle: Optional[Any] = None
+        self._said = False
 
     def monitor(self, model: Any) -> None:
         """Watch the parameters of ``model`` (a ``torch.nn.Module``) from its next optimizer step on."""
@@ -105,7 +106,9 @@ class GradientMonitor:
                 save_signs(os.path.join(step_dir, row.name + SUFFIX), row.signs)
         path = os.path.join(rank_dir, summary_file_name(self.step))
         replace_text_file(path, [summary_text(rows, config.grad_level, config.bounds)], "the grad_probe summary")
-        logger.info(f"grad_probe: step {self.step} of {len(rows)} parameters written to {path}.")
+        if not self._said:  # once: a line per optimizer step would flood a week-long run's log
+            self._said = True
+            logger.info(f"grad_probe writes a grad_summary CSV per optimizer step in {rank_dir} (first: {path}).")
 
 
 def summary_text(rows: List[GradientSummary], level: str, bounds: Any) -> str:
