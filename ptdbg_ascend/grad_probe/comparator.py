@@ -146,7 +146,8 @@ def read_summary(path: str) -> List[Tuple[str, Tuple[int, ...]]]:
     that is not one (no ``param_name``/``shape`` columns, a name outside :data:`PARAM_NAME`, a shape not ints)."""
     if os.path.getsize(path) > MAX_SUMMARY_BYTES:
         raise FileFormatError(f"{path} is larger than a grad_summary CSV can be ({MAX_SUMMARY_BYTES} bytes).")
-    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+    # utf-8-sig: msprobe 1.0.4 writes its CSVs with a byte-order mark
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
         rows = list(csv.reader(handle))
     if not rows or not rows[0] or rows[0][0] != "param_name" or rows[0][-1] != "shape":
         raise FileFormatError(f"{path} is not a grad_summary CSV: its header must start with param_name and end with "

@@ -3,13 +3,13 @@ and the gradient's direction (its sign bits, packed 8 to a byte).
 
 Everything is reduced on the gradients' device and read back with one copy per device and step (the numbers of all
 parameters stacked, the packed signs of all parameters concatenated), not one host sync per parameter: on an
-accelerator the optimizer step waits for one copy. Only level L0's MD5 (msprobe's CRC-32 of the float32 bytes)
-needs each gradient on the host, as in 1.0.4.
+accelerator the optimizer step waits for one copy. Only level L0's MD5 (of the float32 bytes) needs each
+gradient on the host, as in 1.0.4.
 """
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy
@@ -111,7 +111,7 @@ def _pack_signs(values: Any, torch: Any) -> Any:
 
 def _summary(name: str, gradient: Any, level: str, row: Optional[List[float]], counts: Optional[List[int]],
              signs: Optional[Any]) -> GradientSummary:
-    md5 = _crc32(gradient) if level == "L0" else None
+    md5 = _md5(gradient) if level == "L0" else None
     if row is None:
         return GradientSummary(name, md5, (), None, None, None, tuple(gradient.shape), signs)
     elements = gradient.numel()
@@ -119,7 +119,8 @@ def _summary(name: str, gradient: Any, level: str, row: Optional[List[float]], c
     return GradientSummary(name, md5, distribution, row[0], row[1], row[2], tuple(gradient.shape), signs)
 
 
-def _crc32(gradient: Any) -> str:
-    """msprobe's "MD5" column: the CRC-32 of the gradient's float32 bytes, 8 hex digits."""
+def _md5(gradient: Any) -> str:
+    """msprobe 1.0.4's "MD5" column: the MD5 of the gradient's float32 bytes (32 hex digits; its later versions
+    write a CRC-32 there)."""
     array = numpy.ascontiguousarray(gradient.detach().float().cpu().numpy())
-    return f"{zlib.crc32(array.tobytes()):08x}"
+    return hashlib.md5(array.tobytes()).hexdigest()

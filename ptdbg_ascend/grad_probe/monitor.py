@@ -3,8 +3,9 @@ before every optimizer step, the gradient of each monitored parameter summarised
 ``{dump_path}/rank{R}/grad_summary_{step}.csv`` and, at levels L1 and L2, its direction in
 ``{dump_path}/rank{R}/step{step}/{param_name}.npy`` (``directions.py``).
 
-As in msprobe 1.0.4: the step counts optimizer calls from 0 (every optimizer's ``step()``, through torch's global
-optimizer pre-step hook: a step skipped for an inf loss is not counted), the config's ``step`` and ``rank`` lists
+As in msprobe 1.0.4: the step counts optimizer calls from 0 (through torch's global optimizer pre-step hook: a step
+skipped for an inf loss is not counted; unlike 1.0.4, only the calls of an optimizer that holds a monitored
+parameter, so another model's optimizer, or a second monitor's, does not shift the count), the config's ``step`` and ``rank`` lists
 select (empty: all), ``param_list`` names parameters exactly (empty: all), a parameter without a gradient is left
 out. The columns are 1.0.4's (``param_name``, ``MD5`` at L0, the ``bounds`` intervals and ``=0`` at L2, ``max``,
 ``min``, ``norm``, ``shape``), so its GradComparator reads the CSV. Unlike 1.0.4: ``rank{R}`` is the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import io
 import os
+import weakref
 from typing import Any, Dict, List, Optional
 
 from ptdbg_ascend import csv_cells
@@ -51,6 +53,7 @@ class GradientMonitor:
         self._parameters: List[Any] = []
         self._handle: Optional[Any] = None
         self._said = False
+        self._optimizers: Dict[int, Any] = {}  # id -> (weak reference, whether it updates a monitored parameter)
 
     def monitor(self, model: Any) -> None:
         """Watch the parameters of ``model`` (a ``torch.nn.Module``) from its next optimizer step on."""
@@ -82,6 +85,8 @@ class GradientMonitor:
 
     # -- each optimizer step -------------------------------------------------------------------------
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self._updates_ours(optimizer):
+            return
         self.step += 1
         config = self.config
         if config.step and self.step not in config.step:
@@ -94,6 +99,17 @@ class GradientMonitor:
         with Inside():  # the monitor's torch calls are never recorded by a dump running alongside
             rows = gradient_summaries(named, config.grad_level, config.bounds)
         self._write(rank, rows)
+
+    def _updates_ours(self, optimizer: Any) -> bool:
+        """Whether ``optimizer`` holds a monitored parameter (torch's hook sees every optimizer of the process: one of
+        another model, or a second monitor's, neither counts nor writes here). Decided once per optimizer."""
+        key = id(optimizer)
+        known = self._optimizers.get(key)
+        if known is None or known[0]() is not optimizer:
+            ours = {id(parameter) for parameter in self._parameters}
+            holds = any(id(parameter) in ours for group in optimizer.param_groups for parameter in group["params"])
+            known = self._optimizers[key] = (weakref.ref(optimizer), holds)
+        return known[1]
 
     def _write(self, rank: int, rows: List[GradientSummary]) -> None:
         config = self.config

@@ -4,12 +4,12 @@ columns at each level, the packed directions, and the compare that names the ste
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import os
 import subprocess
 import sys
-import zlib
 
 import numpy
 import pytest
@@ -75,8 +75,8 @@ def test_the_summary_columns_and_numbers_of_each_level(session, tmp_path, monito
     assert float(weight["norm"]) == pytest.approx(math.sqrt(0.25 + 4 + 9 + 0.0625), rel=1e-6)
     assert rows[2][0] == "bias" and rows[2][-1] == "[2]"
     if level == "L0":
-        # msprobe's "MD5": the CRC-32 of the float32 bytes, by hand
-        assert weight["MD5"] == f"{zlib.crc32(GRADIENT.numpy().astype(numpy.float32).tobytes()):08x}"
+        # msprobe 1.0.4's "MD5": of the float32 bytes, by hand
+        assert weight["MD5"] == hashlib.md5(GRADIENT.numpy().astype(numpy.float32).tobytes()).hexdigest()
         assert not os.path.exists(tmp_path / "dump" / "rank0" / "step0")
         return
     if level == "L2":  # -2 | -0.25, 0, 0 | 0.5 | 3 ; zeros 2 of 6
@@ -109,6 +109,12 @@ def test_steps_count_optimizer_calls_and_the_step_rank_and_param_lists_select(se
     model(torch.ones(2, 3)).sum().backward()
     optimizer.step()
     assert not os.path.exists(tmp_path / "ranked")  # this process is rank 0
+    # an optimizer of another model is not counted: the monitor's step stays where its own optimizer left it
+    steps_before = debugger._grad_monitor.step
+    other = torch.nn.Linear(2, 2)
+    other(torch.ones(1, 2)).sum().backward()
+    torch.optim.SGD(other.parameters(), lr=0.1).step()
+    assert debugger._grad_monitor.step == steps_before == 5
 
 
 def test_grad_probe_does_not_seed_and_monitor_needs_its_task(session, tmp_path, monitors):
