@@ -29,7 +29,7 @@ import threading
 from collections import deque
 from typing import Any, List, Optional, Tuple
 
-from ptdbg_ascend.errors import ParameterError, PtdbgError
+from ptdbg_ascend.errors import CallOrderError, ParameterError, PtdbgError
 from ptdbg_ascend.flight import triggers
 from ptdbg_ascend.flight.memory_writer import MemoryStepWriter
 from ptdbg_ascend.inside import Inside
@@ -68,8 +68,11 @@ class FlightRecorder:
 
             if not isinstance(model, torch.nn.Module):
                 raise ParameterError("model", type(model).__name__, "must be a torch.nn.Module or None")
-        self.config = load_config(task="statistics", dump_path=os.fspath(dump_path) if dump_path is not None else None,
-                                  level="mix" if model is not None else "L1")
+        if isinstance(dump_path, os.PathLike):
+            dump_path = os.fspath(dump_path)
+        if not isinstance(dump_path, str):
+            raise ParameterError("dump_path", dump_path, "must be a directory path (str or os.PathLike)")
+        self.config = load_config(task="statistics", dump_path=dump_path, level="mix" if model is not None else "L1")
         self.dump_path = self.config.dump_path
         self.last_steps, self.on_trigger, self.max_bytes = last_steps, on_trigger, max_bytes
         self.model = model
@@ -122,8 +125,8 @@ class FlightRecorder:
         :class:`FlightRecorderTriggered` after writing (``on_trigger="stop"``), ``DumpWriteError`` when the files
         cannot be written (a full disk: the path and the error)."""
         if not self._started:
-            raise PtdbgError("FlightRecorder.step() before start(): call start() once before the training loop "
-                             "(or use the recorder as a context manager).")
+            raise CallOrderError("FlightRecorder.step() before start(): call start() once before the training loop "
+                                 "(or use the recorder as a context manager).")
         with Inside():  # the recorder's own torch calls (the loss read, the all_reduce) are not recorded
             fired, first, writes_file = self._check(loss)
             written = fired is not None and self._fire(fired[0], fired[1], first, writes_file)

@@ -53,6 +53,7 @@ class GradientMonitor:
         self._parameters: List[Any] = []
         self._handle: Optional[Any] = None
         self._said = False
+        self._skipped: set = set()
         self._optimizers: Dict[int, Any] = {}  # id -> (weak reference, whether it updates a monitored parameter)
 
     def monitor(self, model: Any) -> None:
@@ -95,10 +96,24 @@ class GradientMonitor:
         if config.rank and rank not in config.rank:
             return
         named = [(self._names[id(parameter)], parameter.grad) for parameter in self._parameters
-                 if parameter.grad is not None]
+                 if parameter.grad is not None and self._summarised(self._names[id(parameter)], parameter.grad)]
         with Inside():  # the monitor's torch calls are never recorded by a dump running alongside
             rows = gradient_summaries(named, config.grad_level, config.bounds)
         self._write(rank, rows)
+
+    def _summarised(self, name: str, gradient: Any) -> bool:
+        """Whether ``gradient`` has a summary: a sparse or complex one has none (1.0.4's later versions skip complex
+        ones too; it failed on both), said once per parameter."""
+        import torch
+
+        if gradient.layout == torch.strided and not gradient.is_complex():
+            return True
+        if name not in self._skipped:
+            self._skipped.add(name)
+            logger.warning("grad_probe leaves out {}: its gradient is {} ({}, {}); max, min, norm and signs need a "
+                           "dense real tensor.".format(name, "complex" if gradient.is_complex() else "sparse",
+                                                       gradient.dtype, gradient.layout))
+        return False
 
     def _updates_ours(self, optimizer: Any) -> bool:
         """Whether ``optimizer`` holds a monitored parameter (torch's hook sees every optimizer of the process: one of

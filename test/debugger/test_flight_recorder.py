@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ptdbg_ascend import FlightRecorder, FlightRecorderTriggered, PrecisionDebugger, compare
-from ptdbg_ascend.errors import ParameterError
+from ptdbg_ascend.errors import CallOrderError, ParameterError
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flight_worker.py")
 
@@ -270,16 +270,17 @@ def test_two_ranks_both_write_and_the_trigger_names_the_rank_where_the_inf_was_m
 @pytest.mark.parametrize("arguments, parameter", [
     ({"last_steps": 0}, "last_steps"), ({"last_steps": True}, "last_steps"), ({"loss_spike": 1.0}, "loss_spike"),
     ({"loss_spike": "10"}, "loss_spike"), ({"on_trigger": "raise"}, "on_trigger"), ({"max_bytes": 0}, "max_bytes"),
-    ({"model": "net"}, "model"),
+    ({"model": "net"}, "model"), ({"dump_path": None}, "dump_path"), ({"dump_path": ""}, "dump_path"),
 ])
 def test_bad_arguments_name_the_parameter(tmp_path, arguments, parameter):
+    arguments = {"dump_path": str(tmp_path), **arguments}
     with pytest.raises(ParameterError, match=f"Invalid {parameter}="):
-        FlightRecorder(str(tmp_path), **arguments)
+        FlightRecorder(**arguments)
 
 
 def test_step_before_start_and_a_bad_loss_say_what_to_do(session, tmp_path):
     recorder = FlightRecorder(str(tmp_path / "flight"))
-    with pytest.raises(Exception, match=r"before start\(\)"):
+    with pytest.raises(CallOrderError, match=r"before start\(\)"):
         recorder.step()
     with recorder:
         with pytest.raises(ParameterError, match="Invalid loss="):

@@ -117,6 +117,21 @@ def test_steps_count_optimizer_calls_and_the_step_rank_and_param_lists_select(se
     assert debugger._grad_monitor.step == steps_before == 5
 
 
+def test_a_sparse_gradient_is_left_out_with_a_warning(session, tmp_path, monitors, capsys):
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"embedding": torch.nn.Embedding(10, 4, sparse=True), "head": torch.nn.Linear(4, 1)})
+    debugger = debugger_for(tmp_path, grad_level="L1")
+    debugger.monitor(model)
+    monitors.append(debugger)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        model["head"](model["embedding"](torch.tensor([1, 2]))).sum().backward()
+        optimizer.step()
+    names = [row[0] for row in read_csv(tmp_path / "dump" / "rank0" / "grad_summary_1.csv")]
+    assert names == ["param_name", "head.weight", "head.bias"]
+    assert capsys.readouterr().out.count("leaves out embedding.weight") == 1  # (the package logs to stdout)
+
+
 def test_grad_probe_does_not_seed_and_monitor_needs_its_task(session, tmp_path, monitors):
     torch.manual_seed(7)
     expected = torch.rand(3)
