@@ -25,8 +25,7 @@ def _grad_compare(args: argparse.Namespace) -> int:
     else:
         answers = [GradComparator.compare(args.npu_path, args.bench_path, args.output_path, args.similarity,
                                           args.drop)]
-    for result in answers:
-        print(result.answer)
+    # (each rank's answer is said by the comparator as it finishes: not printed twice)
     return 1 if any(result.first_step is not None for result in answers) else 0
 
 
