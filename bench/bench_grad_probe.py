@@ -16,7 +16,6 @@ import os
 import shutil
 import statistics
 import sys
-import time
 
 import torch
 
@@ -25,17 +24,11 @@ OUT = os.path.join(HERE, "out", "grad_probe")
 sys.path.insert(0, HERE)
 
 from bench_dump import Reference, dir_bytes  # noqa: E402 - the reference model of bench_dump.py
-from bench_flight_recorder import make_step  # noqa: E402
+from bench_flight_recorder import make_step, timed  # noqa: E402
 
 
-def timed(step, steps: int) -> float:
-    step()
-    durations = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        durations.append(time.perf_counter() - start)
-    return statistics.median(durations)
+def _nothing(loss: object) -> None:
+    """What runs after each step here: nothing (the monitor works inside optimizer.step())."""
 
 
 def main() -> int:
@@ -57,7 +50,7 @@ def main() -> int:
     per_step = {}
     try:
         for round_number in range(args.rounds):
-            times["plain"].append(timed(step, args.steps))
+            times["plain"].append(timed(step, args.steps, _nothing))
             for level in ("L0", "L1", "L2"):
                 path = os.path.join(OUT, f"{level}_{round_number}")
                 config = os.path.join(OUT, f"{level}_{round_number}.json")
@@ -67,7 +60,7 @@ def main() -> int:
                 debugger = PrecisionDebugger(config_path=config)
                 debugger.monitor(model)
                 try:
-                    times[level].append(timed(step, args.steps))
+                    times[level].append(timed(step, args.steps, _nothing))
                 finally:
                     debugger._grad_monitor.remove()
                 per_step[level] = dir_bytes(path) / (args.steps + 1)
