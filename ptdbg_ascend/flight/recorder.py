@@ -155,6 +155,9 @@ class FlightRecorder:
         self._recorder.switch(False)
         get_session().remove_observer(self._recorder)
         self._restore_sigterm()
+        if self._kept:
+            with Inside():  # the current step's queued tensors are launched and read, so nothing stays queued
+                self._kept[-1].resolve()
         self._kept.clear()  # written by a trigger, or no longer wanted: the memory goes back
         self._kept_total = 0
 

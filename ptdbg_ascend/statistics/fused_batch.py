@@ -64,20 +64,28 @@ class WriteWatch:
 
     def __init__(self) -> None:
         self.armed = False
-        self._queues: "weakref.WeakSet[FusedQueue]" = weakref.WeakSet()  # a dropped writer's queue goes
-        self._lock = threading.Lock()
+        # id -> weak reference of each queue holding tensors not launched yet; a queue dropped unlaunched (its writer
+        # stopped by a full disk, a process's last window) leaves by its reference's callback, which disarms.
+        self._queues: Dict[int, "weakref.ref[FusedQueue]"] = {}
+        self._lock = threading.RLock()  # (reentrant: a collection may run the callback while this thread holds it)
 
     def arm(self, queue: FusedQueue) -> None:
         """``queue`` holds tensors not launched yet."""
         with self._lock:
-            self._queues.add(queue)
+            self._queues[id(queue)] = weakref.ref(queue, self._dropped)
             self.armed = True
 
     def disarm(self, queue: FusedQueue) -> None:
         """``queue`` launched everything it held (called once its kernels are queued, so a write that finds
         the watch disarmed comes after them)."""
         with self._lock:
-            self._queues.discard(queue)
+            self._queues.pop(id(queue), None)
+            self.armed = bool(self._queues)
+
+    def _dropped(self, reference: "weakref.ref[FusedQueue]") -> None:
+        with self._lock:
+            for key in [key for key, known in self._queues.items() if known is reference]:
+                del self._queues[key]
             self.armed = bool(self._queues)
 
     def before_write(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
@@ -87,7 +95,7 @@ class WriteWatch:
         if not written:
             return
         with self._lock:
-            queues = list(self._queues)
+            queues = [queue for queue in (reference() for reference in self._queues.values()) if queue is not None]
         for queue in queues:
             queue.launch_if_written(written)
 

@@ -107,6 +107,9 @@ def test_on_the_device_path_the_statistics_read_back_at_step_find_the_overflow(s
     assert (trigger["step"], trigger["first_nonfinite"], trigger["steps_written"]) == (
         5, "Torch.exp.0.forward.output.0", [4, 5])
     step4 = json.loads((tmp_path / "flight" / "step4" / "rank" / "dump.json").read_text())["data"]
+    from ptdbg_ascend.statistics import fused_batch
+
+    assert not fused_batch.WRITES.armed  # stopped: nothing left queued (in-place calls pay no scan)
     monkeypatch.setattr(planner.DEFAULTS, "defer_cpu", False)
     cpu = FlightRecorder(str(tmp_path / "cpu"), last_steps=2)
     cpu.start()

@@ -8,6 +8,7 @@ that guards a rule also runs once with the rule taken away and sees it fail (the
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 
@@ -487,6 +488,7 @@ def test_an_in_place_call_costs_one_attribute_test_while_nothing_is_queued(tmp_p
     x = torch.ones(3)
     debugger = _debugger(tmp_path, "dump", list=["Torch.neg.0.forward"])
     debugger.start()
+    gc.collect()  # (a writer an earlier test dropped with tensors queued goes, and disarms the watch, when collected)
     assert not fused_batch.WRITES.armed
     x.add_(1.0)  # not selected, nothing queued
     torch.mul(x, 2.0, out=torch.empty(3))
@@ -500,6 +502,31 @@ def test_an_in_place_call_costs_one_attribute_test_while_nothing_is_queued(tmp_p
     debugger.stop()
     assert _numbers(_dump_json(tmp_path, "dump")["Torch.neg.0.forward"]["input_args"][0]) == \
         [2.0, 2.0, 2.0, pytest.approx(math.sqrt(12.0))]
+
+
+def test_a_queue_dropped_unlaunched_disarms_the_watch():
+    """A writer dropped with tensors still queued (stopped by a full disk, a process's last window) leaves no queue
+    behind: the watch disarms as the queue goes, so in-place calls go back to costing one attribute test."""
+    watch = fused_batch.WriteWatch()
+
+    asked = []
+
+    class Queue:  # (weak-referenceable, as FusedQueue)
+        def launch_if_written(self, written):
+            asked.append(self)
+
+    kept, dropped = Queue(), Queue()
+    watch.arm(kept)
+    watch.arm(dropped)
+    del dropped
+    assert watch.armed  # the other one still holds tensors
+    watch.before_write((torch.ones(2),), {})
+    assert asked == [kept]
+    watch.disarm(kept)
+    alone = Queue()
+    watch.arm(alone)
+    del alone  # the only queue goes unlaunched
+    assert not watch.armed
 
 
 # -- the queue on the Triton kernels, interpreted on the CPU (bash scripts/triton_venv.sh --test) -----------
