@@ -11,6 +11,7 @@ OUT=sample/out/end_to_end
 .venv/bin/python sample/end_to_end.py --out "$OUT" "$@"
 echo
 echo "The answer: the first line of $(ls "$OUT"/compare/advisor_*.txt) names the suspect API;"
-echo "  the full table: $OUT/compare/compare_result_*.csv (and .xlsx)."
+echo "  the full table: $OUT/compare/compare_result_*.csv (and .xlsx);"
+echo "  the run as one page: $OUT/compare/compare_report_*.html (open it in a browser)."
 echo "To use ptdbg and this Python in your shell, activate the environment first:"
 echo "  source $ROOT/.venv/bin/activate"

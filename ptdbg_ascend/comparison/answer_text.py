@@ -5,7 +5,7 @@ and :func:`write_advice`, which writes the prose file and, beside it, the findin
 from __future__ import annotations
 
 import os
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.comparison.reports import open_new
 from ptdbg_ascend.formats import finding as finding_file
@@ -38,10 +38,15 @@ class Advice(NamedTuple):
         body (the latter naming the failing tensor and its CSV line), then ``Next step:`` (the advice); without
         a failing row the advice itself opens it. The rest
         of the body follows, then the legacy Line / Suspect Nodes / Expert Advice lines (scripts read them)."""
+        opening, rest = self.sections()
+        return "".join(line + "\n" for line in opening + rest) + self._legacy_head()
+
+    def sections(self) -> Tuple[List[str], List[str]]:
+        """``(opening, rest)``: the lines the advisor file opens with (the answer lines of the body, then
+        ``Next step:``; or the advice alone) and the rest of the body, as :meth:`file_text` writes them."""
         answer = [self._named_failure(line) for line in self.body if line.startswith(ANSWER_LINES)]
         rest = [line for line in self.body if not line.startswith(ANSWER_LINES)]
-        opening = answer + ["Next step: " + self.advice] if answer else [self.advice]
-        return "".join(line + "\n" for line in opening + rest) + self._legacy_head()
+        return (answer + ["Next step: " + self.advice] if answer else [self.advice]), rest
 
     def _named_failure(self, line: str) -> str:
         """``First failure:`` with the failing tensor and its CSV line, which the log gives in Suspect Nodes."""

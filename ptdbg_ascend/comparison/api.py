@@ -18,7 +18,7 @@ __all__ = ["compare", "compare_distributed", "CompareOutcome", "Counts", "Findin
 
 def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = False, auto_analyze: bool = True,
             suffix: str = "", fuzzy_match: bool = False, xlsx: bool = True,
-            api_mapping: Optional[Union[Mapping[str, str], str]] = None) -> CompareOutcome:
+            api_mapping: Optional[Union[Mapping[str, str], str]] = None, html: bool = True) -> CompareOutcome:
     """Compare two dumps API by API.
 
     ``input_param`` keys: ``npu_pkl_path``, ``bench_pkl_path`` (required; msprobe's ``npu_path``/``bench_path``
@@ -29,9 +29,11 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     ``is_print_compare_log`` (default True).
     ``output_path``: a directory, created with its parents when absent; writes
     ``compare_result_{suffix}_{timestamp}.csv`` (``suffix`` default "" drops the part) and the same-named
-    ``.xlsx`` (``xlsx=True``; needs openpyxl), and with ``auto_analyze`` (default True)
-    ``advisor[_{suffix}]_{timestamp}.txt``; when such a report exists already (two compares in one second),
-    ``_1``, ``_2``... is added to the stem of all three (never replacing a report).
+    ``.xlsx`` (``xlsx=True``; needs openpyxl), with ``auto_analyze`` (default True)
+    ``advisor[_{suffix}]_{timestamp}.txt``, and with ``html`` (default True) ``compare_report_{tail}.html``,
+    the run as one self-contained page (:mod:`ptdbg_ascend.comparison.html_report`); when such a report exists
+    already (two compares in one second), ``_1``, ``_2``... is added to the tail of all of them (never replacing
+    a report).
     ``stack_mode`` (default False) adds the ``NPU_Stack_Info`` column. Calls are always aligned across
     counter shifts (by API name and call structure); ``fuzzy_match`` (default False) changes no pairing: it
     warns once and marks rows whose two call names differ in Err_message.
@@ -44,5 +46,5 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     ``outcome.torn`` (:mod:`ptdbg_ascend.readers.dump_state`).
     """
     options = check_options(output_path, stack_mode=stack_mode, auto_analyze=auto_analyze, suffix=suffix,
-                            fuzzy_match=fuzzy_match, xlsx=xlsx, api_mapping=api_mapping)
+                            fuzzy_match=fuzzy_match, xlsx=xlsx, api_mapping=api_mapping, html=html)
     return compare_dumps(parse_input_param(input_param), options)

@@ -23,7 +23,8 @@ def _compare(args: argparse.Namespace) -> int:
              "npu_dump_data_dir": args.npu_dump_data_dir, "bench_dump_data_dir": args.bench_dump_data_dir,
              "stack_path": args.stack_path, "is_print_compare_log": args.is_print_compare_log}
     outcome = compare(param, output_path, stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
-                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, api_mapping=args.api_mapping)
+                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, html=args.html,
+                      api_mapping=args.api_mapping)
     return exit_status([outcome])
 
 
@@ -66,11 +67,13 @@ def _compare_json(args: argparse.Namespace) -> int:
                                  "suffix)")
         outcomes = compare_distributed(spec.npu_path, spec.bench_path, output_path, stack_mode=args.stack_mode,
                                        auto_analyze=args.auto_analyze, fuzzy_match=args.fuzzy_match,
-                                       is_print_compare_log=print_log, xlsx=args.xlsx, api_mapping=args.api_mapping)
+                                       is_print_compare_log=print_log, xlsx=args.xlsx, html=args.html,
+                                       api_mapping=args.api_mapping)
         return _distributed_status(outcomes)
     param = dict(spec.input_param(), is_print_compare_log=print_log)
     outcome = compare(param, output_path, stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
-                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, api_mapping=args.api_mapping)
+                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, html=args.html,
+                      api_mapping=args.api_mapping)
     return exit_status([outcome])
 
 
@@ -96,7 +99,7 @@ def _compare_distributed(args: argparse.Namespace) -> int:
     outcomes = compare_distributed(args.npu_dump_dir, args.bench_dump_dir, args.output_path,
                                    stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
                                    fuzzy_match=args.fuzzy_match, is_print_compare_log=args.is_print_compare_log,
-                                   xlsx=args.xlsx)
+                                   xlsx=args.xlsx, html=args.html)
     return _distributed_status(outcomes)
 
 
@@ -132,6 +135,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
                         help="no per-row log lines (is_print_compare_log=False; default True)")
     parser.add_argument("--no-xlsx", dest="xlsx", action="store_false",
                         help="write the CSV only, no .xlsx (xlsx=False; default: both; the .xlsx needs openpyxl)")
+    parser.add_argument("--no-html", dest="html", action="store_false",
+                        help="no compare_report_*.html (html=False; default: write it beside the CSV; for "
+                             "compare-distributed also no compare_index_*.html)")
 
 
 def add_commands(subparsers) -> None:
@@ -141,10 +147,10 @@ def add_commands(subparsers) -> None:
         "compare", help="compare two dumps API by API (compare())",
         description="compare(input_param, output_path, stack_mode=False, auto_analyze=True, suffix='', "
                     "fuzzy_match=False). Also msprobe's form: ptdbg [-f pytorch] compare -i compare.json -o OUT "
-                    "[-s] [-c] [-f]. Writes compare_result_{suffix}_{timestamp}.csv/.xlsx and advisor_*.txt "
-                    "into OUTPUT_PATH. A dump is a legacy .pkl or an msprobe dump.json. Leave out both data "
-                    "dirs for a statistics-only comparison. Exit status 0 when every compared tensor is within what "
-                    "its precision explains and the run was compared, 1 when an API's accuracy is not reached, 2 "
+                    "[-s] [-c] [-f]. Writes compare_result_{suffix}_{timestamp}.csv/.xlsx, advisor_*.txt and "
+                    "compare_report_*.html into OUTPUT_PATH. A dump is a legacy .pkl or an msprobe dump.json. "
+                    "Leave out both data dirs for a statistics-only comparison. Exit status 0 when every compared "
+                    "tensor is within what its precision explains and the run was compared, 1 when an API's accuracy is not reached, 2 "
                     "on an error, 3 when nothing failed but part of the run was not compared (too few tensors "
                     "judged, a direction missing on one side, NPU rows without a bench partner).")
     compare.add_argument("npu_pkl_path", nargs="?", metavar="NPU_DUMP",
@@ -173,7 +179,8 @@ def add_commands(subparsers) -> None:
     distributed = subparsers.add_parser(
         "compare-distributed", help="compare every rank of two dumps (compare_distributed())",
         description="compare_distributed(npu_dump_dir, bench_dump_dir, output_path, **kwargs): pairs rank{N} "
-                    "directories by rank number and writes compare_result_rank{n}-rank{n}_{timestamp}.csv each. "
+                    "directories by rank number and writes compare_result_rank{n}-rank{n}_{timestamp}.csv each, "
+                    "and compare_index_{timestamp}.html over the ranks' HTML reports. "
                     "Exit status as compare; 3 also when a rank is present on one side only (named on stderr) "
                     "and no compared rank failed.")
     distributed.add_argument("npu_dump_dir", help="NPU tag directory, e.g. npu/ptdbg_dump_v1.0")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ptdbg_ascend.comparison import html_index
 from ptdbg_ascend.comparison.inputs import (CompareInputs, CompareOptions, check_api_mapping, check_dump_file,
                                              check_options, check_print_log)
 from ptdbg_ascend.comparison.run import compare_dumps
@@ -25,7 +26,7 @@ from ptdbg_ascend.errors import CompareError, ParameterError
 from ptdbg_ascend.log import logger
 
 PLAIN_RANK = -1  # the number rank_dirs gives a plain "rank"
-ALLOWED_KWARGS = ("stack_mode", "auto_analyze", "fuzzy_match", "is_print_compare_log", "xlsx", "api_mapping")
+ALLOWED_KWARGS = ("stack_mode", "auto_analyze", "fuzzy_match", "is_print_compare_log", "xlsx", "api_mapping", "html")
 
 
 def rank_dirs(dump_dir: str, parameter: str) -> List[Tuple[int, str, str]]:
@@ -73,12 +74,13 @@ class RankOutcomes(list):
     """What :func:`compare_distributed` returns: the CompareOutcome of each compared rank pair, in rank
     order (a list, as before), and what was not compared: ``npu_only`` / ``bench_only``, the rank
     directories present on one side only; ``skipped``, the pairs skipped because a file lies outside the
-    dump directories (``"rank1-rank1"``)."""
+    dump directories (``"rank1-rank1"``); ``index_path``, the HTML page over the ranks (None: not written)."""
 
     def __init__(self, outcomes: Sequence[Any], npu_only: Sequence[str] = (), bench_only: Sequence[str] = (),
-                 skipped: Sequence[str] = ()) -> None:
+                 skipped: Sequence[str] = (), index_path: Optional[str] = None) -> None:
         super().__init__(outcomes)
         self.npu_only, self.bench_only, self.skipped = tuple(npu_only), tuple(bench_only), tuple(skipped)
+        self.index_path = index_path  # compare_index_{timestamp}.html over the ranks' reports (None: html=False)
 
     def not_compared(self) -> str:
         """One line naming the ranks that were not compared ("" when every rank was)."""
@@ -122,11 +124,13 @@ def rank_files(rank_dir: str) -> Tuple[str, Optional[str], Optional[str]]:
 
 def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str, **kwargs: Any) -> RankOutcomes:
     """Compare rank by rank, pairing rank directories by number. kwargs: every compare option
-    (``stack_mode``, ``auto_analyze``, ``fuzzy_match``, plus ``is_print_compare_log``, default True);
-    ``suffix`` is refused (the rank pair is the suffix). Returns a :class:`RankOutcomes`: one
-    CompareOutcome per compared rank pair, and the ranks present on one side only (also a warning); a
-    pair with files outside the dump directories is skipped with a warning. CompareError when the two
-    sides have no rank in common (naming each side's ranks) or when no pair is left."""
+    (``stack_mode``, ``auto_analyze``, ``fuzzy_match``, ``xlsx``, ``api_mapping``, ``html``, plus
+    ``is_print_compare_log``, default True); ``suffix`` is refused (the rank pair is the suffix). With ``html``
+    (default True) each rank pair's ``compare_report_*.html`` and one ``compare_index_{timestamp}.html`` over
+    them (:mod:`~ptdbg_ascend.comparison.html_index`: which rank fails first, a row per rank). Returns a
+    :class:`RankOutcomes`: one CompareOutcome per compared rank pair, and the ranks present on one side only
+    (also a warning); a pair with files outside the dump directories is skipped with a warning. CompareError
+    when the two sides have no rank in common (naming each side's ranks) or when no pair is left."""
     if "suffix" in kwargs:
         raise ParameterError("suffix", kwargs["suffix"], "Argument 'suffix' is not supported for compare_distributed")
     for key in kwargs:
@@ -150,7 +154,8 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
         logger.warning("Ranks present on one side only are not compared: {}. Ranks pair by number, not by "
                        "position.".format("; ".join(sides)))
     outcomes = []
-    skipped = []
+    skipped: List[str] = []
+    compared: List[str] = []  # the rank pair of each outcome
     options: Optional[CompareOptions] = None
     for (_, npu_name, npu_dir), (_, bench_name, bench_dir) in pairs:
         pair = f"{npu_name}-{bench_name}"
@@ -167,10 +172,15 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
         inputs = CompareInputs(check_dump_file("npu", npu_dump), check_dump_file("bench", bench_dump), npu_data,
                                bench_data, npu_stack, print_log)
         outcomes.append(compare_dumps(inputs, options._replace(suffix=pair)))
+        compared.append(pair)
     if not outcomes:
         raise CompareError("No rank pair could be compared: every pair ({}) has files outside the dump directories "
                            "(see the warnings above).".format(", ".join(skipped)))
-    return RankOutcomes(outcomes, npu_only, bench_only, skipped)
+    result = RankOutcomes(outcomes, npu_only, bench_only, skipped)
+    if options.html:
+        result.index_path = html_index.write_index(options.output_path, compared, outcomes, result.not_compared())
+        logger.info(f"The HTML index of the ranks is {result.index_path}")
+    return result
 
 
 def confined_rank_files(rank_dir: str, dump_dir: str, parameter: str) -> Tuple[str, Optional[str], Optional[str]]:

@@ -132,7 +132,7 @@ class CompareOutcome(NamedTuple):
     compared (:attr:`complete`: see :meth:`Counts.coverage_problems`); a warning-level ``finding`` (a call
     computing below its dtype's precision, nothing failing) leaves it True. ``torn``: the dumps read that were
     not closed cleanly (still being written, or killed), with how far each got (default: none); they do not
-    change ``bool()``: what was read was compared."""
+    change ``bool()``: what was read was compared. ``html_path``: the HTML report (None: not written)."""
 
     csv_path: str
     xlsx_path: Optional[str]
@@ -142,6 +142,7 @@ class CompareOutcome(NamedTuple):
     finding: Optional[Finding] = None
     counts: Optional[Counts] = None
     torn: Tuple[TornDump, ...] = ()
+    html_path: Optional[str] = None
 
     def __bool__(self) -> bool:
         return self.first_failure is None and self.complete

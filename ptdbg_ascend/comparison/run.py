@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import answer_text
 from ptdbg_ascend.comparison import pairs_to_rows
-from ptdbg_ascend.comparison import advisor, columns, modules, provenance, reports
+from ptdbg_ascend.comparison import advisor, columns, html_report, modules, provenance, reports
 from ptdbg_ascend.readers.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, make_output_dir
 from ptdbg_ascend.comparison.matching import RowPair, pair_rows
 from ptdbg_ascend.comparison.outcome import CompareOutcome, Counts
 from ptdbg_ascend.comparison.rows import CompareRow
-from ptdbg_ascend.formats.layout import ADVISOR_STEM, COMPARE_RESULT_STEM, is_dump_json
+from ptdbg_ascend.formats.layout import (ADVISOR_STEM, COMPARE_REPORT_STEM, COMPARE_RESULT_STEM, HTML_SUFFIX,
+                                         is_dump_json)
 from ptdbg_ascend.readers import read_dump
 from ptdbg_ascend.errors import CompareError
 from ptdbg_ascend.log import logger
@@ -47,8 +48,21 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
     tail = f"{options.suffix}_{stamp}" if options.suffix else stamp
     table = reports.table_of(rows, column_names, options.stack_mode)
+    paths = _write_reports(options, tail, column_names, table, rows, counts, advice, failing)
+    first = None if failing is None else rows[failing].name
+    outcome = CompareOutcome(paths[0], paths[1], paths[2], first, len(rows), finding, counts, torn, paths[3])
+    logger.info(f"Compare outcome: {outcome}")
+    return outcome
+
+
+def _write_reports(options: CompareOptions, tail: str, column_names: Sequence[str], table: list,
+                   rows: Sequence[CompareRow], counts: Counts, advice: answer_text.Advice, failing: Optional[int]
+                   ) -> Tuple[str, Optional[str], Optional[str], Optional[str]]:
+    """Claim the reports' names (one tail for all) and write the CSV, then the .xlsx, the advisor's files and the
+    HTML page that ``options`` ask for; returns their paths (None: not written)."""
     others = ([(COMPARE_RESULT_STEM, ".xlsx")] if options.xlsx else []) + \
-        ([(ADVISOR_STEM, ".txt")] if options.auto_analyze else [])
+        ([(ADVISOR_STEM, ".txt")] if options.auto_analyze else []) + \
+        ([(COMPARE_REPORT_STEM, HTML_SUFFIX)] if options.html else [])
     output_path = options.output_path
     make_output_dir(output_path)
     tail, csv_path, handle = reports.claim_report(output_path, tail, others)
@@ -62,10 +76,14 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     advisor_path = None
     if options.auto_analyze:
         advisor_path = answer_text.write_advice(advice, output_path, ADVISOR_STEM + tail)
-    first = None if failing is None else rows[failing].name
-    outcome = CompareOutcome(csv_path, xlsx_path, advisor_path, first, len(rows), finding, counts, torn)
-    logger.info(f"Compare outcome: {outcome}")
-    return outcome
+    html_path = None
+    if options.html:
+        files = html_report.ReportFiles(os.path.basename(csv_path), xlsx_path and os.path.basename(xlsx_path),
+                                        advisor_path and os.path.basename(advisor_path))
+        html_path = html_report.write_html_report(os.path.join(output_path, COMPARE_REPORT_STEM + tail + HTML_SUFFIX),
+                                                  rows, counts, advice, failing, files)
+        logger.info(f"The HTML report is {html_path}")
+    return csv_path, xlsx_path, advisor_path, html_path
 
 
 def _read_dumps(inputs: CompareInputs, stack_mode: bool) -> Tuple[list, list, tuple, tuple]:

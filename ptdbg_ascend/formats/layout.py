@@ -42,6 +42,9 @@ OVERFLOW_PREFIX = "Overflow_info_"
 # -- compare's reports: {stem}{tail}{extension}, the tail shared by the files of one compare ---------------
 COMPARE_RESULT_STEM = "compare_result_"  # .csv and .xlsx
 ADVISOR_STEM = "advisor_"  # .txt: the advisor's prose (formats/finding.py names the finding file)
+COMPARE_REPORT_STEM = "compare_report_"  # .html: the run as one self-contained page
+COMPARE_INDEX_STEM = "compare_index_"  # .html: compare_distributed's page over the ranks' reports
+HTML_SUFFIX = ".html"
 
 
 def rank_dir_name(rank: Optional[int]) -> str:

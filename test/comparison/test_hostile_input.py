@@ -564,13 +564,14 @@ def test_two_compares_in_one_second_keep_both_reports(tmp_path, output_dir, monk
     assert os.path.basename(second.csv_path) == "compare_result_20240101120000_1.csv"
     assert os.path.basename(second.xlsx_path) == "compare_result_20240101120000_1.xlsx"
     assert os.path.basename(second.advisor_path) == "advisor_20240101120000_1.txt"
+    assert os.path.basename(second.html_path) == "compare_report_20240101120000_1.html"
     assert os.path.basename(third.csv_path) == "compare_result_s_20240101120000.csv"
-    assert len(os.listdir(output_dir)) == 9
+    assert len(os.listdir(output_dir)) == 12  # csv, xlsx, advisor, html of each
     # A stem whose advisor file is taken (its csv deleted) is not reused.
     os.remove(first.csv_path)
     fourth = compare(param(npu, bench), output_dir)
     assert os.path.basename(fourth.csv_path) == "compare_result_20240101120000_2.csv"
-    fifth = compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False)
+    fifth = compare(param(npu, bench), output_dir, auto_analyze=False, xlsx=False, html=False)
     assert os.path.basename(fifth.csv_path) == "compare_result_20240101120000.csv"
 
 

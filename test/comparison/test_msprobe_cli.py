@@ -284,4 +284,4 @@ def test_compare_runs_without_openpyxl(runs, tmp_path):
                         "it (pip install openpyxl), or pass xlsx=False (ptdbg compare --no-xlsx) for the CSV alone.")
     assert lines[1].startswith(f"CSV {out}") and lines[1].endswith(" None")
     assert sorted(name.rsplit("_", 1)[0] + os.path.splitext(name)[1] for name in os.listdir(str(out))) == \
-        ["advisor.txt", "compare_finding.json", "compare_result.csv"]  # no .xlsx
+        ["advisor.txt", "compare_finding.json", "compare_report.html", "compare_result.csv"]  # no .xlsx; the page needs none
