@@ -180,6 +180,26 @@ def test_a_kept_step_is_the_dump_the_precision_debugger_writes(session, tmp_path
     assert outcome and outcome.counts.compared > 20
 
 
+def test_with_a_model_the_modules_are_kept_too_and_construct_json_is_written(session, tmp_path):
+    torch.manual_seed(0)
+    model = ExpNet()
+    recorder = FlightRecorder(str(tmp_path / "flight"), last_steps=1, model=model)
+    recorder.start()
+    with pytest.raises(FlightRecorderTriggered):
+        for step in range(3):
+            model(batch(step, 1e3 if step == 2 else 1.0)).sum().backward()
+            recorder.step()
+    rank_dir = tmp_path / "flight" / "step2" / "rank"
+    assert sorted(os.listdir(str(rank_dir))) == ["construct.json", "dump.json", "stack.json"]
+    dump = json.loads((rank_dir / "dump.json").read_text())
+    assert dump["level"] == "mix"
+    assert "Module.fc2.Linear.forward.0" in dump["data"] and "Torch.exp.0.forward" in dump["data"]
+    construct = json.loads((rank_dir / "construct.json").read_text())
+    assert construct["Functional.linear.1.forward"] == "Module.fc2.Linear.forward.0"
+    trigger = json.loads((tmp_path / "flight" / "trigger.json").read_text())
+    assert trigger["first_nonfinite"] == "Torch.exp.0.forward.output.0"
+
+
 @pytest.mark.parametrize("losses, reason, step", [
     ([1.0, 0.9, 0.8, 0.7, 9.0, 0.6], "loss_spike", 4),  # 9.0 > 10 x 0.8, the median of the 3 steps before
     ([1.0, 0.9, float("nan")], "nonfinite_loss", 2),
