@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend import csv_cells, jsonfile
-from ptdbg_ascend.comparison.columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
+from ptdbg_ascend.formats.compare_columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.formats import finding as finding_file
 from ptdbg_ascend.formats.layout import ADVISOR_STEM, COMPARE_RESULT_STEM
