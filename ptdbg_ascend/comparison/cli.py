@@ -23,7 +23,8 @@ def _compare(args: argparse.Namespace) -> int:
              "npu_dump_data_dir": args.npu_dump_data_dir, "bench_dump_data_dir": args.bench_dump_data_dir,
              "stack_path": args.stack_path, "is_print_compare_log": args.is_print_compare_log}
     outcome = compare(param, output_path, stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
-                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, api_mapping=args.api_mapping)
+                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, api_mapping=args.api_mapping,
+                      rerun=args.rerun)
     return exit_status([outcome])
 
 
@@ -66,11 +67,13 @@ def _compare_json(args: argparse.Namespace) -> int:
                                  "suffix)")
         outcomes = compare_distributed(spec.npu_path, spec.bench_path, output_path, stack_mode=args.stack_mode,
                                        auto_analyze=args.auto_analyze, fuzzy_match=args.fuzzy_match,
-                                       is_print_compare_log=print_log, xlsx=args.xlsx, api_mapping=args.api_mapping)
+                                       is_print_compare_log=print_log, xlsx=args.xlsx, api_mapping=args.api_mapping,
+                                       rerun=args.rerun)
         return _distributed_status(outcomes)
     param = dict(spec.input_param(), is_print_compare_log=print_log)
     outcome = compare(param, output_path, stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
-                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, api_mapping=args.api_mapping)
+                      suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, api_mapping=args.api_mapping,
+                      rerun=args.rerun)
     return exit_status([outcome])
 
 
@@ -96,7 +99,7 @@ def _compare_distributed(args: argparse.Namespace) -> int:
     outcomes = compare_distributed(args.npu_dump_dir, args.bench_dump_dir, args.output_path,
                                    stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
                                    fuzzy_match=args.fuzzy_match, is_print_compare_log=args.is_print_compare_log,
-                                   xlsx=args.xlsx)
+                                   xlsx=args.xlsx, rerun=args.rerun)
     return _distributed_status(outcomes)
 
 
@@ -132,6 +135,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
                         help="no per-row log lines (is_print_compare_log=False; default True)")
     parser.add_argument("--no-xlsx", dest="xlsx", action="store_false",
                         help="write the CSV only, no .xlsx (xlsx=False; default: both; the .xlsx needs openpyxl)")
+    parser.add_argument("--no-rerun", dest="rerun", action="store_false",
+                        help="do not re-run the advisor's suspect from the NPU's own dumped inputs (rerun=False; "
+                             "default: re-run it in float64 on this machine, at most 30 s, and print 'Re-run:')")
 
 
 def add_commands(subparsers) -> None:

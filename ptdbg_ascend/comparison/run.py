@@ -12,7 +12,7 @@ from typing import List, Sequence, Tuple
 
 from ptdbg_ascend.comparison import answer_text
 from ptdbg_ascend.comparison import pairs_to_rows
-from ptdbg_ascend.comparison import advisor, columns, modules, provenance, reports
+from ptdbg_ascend.comparison import advisor, columns, modules, provenance, reports, rerun
 from ptdbg_ascend.readers.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, make_output_dir
 from ptdbg_ascend.comparison.matching import RowPair, pair_rows
@@ -40,6 +40,7 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     counts = Counts.of(rows, statistics_only=not inputs.full_mode)
     failing = advisor.first_failure(rows)
     advice, finding = advisor.diagnose(rows, counts, failing)
+    advice, finding = rerun.attach(advice, finding, rows, inputs, options.rerun and options.auto_analyze)
     if level_notes:
         advice = advice._replace(body=advice.body + level_notes)
     if torn:
