@@ -219,7 +219,7 @@ def _checked(value: Dict[str, Any], table: Dict[str, Tuple[type, bool]], refuse:
                 not isinstance(field, allowed) or (isinstance(field, bool) and kind is not bool))):
             raise refuse("the field {!r} is {}, not a {}{}".format(prefix + name, excerpt(field), kind.__name__,
                                                                    " or null" if nullable else ""))
-        fields[name] = float(field) if kind is float else field
+        fields[name] = float(field) if kind is float and field is not None else field
     return fields
 
 

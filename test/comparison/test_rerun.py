@@ -202,6 +202,8 @@ def test_a_finding_of_version_3_still_reads_and_a_wrong_rerun_is_refused(tmp_pat
                                  "Functional_gelu", None, None, (), rerun=rerun)
     record = json.loads(finding_file.encode(found))
     assert record["version"] == 4 and finding_file.decode(record, "f.json") == found
+    not_run = found._replace(rerun=finding_file.Rerun("not_run", None, "the dump holds statistics only"))
+    assert finding_file.decode(json.loads(finding_file.encode(not_run)), "f.json") == not_run  # a null ratio
     version_3 = {key: value for key, value in dict(record, version=3).items() if key != "rerun"}
     assert finding_file.decode(version_3, "old.json") == found._replace(rerun=None)
     path = str(tmp_path / "compare_finding_x.json")
