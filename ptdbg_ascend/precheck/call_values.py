@@ -3,10 +3,11 @@ other argument rebuilt as data from its recorded type (``arguments``).
 
 - :class:`Source`: where tensors come from (the dump's ``dump_tensor_data``, or random data) and how many
   bytes one call may take (the memory budget).
-- :func:`load_tensor`: one ``.pt`` file (or a legacy dump's ``.npy``, for the advisor's re-run), through the confined, bounded reader compare uses
-  (``fs.confined.open_inside`` + ``fs.tensor_files.load_pt``: inside the data directory, a regular file,
-  never unpickled, its size known before it is allocated); the tensor must have the shape and dtype its
-  record says, so a file cannot smuggle in a larger tensor than the one budgeted for.
+- :func:`load_tensor`: one ``.pt`` file (or a legacy dump's ``.npy``, for the advisor's re-run), through the
+  confined, bounded reader compare uses (``fs.confined.open_inside`` + ``fs.tensor_files.load_pt``/``load_npy``:
+  inside the data directory, a regular file, never unpickled, its size known before it is allocated); the tensor
+  must have the shape and dtype its record says, so a file cannot smuggle in a larger tensor than the one
+  budgeted for.
 - :func:`random_tensor`: msprobe's "random data" for a statistics-only dump, seeded per tensor from the seed
   and the tensor's place in the dump, so the same seed gives the same inputs whatever else is run.
 - :func:`rebuild`, :func:`forward_inputs`, :func:`recorded_values`: the recorded structures as Python values,

@@ -37,8 +37,9 @@ def test_cause_names_the_api_and_the_users_line_not_torchs(legacy_dump, output_d
     lines = text.splitlines()
     assert lines[0] == "Suspect API: Functional_linear_0_forward (Cause: its output differs beyond what its " \
                        "precision and its inputs explain)"
-    assert lines[1].startswith("Re-run: not run: ") and ("Functional.linear takes 2 to 3 tensors and the dump "
-                                                          "records 1" in lines[1] or "torch is not installed" in lines[1])
+    assert lines[1].startswith("Re-run: not run: ") and (
+        "Functional.linear takes 2 to 3 tensors and the dump records 1" in lines[1]
+        or "torch is not installed" in lines[1])
     assert lines[2] == "Code: /home/me/model.py:31  h = self.proj(x)"
     assert lines[3].startswith("First failure: Functional_linear_0_forward_output (CSV line 3): Relative error ")
     assert lines[4].startswith("Next step: The inputs of Functional_linear_0_forward are within what their precision "

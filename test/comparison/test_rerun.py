@@ -13,7 +13,6 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 from ptdbg_ascend.cli import main as ptdbg_main
 from ptdbg_ascend.comparison import rerun as rerun_module
@@ -21,6 +20,8 @@ from ptdbg_ascend.comparison.api import compare
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats import finding as finding_file
 from ptdbg_ascend.precheck.compare_report import read_finding
+
+torch = pytest.importorskip("torch")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
