@@ -36,7 +36,7 @@ from ptdbg_ascend.comparison.inputs import CompareInputs
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.formats.finding import NOT_REPRODUCED, NOT_RUN, REPRODUCED, Finding, Rerun
 from ptdbg_ascend.formats.layout import is_dump_json
-from ptdbg_ascend.formats.naming import BACKWARD, parse_call_name
+from ptdbg_ascend.formats.naming import BACKWARD, MODULE_PREFIX, parse_call_name
 from ptdbg_ascend.log import logger
 
 RERUN_SECONDS = 30.0  # the bound of one suspect's re-run, measured around its float64 run
@@ -93,7 +93,10 @@ def _short(error: BaseException, limit: int = 200) -> str:
 def _rerun(suspect: str, inputs: CompareInputs, rows: Sequence[CompareRow]) -> Rerun:
     parsed = parse_call_name(suspect)
     if parsed is None:
-        return _not_run(f"{suspect} is not an API call (a module?): only API calls are re-run")
+        if suspect.startswith(MODULE_PREFIX + "_"):
+            return _not_run(f"{suspect} is a module call: only API calls are re-run (a dump at level \"mix\" "
+                            "records the APIs inside it)")
+        return _not_run(f"{suspect} is not an API call this tool names: only API calls are re-run")
     prefix, api, index, direction = parsed
     if inputs.npu_data_dir is None:
         return _not_run("the dump holds statistics only (no tensor files)" if is_dump_json(inputs.npu_dump) else
