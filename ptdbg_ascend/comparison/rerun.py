@@ -34,27 +34,27 @@ from typing import Any, Optional, Sequence, Tuple
 from ptdbg_ascend.comparison.answer_text import Advice
 from ptdbg_ascend.comparison.inputs import CompareInputs
 from ptdbg_ascend.comparison.rows import CompareRow
-from ptdbg_ascend.formats.finding import NOT_REPRODUCED, NOT_RUN, REPRODUCED, Finding, Rerun
+from ptdbg_ascend.formats.finding import ERROR, NOT_REPRODUCED, NOT_RUN, REPRODUCED, Finding, Rerun
 from ptdbg_ascend.formats.layout import is_dump_json
 from ptdbg_ascend.formats.naming import BACKWARD, MODULE_PREFIX, parse_call_name
 from ptdbg_ascend.log import logger
 
 RERUN_SECONDS = 30.0  # the bound of one suspect's re-run, measured around its float64 run
 LINE_HEAD = "Re-run: "
-# The body line the Re-run line follows: the suspect's (a failure), or the warning's (nothing failed).
-_AFTER = ("Suspect API: ", "Warning: ")
+SUSPECT_LINE = "Suspect API: "  # the body line the Re-run line follows
 
 
 def attach(advice: Advice, finding: Optional[Finding], rows: Sequence[CompareRow], inputs: CompareInputs,
            enabled: bool) -> Tuple[Advice, Optional[Finding]]:
     """``(advice, finding)`` with the suspect's re-run (:func:`rerun_suspect`): in ``finding.rerun`` and as the
-    ``Re-run:`` line after the suspect's line. Unchanged when ``enabled`` is False or there is no suspect."""
-    if not enabled or finding is None:
+    ``Re-run:`` line after the ``Suspect API:`` line. Unchanged when ``enabled`` is False or no row failed (a pass,
+    a warning-level finding included: nothing to prove)."""
+    if not enabled or finding is None or finding.level != ERROR:
         return advice, finding
     rerun = rerun_suspect(finding.call, inputs, rows)
     finding = finding._replace(rerun=rerun)
     body = list(advice.body)
-    after = next((i + 1 for i, line in enumerate(body) if line.startswith(_AFTER)), len(body))
+    after = next((i + 1 for i, line in enumerate(body) if line.startswith(SUSPECT_LINE)), len(body))
     body.insert(after, rerun_line(rerun))
     return advice._replace(body=tuple(body), finding=finding), finding
 

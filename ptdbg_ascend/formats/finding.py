@@ -9,7 +9,7 @@ The file is one JSON object: ``{"format": "ptdbg_ascend.finding", "version": 4, 
 :class:`Finding` under their names (``record``, ``line``, ``kind``, ``call``, ``api``, ``user_line``,
 ``dtype_mismatch``, ``one_sided``, ``level``, ``precision``, ``reason``, ``rerun``). Version 4 added ``rerun``: the
 suspect re-run from the NPU's own dumped inputs (:class:`Rerun`: ``{"verdict": "reproduced" | "not_reproduced" |
-"not_run", "ratio": float or null, "reason": str}``, null when compare ran without it). Version 3 added ``reason``:
+"not_run", "ratio": float or null, "reason": str}``, null when compare ran without it or nothing failed). Version 3 added ``reason``:
 the advisor's decision and its evidence (:class:`~ptdbg_ascend.formats.reason.Reason` as an object, its nested
 ``reduced``, ``carried`` and ``mismatch`` as objects or null; null for a finding made without the advisor).
 Version 2 and 3 files are still read: they lack ``rerun`` (it is None), a version 2 file ``reason`` too; version 2
@@ -84,7 +84,8 @@ class Finding(NamedTuple):
     output carries the error of a reduced mode). ``reason``: the decision behind this answer and its evidence
     (:class:`~ptdbg_ascend.formats.reason.Reason`); None (default) when read from a version 2 file or made
     without the advisor. ``rerun``: the suspect re-run from the NPU's own inputs (:class:`Rerun`); None
-    (default) when compare ran without it (``rerun=False``) or the file is of version 2 or 3."""
+    (default) when compare ran without it (``rerun=False``), at level ``"warning"`` (nothing failed) or the file
+    is of version 2 or 3."""
 
     record: str
     line: int

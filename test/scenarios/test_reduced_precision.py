@@ -135,6 +135,7 @@ def test_mlp_tf32_passes_with_a_warning(dumps, run_compare):
                                 .replace(".csv", ".json"))
     record = json.loads(_text(finding_path))
     assert (record["version"], record["level"], record["precision"]) == (4, "warning", LABEL), record
+    assert record["rerun"] is None and "Re-run:" not in text  # nothing failed: nothing to prove
 
 
 def _check_quiet(outcome):
