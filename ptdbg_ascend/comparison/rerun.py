@@ -203,13 +203,17 @@ def _verdict(suspect: str, npu: Any, cpu: Any) -> Rerun:
     could not be made (a str), or None (not made: the time bound)."""
     dtype = _dtype_word(npu)
     ratio = float(npu.severity)
-    where = "" if npu.name.endswith(".output.0") else f" (output {npu.name.rsplit('.', 1)[-1]})"
+    position = npu.name.rsplit(".", 1)[-1]
+    if ".backward.output." in npu.name:  # a backward entry's output i: the gradient w.r.t. its input i
+        subject = f"{suspect}'s gradient w.r.t. input {position}"
+    else:
+        subject = f"{suspect}'s output" + ("" if position == "0" else " " + position)
     if ratio < 1:
-        return Rerun(NOT_REPRODUCED, ratio, "{}'s output{} is what its dumped inputs give ({} what {} allows): the "
-                     "difference came in through its inputs or through something not dumped.".format(
-                         suspect, where, _times(ratio), dtype))
-    reason = ("{}'s output{} is {} further from the float64 re-run of its own inputs than {} allows: the API is "
-              "inaccurate here.".format(suspect, where, _times(ratio), dtype))
+        return Rerun(NOT_REPRODUCED, ratio, "{} is what its dumped inputs give ({} what {} allows): the difference "
+                     "came in through its inputs or through something not dumped.".format(subject, _times(ratio),
+                                                                                            dtype))
+    reason = ("{} is {} further from the float64 re-run of its own inputs than {} allows: the API is inaccurate "
+              "here.".format(subject, _times(ratio), dtype))
     if isinstance(cpu, str):
         reason += f" No CPU run in {dtype} could be made ({cpu.rstrip('.')})."
     elif cpu is not None and math.isfinite(cpu.severity):

@@ -5,8 +5,8 @@
 ``KIND``: ``tensor`` / ``statistics`` (``PrecisionDebugger(task=..., level="L1")``: ``DUMP_PATH/step0/rank/
 dump.json``) or ``legacy`` (``register_hook`` + ``set_dump_switch("ON", mode="all")``: a pkl + npy under
 ``DUMP_PATH``). ``PLANT``: ``kernel`` makes ``torch.nn.functional.gelu`` 2 % off in float32, ``linear`` the same
-of ``torch.nn.functional.linear`` (installed before the tool wraps the APIs, so the dump records it as the one API
-call it is on a device); ``input`` makes the input
+of ``torch.nn.functional.linear``, ``backward`` makes gelu's backward 2 % off and its forward exact (each installed
+before the tool wraps the APIs, so the dump records it as the one API call it is on a device); ``input`` makes the input
 batch 1 % larger, every kernel exact; none: the reference run.
 """
 
@@ -33,6 +33,14 @@ def planted_linear(input, weight, bias=None):  # noqa: A002 -- the signature of 
     return _REAL_LINEAR(input, weight, bias) * KERNEL_ERROR
 
 
+def planted_gelu_backward(input, approximate="none"):  # noqa: A002
+    """gelu exact, its gradient 2 % off: ``scaled - (scaled - exact)`` is ``exact`` to the bit (Sterbenz: the two
+    are within a factor 2) and differentiates as ``scaled``; what runs inside the planted call is not recorded."""
+    exact = _REAL_GELU(input, approximate=approximate)
+    scaled = exact * KERNEL_ERROR
+    return scaled - (scaled - exact).detach()
+
+
 def model_and_batch(plant: str):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
@@ -49,6 +57,8 @@ def main(dump_path: str, kind: str, plant: str) -> None:
         torch.nn.functional.gelu = planted_gelu
     if plant == "linear":
         torch.nn.functional.linear = planted_linear
+    if plant == "backward":
+        torch.nn.functional.gelu = planted_gelu_backward
     model, batch = model_and_batch(plant)
     if kind == "legacy":
         from ptdbg_ascend import acc_cmp_dump, register_hook, set_dump_path, set_dump_switch

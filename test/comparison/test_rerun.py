@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 F64_EPS = float(np.finfo(np.float64).eps)  # what the pre-check adds to |bench| in a relative error (float32)
 DUMPS = {"clean": ("tensor", ""), "kernel": ("tensor", "kernel"), "input": ("tensor", "input"),
+         "backward": ("tensor", "backward"),
          "statistics_clean": ("statistics", ""), "statistics_kernel": ("statistics", "kernel"),
          "legacy_clean": ("legacy", ""), "legacy_kernel": ("legacy", "kernel"), "legacy_linear": ("legacy", "linear")}
 
@@ -125,6 +126,28 @@ def test_a_planted_inaccurate_kernel_is_reproduced_with_its_ratio(dumps, tmp_pat
     assert record["version"] == 4 and record["rerun"] == {"verdict": "reproduced", "ratio": rerun.ratio,
                                                           "reason": rerun.reason}
     assert read_finding(path) == finding
+
+
+def test_a_planted_backward_kernel_is_reproduced_from_the_dumped_gradients(dumps, tmp_path):
+    """gelu's forward exact, its backward 2 % off: re-run from its forward input and the gradient arriving at its
+    output (both from the dump), the gradient it computed is what is judged."""
+    outcome = _compare_json(dumps, "backward", tmp_path)
+    assert outcome.finding.call == "Functional_gelu_0_backward"
+    (x,), _ = _dumped_tensors(dumps["backward"], "Functional.gelu.0.forward")
+    with open(_json(dumps["backward"]), encoding="utf-8") as handle:
+        backward = json.load(handle)["data"]["Functional.gelu.0.backward"]
+    data = os.path.join(dumps["backward"], "step0", "rank", "dump_tensor_data")
+    grad_out, npu_grad_in = (torch.load(os.path.join(data, backward[side][0]["data_name"]), weights_only=True)
+                             .double().numpy() for side in ("input", "output"))
+    # gelu'(x) = Phi(x) + x phi(x)
+    derivative = (0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+                  + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))
+    expected = _float32_ratio(npu_grad_in, grad_out * derivative)
+    assert expected == pytest.approx(1000)  # 2 % off everywhere
+    rerun = outcome.finding.rerun
+    assert rerun.verdict == "reproduced" and math.isclose(rerun.ratio, expected, rel_tol=1e-6), rerun
+    assert rerun.reason.startswith("Functional_gelu_0_backward's gradient w.r.t. input 0 is 1000x further from the "
+                                   "float64 re-run of its own inputs than float32 allows")
 
 
 def test_a_planted_input_difference_is_not_reproduced(dumps, tmp_path):
