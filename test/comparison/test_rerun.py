@@ -287,3 +287,22 @@ def test_a_hostile_dump_runs_nothing_but_allowlisted_apis(tmp_path, monkeypatch,
     rerun = outcome.finding.rerun
     assert rerun.verdict == "not_run" and rerun.reason.startswith(f"not allowlisted: {prefix_api} "), rerun
     assert called == []
+
+
+def test_an_npu_only_api_without_torch_npu_is_not_run(tmp_path):
+    outcome = compare(_hostile_pair(tmp_path, "NPU.fast_gelu"), str(tmp_path / "out"), xlsx=False)
+    assert outcome.finding.call == "NPU_fast_gelu_0_forward"
+    assert outcome.finding.rerun == finding_file.Rerun(
+        "not_run", None, "NPU.fast_gelu is an NPU-only API and torch_npu is not installed here")
+
+
+def test_a_call_over_the_memory_budget_is_not_run_before_it_runs(dumps, tmp_path, monkeypatch):
+    """The pre-check's budget (a quarter of the memory available), here 1 KiB: gelu's 4x32 float32 input, its
+    float64 and float32 copies alone take 2 KiB."""
+    from ptdbg_ascend.precheck import call_values
+
+    monkeypatch.setattr(call_values, "default_budget", lambda: 1024)
+    rerun = _compare_json(dumps, "kernel", tmp_path).finding.rerun
+    assert rerun.verdict == "not_run" and rerun.reason.startswith("Needs about 2.0 KiB (inputs as loaded, their "
+                                                                  "float64 and dumped-dtype copies), over the memory "
+                                                                  "budget of 1.0 KiB per call; not run."), rerun
