@@ -1,6 +1,7 @@
 """``compare`` and ``compare_distributed``: the public entry points of the compare side.
 
-Imports neither torch nor pandas: reading npy needs numpy only (torch is imported lazily for ``.pt``).
+Imports neither torch nor pandas: reading npy needs numpy only (torch is imported lazily for ``.pt`` and for
+the advisor's re-run of a failing compare's suspect, ``rerun.py``).
 """
 
 from __future__ import annotations

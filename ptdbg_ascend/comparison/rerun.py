@@ -103,11 +103,15 @@ def _rerun(suspect: str, inputs: CompareInputs, rows: Sequence[CompareRow]) -> R
                         "the NPU dump's tensor files were not given (npu_dump_data_dir): statistics only")
     if importlib.util.find_spec("torch") is None:
         return _not_run("torch is not installed here")
+    from ptdbg_ascend.precheck import admission
     from ptdbg_ascend.precheck.api_lookup import static_skip_reason
 
-    refused = static_skip_reason(prefix, api)
+    refused = admission.refusal(prefix, api)
     if refused:
         return _not_run(f"not allowlisted: {refused}")
+    skipped = static_skip_reason(prefix, api)  # random APIs, uninitialised memory, in-place view changes
+    if skipped:
+        return _not_run(skipped)
     if prefix == "NPU":
         from ptdbg_ascend.device import torch_npu_module
 

@@ -1,7 +1,8 @@
 """The compare core: two checked dumps in, the reports out. ``compare`` (from its ``input_param`` dict) and
 ``compare_distributed`` (from each rank pair's files) both call :func:`compare_dumps`.
 
-Imports neither torch nor pandas: reading npy needs numpy only (torch is imported lazily for ``.pt``).
+Imports neither torch nor pandas: reading npy needs numpy only (torch is imported lazily for ``.pt`` and for
+the advisor's re-run of a failing compare's suspect, ``rerun.py``).
 """
 
 from __future__ import annotations

@@ -306,3 +306,9 @@ def test_a_call_over_the_memory_budget_is_not_run_before_it_runs(dumps, tmp_path
     assert rerun.verdict == "not_run" and rerun.reason.startswith("Needs about 2.0 KiB (inputs as loaded, their "
                                                                   "float64 and dumped-dtype copies), over the memory "
                                                                   "budget of 1.0 KiB per call; not run."), rerun
+
+
+def test_a_random_api_is_not_run_as_the_pre_check_skips_it(tmp_path):
+    outcome = compare(_hostile_pair(tmp_path, "Functional.dropout"), str(tmp_path / "out"), xlsx=False)
+    assert outcome.finding.rerun == finding_file.Rerun(
+        "not_run", None, "Random API Functional.dropout: two runs draw different numbers, it is not compared.")
