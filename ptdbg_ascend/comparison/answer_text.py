@@ -15,7 +15,7 @@ from ptdbg_ascend.log import logger
 
 # The body lines that answer "which call, where, how wrong" (and, at levels L0/mix, which module), and what was
 # not compared: the advisor file opens with them.
-ANSWER_LINES = ("Suspect API: ", "Code: ", "First failure: ", "Diverging module: ", "Incomplete: ",
+ANSWER_LINES = ("Suspect API: ", "Re-run: ", "Code: ", "First failure: ", "Diverging module: ", "Incomplete: ",
                 "Too little could be compared: ", "Nothing could be compared: ")
 
 class Advice(NamedTuple):

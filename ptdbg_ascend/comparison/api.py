@@ -1,6 +1,7 @@
 """``compare`` and ``compare_distributed``: the public entry points of the compare side.
 
-Imports neither torch nor pandas: reading npy needs numpy only (torch is imported lazily for ``.pt``).
+Imports neither torch nor pandas: reading npy needs numpy only (torch is imported lazily for ``.pt`` and for
+the advisor's re-run of a failing compare's suspect, ``rerun.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ __all__ = ["compare", "compare_distributed", "CompareOutcome", "Counts", "Findin
 
 def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = False, auto_analyze: bool = True,
             suffix: str = "", fuzzy_match: bool = False, xlsx: bool = True,
-            api_mapping: Optional[Union[Mapping[str, str], str]] = None, html: bool = True) -> CompareOutcome:
+            api_mapping: Optional[Union[Mapping[str, str], str]] = None, html: bool = True,
+            rerun: bool = True) -> CompareOutcome:
     """Compare two dumps API by API.
 
     ``input_param`` keys: ``npu_pkl_path``, ``bench_pkl_path`` (required; msprobe's ``npu_path``/``bench_path``
@@ -39,6 +41,10 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     warns once and marks rows whose two call names differ in Err_message.
     ``api_mapping`` (default None): NPU API -> bench API names without counter and direction
     (``{"NPU_npu_rms_norm": "Functional_rms_norm"}``), as a dict or the path of a JSON/YAML file.
+    ``rerun`` (default True; needs ``auto_analyze``): re-run the advisor's suspect on this machine from the NPU's
+    own dumped inputs, in float64, within the pre-check's allowlist and memory budget and a 30 s bound, and say
+    whether its output is further from that than its dtype allows (``Re-run:`` in the advisor file,
+    ``outcome.finding.rerun``; :mod:`ptdbg_ascend.comparison.rerun`).
 
     Returns a :class:`CompareOutcome`: ``bool(outcome)`` is True when no compared tensor failed the
     robust verdict and enough tensors could be compared. A dump whose rank directory still holds the
@@ -46,5 +52,6 @@ def compare(input_param: Dict[str, Any], output_path: str, stack_mode: bool = Fa
     ``outcome.torn`` (:mod:`ptdbg_ascend.readers.dump_state`).
     """
     options = check_options(output_path, stack_mode=stack_mode, auto_analyze=auto_analyze, suffix=suffix,
-                            fuzzy_match=fuzzy_match, xlsx=xlsx, api_mapping=api_mapping, html=html)
+                            fuzzy_match=fuzzy_match, xlsx=xlsx, api_mapping=api_mapping, html=html,
+                            rerun=rerun)
     return compare_dumps(parse_input_param(input_param), options)

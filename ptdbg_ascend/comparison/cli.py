@@ -24,7 +24,7 @@ def _compare(args: argparse.Namespace) -> int:
              "stack_path": args.stack_path, "is_print_compare_log": args.is_print_compare_log}
     outcome = compare(param, output_path, stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
                       suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, html=args.html,
-                      api_mapping=args.api_mapping)
+                      api_mapping=args.api_mapping, rerun=args.rerun)
     return exit_status([outcome])
 
 
@@ -68,12 +68,12 @@ def _compare_json(args: argparse.Namespace) -> int:
         outcomes = compare_distributed(spec.npu_path, spec.bench_path, output_path, stack_mode=args.stack_mode,
                                        auto_analyze=args.auto_analyze, fuzzy_match=args.fuzzy_match,
                                        is_print_compare_log=print_log, xlsx=args.xlsx, html=args.html,
-                                       api_mapping=args.api_mapping)
+                                       api_mapping=args.api_mapping, rerun=args.rerun)
         return _distributed_status(outcomes)
     param = dict(spec.input_param(), is_print_compare_log=print_log)
     outcome = compare(param, output_path, stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
                       suffix=args.suffix, fuzzy_match=args.fuzzy_match, xlsx=args.xlsx, html=args.html,
-                      api_mapping=args.api_mapping)
+                      api_mapping=args.api_mapping, rerun=args.rerun)
     return exit_status([outcome])
 
 
@@ -99,7 +99,7 @@ def _compare_distributed(args: argparse.Namespace) -> int:
     outcomes = compare_distributed(args.npu_dump_dir, args.bench_dump_dir, args.output_path,
                                    stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
                                    fuzzy_match=args.fuzzy_match, is_print_compare_log=args.is_print_compare_log,
-                                   xlsx=args.xlsx, html=args.html)
+                                   xlsx=args.xlsx, html=args.html, rerun=args.rerun)
     return _distributed_status(outcomes)
 
 
@@ -138,6 +138,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-html", dest="html", action="store_false",
                         help="no compare_report_*.html (html=False; default: write it beside the CSV; for "
                              "compare-distributed also no compare_index_*.html)")
+    parser.add_argument("--no-rerun", dest="rerun", action="store_false",
+                        help="do not re-run the advisor's suspect from the NPU's own dumped inputs (rerun=False; "
+                             "default: re-run it in float64 on this machine, at most 30 s, and print 'Re-run:')")
 
 
 def add_commands(subparsers) -> None:

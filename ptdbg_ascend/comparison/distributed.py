@@ -26,7 +26,8 @@ from ptdbg_ascend.errors import CompareError, ParameterError
 from ptdbg_ascend.log import logger
 
 PLAIN_RANK = -1  # the number rank_dirs gives a plain "rank"
-ALLOWED_KWARGS = ("stack_mode", "auto_analyze", "fuzzy_match", "is_print_compare_log", "xlsx", "api_mapping", "html")
+ALLOWED_KWARGS = ("stack_mode", "auto_analyze", "fuzzy_match", "is_print_compare_log", "xlsx", "api_mapping", "html",
+                  "rerun")
 
 
 def rank_dirs(dump_dir: str, parameter: str) -> List[Tuple[int, str, str]]:

@@ -55,6 +55,7 @@ class CompareOptions(NamedTuple):
     xlsx: bool  # the .xlsx beside the CSV
     api_mapping: Dict[str, str]  # NPU API -> bench API; empty: no mapping
     html: bool = True  # the compare_report_*.html beside the CSV
+    rerun: bool = True  # the advisor's suspect re-run from the NPU's own inputs (comparison/rerun.py)
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -105,12 +106,13 @@ def make_output_dir(path: str) -> None:
 
 def check_options(output_path: Any, *, stack_mode: Any = False, auto_analyze: Any = True, suffix: Any = "",
                   fuzzy_match: Any = False, xlsx: Any = True,
-                  api_mapping: Optional[Union[Mapping[str, str], str]] = None, html: Any = True) -> CompareOptions:
-    """``compare``'s options checked, in this order: the five flags, ``suffix`` (letters, digits, ``_``,
+                  api_mapping: Optional[Union[Mapping[str, str], str]] = None, html: Any = True,
+                  rerun: Any = True) -> CompareOptions:
+    """``compare``'s options checked, in this order: the six flags, ``suffix`` (letters, digits, ``_``,
     ``.``, ``-``), openpyxl when ``xlsx``, ``output_path`` (:func:`check_output_path`), ``api_mapping``
     (:func:`check_api_mapping`, default None: no mapping). Defaults are ``compare``'s."""
     for name, value in (("stack_mode", stack_mode), ("auto_analyze", auto_analyze), ("fuzzy_match", fuzzy_match),
-                        ("xlsx", xlsx), ("html", html)):
+                        ("xlsx", xlsx), ("html", html), ("rerun", rerun)):
         check_bool(name, value)
     if not isinstance(suffix, str) or not SUFFIX.match(suffix):
         raise ParameterError("suffix", suffix, "must be a str of letters, digits, '_', '.' or '-'")
@@ -120,7 +122,7 @@ def check_options(output_path: Any, *, stack_mode: Any = False, auto_analyze: An
                              "the CSV alone.")
     output_path = check_output_path(output_path)
     return CompareOptions(output_path, stack_mode, auto_analyze, suffix, fuzzy_match, xlsx,
-                          check_api_mapping(api_mapping), html)
+                          check_api_mapping(api_mapping), html, rerun)
 
 
 def check_print_log(value: Any) -> bool:

@@ -18,10 +18,11 @@ from ptdbg_ascend.comparison.metrics import EXTRA_FIELDS, LEGACY_FIELDS, NAN
 from ptdbg_ascend.formats.records import TensorRecord, user_stack_text
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.errors import DumpWriteError
+from ptdbg_ascend.fs import reports as fs_reports
+from ptdbg_ascend.fs.writes import FILE_MODE
 from ptdbg_ascend.formats.layout import COMPARE_RESULT_STEM
 from ptdbg_ascend.formats.naming import FORWARD, split_call_name
 
-FILE_MODE = 0o640
 METRIC_FIELDS = dict(zip(col.METRICS + col.EXTRA_METRICS, LEGACY_FIELDS + EXTRA_FIELDS))
 # Metric cells the CSV writes with 12 decimals (the original's format).
 FIXED_DECIMALS = frozenset(col.METRICS + col.EXTRA_METRICS)
@@ -35,33 +36,13 @@ def open_new(path: str):
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "w", newline="", encoding="utf-8")
 
 
-MAX_SAME_SECOND = 1000  # reports of one stem in one directory before giving up
-
-
-def claim_report(output_path: str, tail: str, others: Sequence[str] = (),
+def claim_report(output_path: str, tail: str, others: Sequence[Tuple[str, str]] = (),
                  stem: str = COMPARE_RESULT_STEM) -> Tuple[str, str, IO[str]]:
     """Claim a fresh report name: ``compare_result_{tail}.csv`` when free (the legacy name), else
-    ``compare_result_{tail}_1.csv``, ``_2``... The csv is created with ``O_EXCL``, so two compares in one
-    second (two processes included) never replace each other's reports; a name is taken only when the
-    files named ``{prefix}{tail}`` for each ``prefix + extension`` in ``others`` (``"advisor_" ".txt"``...,
-    given as ``(prefix, extension)`` pairs) are free too. Returns ``(tail, csv path, open csv handle)``.
-    ``stem`` replaces ``compare_result_`` for other reports (the pre-check's ``api_precision_compare_result_``).
-    """
-    for number in range(MAX_SAME_SECOND):
-        candidate = tail if number == 0 else f"{tail}_{number}"
-        if any(os.path.lexists(os.path.join(output_path, prefix + candidate + extension))
-               for prefix, extension in others):
-            continue
-        path = os.path.join(output_path, stem + candidate + ".csv")
-        try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        except FileExistsError:
-            continue
-        except OSError as error:
-            raise DumpWriteError(f"Cannot write the compare result {path}: {error}") from None
-        return candidate, path, os.fdopen(descriptor, "w", newline="", encoding="utf-8")
-    raise DumpWriteError("Cannot write the compare result in {}: {}{}.csv and {} more of that name "
-                         "exist already.".format(output_path, stem, tail, MAX_SAME_SECOND - 1))
+    ``compare_result_{tail}_1.csv``, ``_2``... (:func:`ptdbg_ascend.fs.reports.claim_report`: created with
+    ``O_EXCL``, a name taken only when the files of ``others``, ``(prefix, extension)`` pairs, are free too).
+    Returns ``(tail, csv path, open csv handle)``. ``stem`` (default ``compare_result_``) names other reports."""
+    return fs_reports.claim_report(output_path, tail, others, stem)
 
 
 def _statistics_cells(prefix_columns: Sequence[str], record: Optional[TensorRecord]) -> Dict[str, object]:

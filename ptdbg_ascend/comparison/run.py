@@ -1,7 +1,8 @@
 """The compare core: two checked dumps in, the reports out. ``compare`` (from its ``input_param`` dict) and
 ``compare_distributed`` (from each rank pair's files) both call :func:`compare_dumps`.
 
-Imports neither torch nor pandas: reading npy needs numpy only (torch is imported lazily for ``.pt``).
+Imports neither torch nor pandas: reading npy needs numpy only (torch is imported lazily for ``.pt`` and for
+the advisor's re-run of a failing compare's suspect, ``rerun.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import answer_text
 from ptdbg_ascend.comparison import pairs_to_rows
-from ptdbg_ascend.comparison import advisor, columns, html_report, modules, provenance, reports
+from ptdbg_ascend.comparison import advisor, columns, html_report, modules, provenance, reports, rerun
 from ptdbg_ascend.readers.dump_state import check_dump
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, make_output_dir
 from ptdbg_ascend.comparison.matching import RowPair, pair_rows
@@ -41,6 +42,7 @@ def compare_dumps(inputs: CompareInputs, options: CompareOptions) -> CompareOutc
     counts = Counts.of(rows, statistics_only=not inputs.full_mode)
     failing = advisor.first_failure(rows)
     advice, finding = advisor.diagnose(rows, counts, failing)
+    advice, finding = rerun.attach(advice, finding, rows, inputs, options.rerun and options.auto_analyze)
     if level_notes:
         advice = advice._replace(body=advice.body + level_notes)
     if torn:

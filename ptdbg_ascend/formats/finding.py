@@ -5,14 +5,16 @@ tool's) and, when a row failed, the same answer as data to ``compare_finding_{ta
 ``compare_result_{tail}.csv`` (for a later run or another tool: ``run_ut``'s link to the compare reads
 it, never the prose). A compare where nothing failed has no finding and writes no JSON: its CSV says so.
 
-The file is one JSON object: ``{"format": "ptdbg_ascend.finding", "version": 3, ...}`` and the fields of
+The file is one JSON object: ``{"format": "ptdbg_ascend.finding", "version": 4, ...}`` and the fields of
 :class:`Finding` under their names (``record``, ``line``, ``kind``, ``call``, ``api``, ``user_line``,
-``dtype_mismatch``, ``one_sided``, ``level``, ``precision``, ``reason``). Version 3 added ``reason``: the
-advisor's decision and its evidence (:class:`~ptdbg_ascend.formats.reason.Reason` as an object, its nested
+``dtype_mismatch``, ``one_sided``, ``level``, ``precision``, ``reason``, ``rerun``). Version 4 added ``rerun``: the
+suspect re-run from the NPU's own dumped inputs (:class:`Rerun`: ``{"verdict": "reproduced" | "not_reproduced" |
+"not_run", "ratio": float or null, "reason": str}``, null when compare ran without it or nothing failed). Version 3 added ``reason``:
+the advisor's decision and its evidence (:class:`~ptdbg_ascend.formats.reason.Reason` as an object, its nested
 ``reduced``, ``carried`` and ``mismatch`` as objects or null; null for a finding made without the advisor).
-A version 2 file is still read: it lacks ``reason`` (it is None); version 2 had added ``level`` and
-``precision`` (a call computing below its dtype's precision), so a version 1 file is refused like any other
-version. :func:`decode` checks the format name, the
+Version 2 and 3 files are still read: they lack ``rerun`` (it is None), a version 2 file ``reason`` too; version 2
+had added ``level`` and ``precision`` (a call computing below its dtype's precision), so a version 1 file is refused
+like any other version. :func:`decode` checks the format name, the
 version and every field's type before anything is used, so a file of another format, version or tool is a
 FileFormatError naming it.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend.errors import FileFormatError
@@ -33,8 +36,8 @@ from ptdbg_ascend.formats.reason import CAUSE, INPUT, KINDS, PROPAGATION, Carrie
 from ptdbg_ascend.terminal import excerpt
 
 FORMAT = "ptdbg_ascend.finding"
-VERSION = 3
-READ_VERSIONS = (2, 3)  # a version 2 file has no ``reason``
+VERSION = 4
+READ_VERSIONS = (2, 3, 4)  # a version 2 file has no ``reason``, versions 2 and 3 no ``rerun``
 # The most bytes a finding file may hold: a few names, and one per call present in one run only before the
 # failure (about 50 bytes each: a million such calls fit). A bigger file is refused before it is read.
 MAX_BYTES = 64 << 20
@@ -45,6 +48,23 @@ EXTENSION = ".json"
 # dtype's precision: the compare still passes).
 ERROR, WARNING = "error", "warning"
 LEVELS = (ERROR, WARNING)
+# ``rerun.verdict``: the NPU's output is further from the float64 re-run of its own dumped inputs than its dtype's
+# standard allows ("reproduced": the API is inaccurate there), within it ("not_reproduced": the difference came in
+# through the inputs or something not dumped), or the suspect was not re-run ("not_run", the reason says why).
+REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not_reproduced", "not_run"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_RUN)
+
+
+class Rerun(NamedTuple):
+    """The suspect call re-run on this machine from the NPU's own dumped inputs
+    (:mod:`ptdbg_ascend.comparison.rerun`). ``verdict``: one of :data:`VERDICTS`. ``ratio``: the NPU output's
+    error against the float64 re-run over what its dtype's standard allows (> 1: reproduced; the pre-check's
+    severity, :mod:`ptdbg_ascend.precheck.judge`); None when not run or not finite. ``reason``: the sentence
+    behind the verdict (what was compared, or why nothing ran)."""
+
+    verdict: str
+    ratio: Optional[float]
+    reason: str
 
 
 class Finding(NamedTuple):
@@ -63,7 +83,9 @@ class Finding(NamedTuple):
     below its dtype's precision, e.g. ``"TF32/HF32-like"`` (then ``kind`` is "cause": its inputs match, its
     output carries the error of a reduced mode). ``reason``: the decision behind this answer and its evidence
     (:class:`~ptdbg_ascend.formats.reason.Reason`); None (default) when read from a version 2 file or made
-    without the advisor."""
+    without the advisor. ``rerun``: the suspect re-run from the NPU's own inputs (:class:`Rerun`); None
+    (default) when compare ran without it (``rerun=False``), at level ``"warning"`` (nothing failed) or the file
+    is of version 2 or 3."""
 
     record: str
     line: int
@@ -76,6 +98,7 @@ class Finding(NamedTuple):
     level: str = ERROR
     precision: Optional[str] = None
     reason: Optional[Reason] = None
+    rerun: Optional[Rerun] = None
 
 
 # field -> (allowed types, may be null); bool is refused for ``line`` below (json's true is an int to Python)
@@ -99,6 +122,9 @@ _REDUCED_FIELDS: Dict[str, Tuple[type, bool]] = {
 _CARRIED_FIELDS: Dict[str, Tuple[type, bool]] = {
     "input_error": (float, False), "output_error": (float, False), "spread": (bool, False),
 }
+_RERUN_FIELDS: Dict[str, Tuple[type, bool]] = {
+    "verdict": (str, False), "ratio": (float, True), "reason": (str, False),
+}
 _MISMATCH_FIELDS: Dict[str, Tuple[type, bool]] = {
     "call": (str, False), "npu_dtype": (str, False), "bench_dtype": (str, False), "lower": (bool, False),
 }
@@ -117,6 +143,7 @@ def encode(finding: Finding) -> str:
     if finding.reason is not None:
         record["reason"] = dataclasses.asdict(finding.reason)
         record["reason"]["decision"] = finding.reason.decision.value
+    record["rerun"] = None if finding.rerun is None else finding.rerun._asdict()
     return json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
@@ -125,7 +152,8 @@ def decode(value: Any, path: str) -> Finding:
 
     Raises FileFormatError naming ``path`` when ``value`` is not a finding of format ``FORMAT`` and a version
     of ``READ_VERSIONS`` (another format or version, a missing field, a field of the wrong type, an unknown
-    kind, level or decision). A version 2 file gives a Finding without ``reason``."""
+    kind, level, decision or re-run verdict, a negative or non-finite re-run ratio). A version 2 file gives a
+    Finding without ``reason``; a version 2 or 3 file one without ``rerun``."""
     version = value.get("version") if isinstance(value, dict) else None
     known = type(version) is int and version in READ_VERSIONS  # 2.0 or true is no version
     shown = version if known else VERSION
@@ -147,7 +175,20 @@ def decode(value: Any, path: str) -> Finding:
     if version >= 3:
         reason = _checked(value, {"reason": (dict, True)}, refuse, "")["reason"]
         fields["reason"] = None if reason is None else _reason(reason, refuse)
+    if version >= 4:
+        rerun = _checked(value, {"rerun": (dict, True)}, refuse, "")["rerun"]
+        fields["rerun"] = None if rerun is None else _rerun(rerun, refuse)
     return Finding(**fields)
+
+
+def _rerun(value: Dict[str, Any], refuse: Callable[[str], FileFormatError]) -> Rerun:
+    fields = _checked(value, _RERUN_FIELDS, refuse, "rerun.")
+    if fields["verdict"] not in VERDICTS:
+        raise refuse(f"the re-run verdict {excerpt(fields['verdict'])} is none of {', '.join(VERDICTS)}")
+    ratio = fields["ratio"]
+    if ratio is not None and not (math.isfinite(ratio) and ratio >= 0):  # json reads NaN and Infinity
+        raise refuse(f"the re-run ratio {excerpt(ratio)} is not a finite number >= 0")
+    return Rerun(**fields)
 
 
 def _reason(value: Dict[str, Any], refuse: Callable[[str], FileFormatError]) -> Reason:
@@ -179,7 +220,7 @@ def _checked(value: Dict[str, Any], table: Dict[str, Tuple[type, bool]], refuse:
                 not isinstance(field, allowed) or (isinstance(field, bool) and kind is not bool))):
             raise refuse("the field {!r} is {}, not a {}{}".format(prefix + name, excerpt(field), kind.__name__,
                                                                    " or null" if nullable else ""))
-        fields[name] = float(field) if kind is float else field
+        fields[name] = float(field) if kind is float and field is not None else field
     return fields
 
 

@@ -3,10 +3,11 @@ other argument rebuilt as data from its recorded type (``arguments``).
 
 - :class:`Source`: where tensors come from (the dump's ``dump_tensor_data``, or random data) and how many
   bytes one call may take (the memory budget).
-- :func:`load_tensor`: one ``.pt`` file, through the confined, bounded reader compare uses
-  (``fs.confined.open_inside`` + ``fs.tensor_files.load_pt``: inside the data directory, a regular file,
-  never unpickled, its size known before it is allocated); the tensor must have the shape and dtype its
-  record says, so a file cannot smuggle in a larger tensor than the one budgeted for.
+- :func:`load_tensor`: one ``.pt`` file (or a legacy dump's ``.npy``, for the advisor's re-run), through the
+  confined, bounded reader compare uses (``fs.confined.open_inside`` + ``fs.tensor_files.load_pt``/``load_npy``:
+  inside the data directory, a regular file, never unpickled, its size known before it is allocated); the tensor
+  must have the shape and dtype its record says, so a file cannot smuggle in a larger tensor than the one
+  budgeted for.
 - :func:`random_tensor`: msprobe's "random data" for a statistics-only dump, seeded per tensor from the seed
   and the tensor's place in the dump, so the same seed gives the same inputs whatever else is run.
 - :func:`rebuild`, :func:`forward_inputs`, :func:`recorded_values`: the recorded structures as Python values,
@@ -23,6 +24,7 @@ import os
 import zlib
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ptdbg_ascend.formats.layout import NPY_SUFFIX
 from ptdbg_ascend.formats.records import file_name_problem
 from ptdbg_ascend.memory import default_budget, format_size
 from ptdbg_ascend.precheck import arguments
@@ -63,7 +65,7 @@ def load_tensor(leaf: Mapping[str, Any], data_dir: Optional[str], where: str, ma
     (default None: :func:`ptdbg_ascend.memory.default_budget`), holds anything but one tensor, or a tensor of
     another shape or dtype than the leaf records."""
     from ptdbg_ascend.fs.confined import open_inside
-    from ptdbg_ascend.fs.tensor_files import load_pt
+    from ptdbg_ascend.fs.tensor_files import load_npy, load_pt
 
     data_name = leaf.get("data_name")
     if data_name in (None, "") or data_dir is None:
@@ -72,20 +74,35 @@ def load_tensor(leaf: Mapping[str, Any], data_dir: Optional[str], where: str, ma
     if problem:
         raise MissingInput(f"{where}: {problem}")
     path = os.path.join(data_dir, data_name)
+    recorded_dtype = arguments.dtype_named(leaf.get("dtype"))
     try:
         with open_inside(path, data_dir) as handle:
-            tensor = load_pt(handle, path, default_budget() if max_bytes is None else max_bytes)
+            limit = default_budget() if max_bytes is None else max_bytes
+            if data_name.endswith(NPY_SUFFIX):
+                tensor = _npy_tensor(load_npy(handle, path, limit), recorded_dtype)
+            else:
+                tensor = load_pt(handle, path, limit)
     except FileNotFoundError:
         raise MissingInput(f"{where}: the tensor file {path} is missing from the dump") from None
-    except (OSError, ValueError, RuntimeError, EOFError) as error:
+    except (OSError, ValueError, RuntimeError, EOFError, TypeError) as error:
         raise MissingInput(f"{where}: the tensor file {path} cannot be read safely: {error}") from None
-    recorded_dtype = arguments.dtype_named(leaf.get("dtype"))
     if recorded_dtype is not None and tensor.dtype != recorded_dtype:
         raise MissingInput(f"{where}: the file {path} holds a {tensor.dtype} tensor, the dump records {recorded_dtype}")
     shape = leaf.get("shape")
     if isinstance(shape, list) and list(tensor.shape) != shape:
         raise MissingInput("{}: the file {} holds a tensor of shape {}, the dump records {}".format(
             where, path, list(tensor.shape), arguments.shown(shape)))
+    return tensor
+
+
+def _npy_tensor(array: Any, recorded_dtype: Any) -> Any:
+    """The tensor of a legacy dump's ``.npy`` (``np.load`` without pickles): a bfloat16 tensor is saved as
+    float32 (numpy has no bfloat16) and comes back as the bfloat16 the record says, exactly."""
+    import torch
+
+    tensor = torch.from_numpy(array.copy())  # its own writable memory: the re-run may write in place
+    if recorded_dtype == torch.bfloat16 and tensor.dtype == torch.float32:
+        tensor = tensor.to(torch.bfloat16)
     return tensor
 
 

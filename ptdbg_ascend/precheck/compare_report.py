@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from ptdbg_ascend import csv_cells, jsonfile
-from ptdbg_ascend.comparison.columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
+from ptdbg_ascend.formats.compare_columns import ACCURACY, ERR_MESSAGE, NPU_NAME, RESULT
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.formats import finding as finding_file
 from ptdbg_ascend.formats.layout import ADVISOR_STEM, COMPARE_RESULT_STEM
@@ -144,8 +144,8 @@ def finding_path_of(csv_path: str) -> Optional[str]:
 def read_finding(path: str) -> finding_file.Finding:
     """The compare finding stored in ``path``; FileFormatError naming it when it is not a regular file of
     at most MAX_FINDING_BYTES, not JSON (a truncated file), or not a finding of this format and a version it
-    reads (``formats.finding.decode``: 3, or 2, whose finding lacks the advisor's ``reason``; only the fields
-    both versions have are used here)."""
+    reads (``formats.finding.decode``: 4, or 3 without the re-run, or 2 without the advisor's ``reason`` either;
+    only the fields every version has are used here)."""
     value = jsonfile.load_json(path, "compare finding", " (cut short?)", duplicates=jsonfile.ERROR,
                                max_bytes=MAX_FINDING_BYTES)
     return finding_file.decode(value, path)

@@ -10,8 +10,9 @@ import time
 from typing import IO, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend import csv_cells
-from ptdbg_ascend.comparison import reports
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
+from ptdbg_ascend.fs.reports import claim_report
+from ptdbg_ascend.fs.writes import FILE_MODE
 
 
 def timestamp() -> str:
@@ -39,10 +40,10 @@ def claim_pair(out_dir: str, first_stem: str, second_stem: str,
     ``(first path, first handle, second path, second handle)``, open for writing text."""
     tail = tail or timestamp()
     while True:
-        taken, first_path, first = reports.claim_report(out_dir, tail, [(second_stem, ".csv")], stem=first_stem)
+        taken, first_path, first = claim_report(out_dir, tail, [(second_stem, ".csv")], first_stem)
         second_path = os.path.join(out_dir, second_stem + taken + ".csv")
         try:
-            descriptor = os.open(second_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, reports.FILE_MODE)
+            descriptor = os.open(second_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         except FileExistsError:  # another process took it between the check and here: try the next name
             first.close()
             os.remove(first_path)

@@ -1,5 +1,6 @@
 """The advisor's decision apart from its words: :func:`advisor.classify` on hand-made statistics rows gives the
-typed reason (decision, suspect, evidence); the finding file stores it (version 3) and still reads version 2."""
+typed reason (decision, suspect, evidence); the finding file stores it (since version 3; version 4 adds the re-run)
+and still reads version 2."""
 
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ def test_the_finding_carries_the_reason_through_its_file():
     assert found.reason == reason and (found.call, found.kind, found.line) == ("Functional_linear_0_forward",
                                                                                 "cause", 3)
     record = json.loads(finding_file.encode(found))
-    assert record["version"] == 3 and record["reason"]["decision"] == "computes_differently"
+    assert record["version"] == 4 and record["reason"]["decision"] == "computes_differently"
+    assert record["rerun"] is None  # diagnose alone does not re-run
     assert finding_file.decode(record, "f.json") == found
     with pytest.raises(FileFormatError, match="the decision 'blame' is none of"):
         finding_file.decode(dict(record, reason=dict(record["reason"], decision="blame")), "f.json")
@@ -101,6 +103,6 @@ def test_a_version_2_file_is_read_without_its_reason():
     with pytest.raises(FileFormatError, match="old.json is not a compare finding of format 'ptdbg_ascend.finding' "
                                               "version 2: the field 'level' is missing"):
         finding_file.decode({k: v for k, v in version_2.items() if k != "level"}, "old.json")
-    for version in (1, 4, 2.0, True):
-        with pytest.raises(FileFormatError, match="version 3: it says format 'ptdbg_ascend.finding' version"):
+    for version in (1, 5, 2.0, True):
+        with pytest.raises(FileFormatError, match="version 4: it says format 'ptdbg_ascend.finding' version"):
             finding_file.decode(dict(version_2, version=version), "old.json")

@@ -224,14 +224,17 @@ def test_neox_l0_pairs_module_rows_and_names_the_planted_module(runs, tmp_path):
     assert result.outcome.finding.call == NEOX_PLANTED_CALL and result.outcome.finding.line == failing + 2
     assert result.advice[0] == "Suspect API: {} (Cause: its output differs beyond what its precision and its inputs " \
         "explain)".format(NEOX_PLANTED_CALL)
-    assert result.advice[1].startswith("Code: ") and result.advice[1].endswith(
+    # a module call is not re-run (the re-run proves API calls), and the advisor says so after the suspect
+    assert result.advice[1] == ('Re-run: not run: {} is a module call: only API calls are re-run (a dump at level '
+                                '"mix" records the APIs inside it).'.format(NEOX_PLANTED_CALL))
+    assert result.advice[2].startswith("Code: ") and result.advice[2].endswith(
         "hidden_states = self.dense_4h_to_h(hidden_states)")
-    assert result.advice[2].startswith("First failure: {} (CSV line {}): Relative error 1.00e-01".format(
+    assert result.advice[3].startswith("First failure: {} (CSV line {}): Relative error 1.00e-01".format(
         NEOX_PLANTED_CALL + "_output", failing + 2))
-    assert result.advice[3] == (
+    assert result.advice[4] == (
         'Diverging module: {0} (first failing module: its inputs match, its output does not; no API records are '
         'compared: dump both runs at level "mix" with "scope": ["{0}"] to see the APIs inside it)'.format(NEOX_PLANTED))
-    assert result.advice[4].startswith("Next step: ")
+    assert result.advice[5].startswith("Next step: ")
 
 
 def test_neox_mix_interleaves_apis_and_names_the_api_inside_the_module(runs, tmp_path):
@@ -293,7 +296,8 @@ def test_plain_l0_extra_module_call_leaves_the_rest_paired(runs, tmp_path):
     assert result.row("Module_head.Linear_0_backward_input.0")["Bench Name"] == "Module_head.Linear_0_backward_input.0"
     assert result.outcome.counts.npu_only == 2 and result.outcome.counts.bench_only == 0
     assert result.outcome.finding.call == "Module_blocks.1.Block_0_forward"
-    assert result.advice[1].startswith("Code: ") and result.advice[1].endswith(
+    assert result.advice[1].startswith("Re-run: not run: Module_blocks.1.Block_0_forward is a module call")
+    assert result.advice[2].startswith("Code: ") and result.advice[2].endswith(
         f"test_module_compare.py:{PlainNet.forward.__code__.co_firstlineno + 5}  return self.head(self.blocks(x))")
     assert result.line_of("Diverging module: ").startswith(
         "Diverging module: Module.blocks.1.Block.forward.0 (first failing module: its inputs match, its output does not;")

@@ -206,7 +206,9 @@ def test_compare_writes_its_finding_as_versioned_json_beside_the_prose(planted_c
     path = finding_path_of(planted_compare.csv_path)
     with open(path, encoding="utf-8") as handle:
         record = json.load(handle)
-    assert (record["format"], record["version"]) == ("ptdbg_ascend.finding", 3)
+    assert (record["format"], record["version"]) == ("ptdbg_ascend.finding", 4)
+    # version 4's field: the advisor re-ran gelu from the planted dump's own inputs and proved it inaccurate
+    assert record["rerun"]["verdict"] == "reproduced" and record["rerun"]["ratio"] > 1, record["rerun"]
     # version 2's fields: the planted gelu computes float32 inputs in bfloat16, and the finding says so
     assert (record["level"], record["precision"]) == ("error", "bfloat16-like")
     assert (record["call"], record["kind"], record["record"]) == ("Functional_gelu_0_forward", "cause",
@@ -223,7 +225,7 @@ def test_finding_of_another_format_or_version_is_refused_naming_it(model_dumps, 
         good = json.load(handle)
     out = tmp_path / "out"
     for bad, expected in ((dict(good, version=1), "it says format 'ptdbg_ascend.finding' version 1"),
-                          (dict(good, format="other"), "it says format 'other' version 3"),
+                          (dict(good, format="other"), "it says format 'other' version 4"),
                           ({k: v for k, v in good.items() if k != "call"}, "the field 'call' is missing"),
                           (dict(good, kind="blame"), "the kind 'blame' is none of cause, propagation, input"),
                           (dict(good, level="info"), "the level 'info' is none of error, warning"),
@@ -233,7 +235,7 @@ def test_finding_of_another_format_or_version_is_refused_naming_it(model_dumps, 
             json.dump(bad, handle)
         with pytest.raises(FileFormatError) as error:
             run_ut(model_dumps["planted"], str(out), progress=False, compare_csv=copied)
-        assert str(error.value).startswith("{} is not a compare finding of format 'ptdbg_ascend.finding' version 3: "
+        assert str(error.value).startswith("{} is not a compare finding of format 'ptdbg_ascend.finding' version 4: "
                                            .format(path)) and expected in str(error.value)
         assert "Re-run compare" in str(error.value)
     with open(path, "w", encoding="utf-8") as handle:

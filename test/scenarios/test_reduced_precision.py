@@ -134,7 +134,8 @@ def test_mlp_tf32_passes_with_a_warning(dumps, run_compare):
                                 os.path.basename(outcome.csv_path).replace("compare_result_", "compare_finding_")
                                 .replace(".csv", ".json"))
     record = json.loads(_text(finding_path))
-    assert (record["version"], record["level"], record["precision"]) == (3, "warning", LABEL), record
+    assert (record["version"], record["level"], record["precision"]) == (4, "warning", LABEL), record
+    assert record["rerun"] is None and "Re-run:" not in text  # nothing failed: nothing to prove
 
 
 def _check_quiet(outcome):

@@ -21,6 +21,14 @@ def test_end_to_end_sample_names_the_planted_bf16_linear(tmp_path):
     # The planted layer (legacy_train.py: F.linear on bfloat16 copies) is the cause, with its code line.
     # The advisor file answers first: its first line names the planted layer.
     assert advice.splitlines()[2].startswith("Suspect API: Functional_linear_1_forward (Cause: "), advice
+    # ... and proves it: re-run from the NPU's own dumped inputs (the legacy dump's npy files), the planted kernel's
+    # output is far from the float64 result, while the CPU's own bfloat16 linear stays within bfloat16's standard.
+    head = "Re-run: reproduced. Functional_linear_1_forward's output is "
+    rerun = advice.splitlines()[3]
+    assert rerun.startswith(head) and ("x further from the float64 re-run of its own inputs than bfloat16 allows: "
+                                       "the API is inaccurate here." in rerun), advice
+    assert float(rerun[len(head):].split("x ")[0]) > 10, rerun  # 82.8 here: most elements off by more than 1 %
+    assert "A CPU run in bfloat16 is within it (" in rerun, advice
     assert "legacy_train.py:" in advice and "x = F.linear(x.bfloat16()" in advice, advice
     first = [line for line in advice.splitlines() if line.startswith("First failure: ")][0]
     assert first.startswith("First failure: Functional_linear_1_forward_output (CSV line 27): Relative error "), first
