@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.html_page import STYLE, content_policy, text
 from ptdbg_ascend.comparison.outcome import CompareOutcome
-from ptdbg_ascend.comparison.reports import MAX_SAME_SECOND
+from ptdbg_ascend.fs.reports import MAX_SAME_SECOND
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.formats.layout import COMPARE_INDEX_STEM, HTML_SUFFIX
 from ptdbg_ascend.fs.writes import open_new, write_all

@@ -49,7 +49,7 @@ VERDICTS = {
     "passed": "Passed: every compared tensor is within what its precision explains, and the run was compared",
 }
 # The advisor's answer lines by their label; a label not listed stays in the text.
-LABELS = {"Suspect API": "Suspect", "Code": "Code", "First failure": "First failure",
+LABELS = {"Suspect API": "Suspect", "Re-run": "Re-run", "Code": "Code", "First failure": "First failure",
           "Diverging module": "Diverging module", "Next step": "Next step", "Incomplete": "Incomplete",
           "Too little could be compared": "Too little could be compared",
           "Nothing could be compared": "Nothing could be compared"}
@@ -132,8 +132,8 @@ def answer_lines(advice: Advice, counts: Counts) -> Tuple[List[Tuple[str, str]],
     if finding is not None and not any(label == "Suspect" for label, _ in lines):
         lines.insert(0, ("Suspect", "{} ({}{})".format(finding.call, finding.kind, f", {finding.precision}"
                                                        if finding.precision else "")))
-    rerun = _rerun_text(getattr(finding, "rerun", None))  # the re-run (part 1 of the issue) fills it
-    if rerun is not None:
+    rerun = _rerun_text(getattr(finding, "rerun", None))
+    if rerun is not None and not any(label == "Re-run" for label, _ in lines):  # (the advisor's own line first)
         after = next((i + 1 for i, (label, _) in enumerate(lines) if label == "First failure"), len(lines))
         lines.insert(after, ("Re-run", rerun))
     coverage = [line for line in rest if line.startswith("Compared: ")]

@@ -79,7 +79,12 @@ def test_the_data_names_the_suspect_and_the_first_failure_forward_and_backward_a
     assert answer["suspect"] == outcome.finding.call == "Functional_linear_0_forward"
     assert answer["record"] == outcome.first_failure == "Functional_linear_0_forward_output"
     assert answer["line"] == outcome.finding.line and rows[answer["line"]]["NPU Name"] == answer["record"]
-    assert answer["status"] == "failed" and answer["rerun"] is None
+    assert answer["status"] == "failed" and answer["rerun"].startswith("reproduced")
+    # the advisor's Re-run line once, after the suspect (the finding's verdict is not added a second time)
+    with open(outcome.html_path, encoding="utf-8") as handle:
+        page = handle.read()
+    answer_markup = page[page.index("<dl"):page.index("</dl>")]
+    assert answer_markup.count("Re-run") == 1 and "<dt>Re-run</dt>" in answer_markup
     forward, backward = data["chart"]["forward"], data["chart"]["backward"]
     assert forward["lines"] and backward["lines"]
     assert all("_forward_" in rows[line]["NPU Name"] for line in forward["lines"])
