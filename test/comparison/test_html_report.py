@@ -79,7 +79,9 @@ def test_the_data_names_the_suspect_and_the_first_failure_forward_and_backward_a
     assert answer["suspect"] == outcome.finding.call == "Functional_linear_0_forward"
     assert answer["record"] == outcome.first_failure == "Functional_linear_0_forward_output"
     assert answer["line"] == outcome.finding.line and rows[answer["line"]]["NPU Name"] == answer["record"]
-    assert answer["status"] == "failed" and answer["rerun"].startswith("reproduced")
+    # (the Python 3.8 run has no torch: the re-run is then "not_run" and says so)
+    expected = "reproduced" if importlib.util.find_spec("torch") is not None else "not_run: torch is not installed"
+    assert answer["status"] == "failed" and answer["rerun"].startswith(expected)
     # the advisor's Re-run line once, after the suspect (the finding's verdict is not added a second time)
     with open(outcome.html_path, encoding="utf-8") as handle:
         page = handle.read()
