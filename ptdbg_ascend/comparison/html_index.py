@@ -15,10 +15,9 @@ from typing import List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison.html_page import STYLE, content_policy, text
 from ptdbg_ascend.comparison.outcome import CompareOutcome
-from ptdbg_ascend.fs.reports import MAX_SAME_SECOND
+from ptdbg_ascend.fs.reports import claim_report
 from ptdbg_ascend.errors import DumpWriteError
 from ptdbg_ascend.formats.layout import COMPARE_INDEX_STEM, HTML_SUFFIX
-from ptdbg_ascend.fs.writes import open_new, write_all
 
 TITLE = "ptdbg_ascend compare_distributed report"
 HEADERS = ("rank pair", "result", "first failure (CSV line)", "suspect", "failing", "compared / paired", "report")
@@ -85,21 +84,12 @@ def write_index(output_path: str, pairs: Sequence[str], outcomes: Sequence[Compa
     page), 0640; returns its path. ``pairs``: the rank pair names (``"rank0-rank0"``) of ``outcomes``;
     ``not_compared``: the line naming the ranks not compared (default "": none).
     Raises :class:`~ptdbg_ascend.errors.DumpWriteError` naming the path."""
-    page = index_markup(pairs, outcomes, not_compared).encode("utf-8")
+    page = index_markup(pairs, outcomes, not_compared)
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
-    for number in range(MAX_SAME_SECOND):
-        path = os.path.join(output_path, COMPARE_INDEX_STEM + stamp + (f"_{number}" if number else "") + HTML_SUFFIX)
-        try:
-            descriptor = open_new(path)
-        except FileExistsError:
-            continue
-        except OSError as error:
-            raise DumpWriteError(f"Cannot write the HTML index {path}: {error}") from None
-        try:
-            write_all(descriptor, page)
-        except OSError as error:
-            raise DumpWriteError(f"Cannot write the HTML index {path}: {error}") from None
-        finally:
-            os.close(descriptor)
-        return path
-    raise DumpWriteError(f"Cannot write the HTML index in {output_path}: {MAX_SAME_SECOND} pages of that second exist.")
+    _, path, handle = claim_report(output_path, stamp, (), COMPARE_INDEX_STEM, HTML_SUFFIX, "the HTML index")
+    try:
+        with handle:
+            handle.write(page)
+    except OSError as error:
+        raise DumpWriteError(f"Cannot write the HTML index {path}: {error}") from None
+    return path
