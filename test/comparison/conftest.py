@@ -108,3 +108,22 @@ def two_dumps(legacy_dump, model_calls):
             bench.add_call(call, tensors)
         return npu, bench
     return make
+
+
+
+@pytest.fixture
+def hostile_compare(legacy_dump, output_dir):
+    """``(hostile) -> (outcome, call)``: a statistics-only compare whose one call (failing, so the suspect) is named
+    ``Torch_{hostile}_0_forward`` and whose stack line is ``hostile`` (text that would inject markup if a page
+    wrote it unescaped: the HTML report's escaping tests)."""
+    from ptdbg_ascend.comparison.api import compare
+
+    def make(hostile: str):
+        frames = [["/work/train.py", "7", "forward", hostile], ["/work/train.py", "9", "<module>", "main()"]]
+        npu, bench = legacy_dump("npu", stack=frames), legacy_dump("bench", stack=frames)
+        call = f"Torch_{hostile}_0_forward"
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        npu.add_call(call, [("input.0", x), ("output", x * 3)], save=False)
+        bench.add_call(call, [("input.0", x), ("output", x * 2)], save=False)
+        return compare(npu.param(bench, data=False), output_dir, stack_mode=True), call
+    return make

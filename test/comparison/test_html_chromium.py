@@ -142,16 +142,8 @@ def test_chromium_renders_the_sample_with_the_planted_layer_marked(sample_report
     keep(screenshot)
 
 
-def test_chromium_keeps_hostile_names_as_text(legacy_dump, output_dir, tmp_path):
-    import numpy as np
-
-    frames = [["/work/train.py", "7", "forward", HOSTILE], ["/work/train.py", "9", "<module>", "main()"]]
-    npu, bench = legacy_dump("npu", stack=frames), legacy_dump("bench", stack=frames)
-    call = f"Torch_{HOSTILE}_0_forward"
-    x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    npu.add_call(call, [("input.0", x), ("output", x * 3)], save=False)
-    bench.add_call(call, [("input.0", x), ("output", x * 2)], save=False)
-    outcome = compare(npu.param(bench, data=False), output_dir, stack_mode=True)
+def test_chromium_keeps_hostile_names_as_text(hostile_compare, tmp_path):
+    outcome, call = hostile_compare(HOSTILE)
     dom, console = render(outcome.html_path, tmp_path)
     assert console == []
     elements = Elements(dom)

@@ -152,14 +152,8 @@ def test_a_page_of_that_name_moves_every_report_to_the_next_tail(report_dumps, o
     assert os.path.basename(second.html_path) == "compare_report_20240101120000_2.html"
 
 
-def test_hostile_names_and_stack_lines_stay_text(legacy_dump, output_dir):
-    frames = [["/work/train.py", "7", "forward", HOSTILE], ["/work/train.py", "9", "<module>", "main()"]]
-    npu, bench = legacy_dump("npu", stack=frames), legacy_dump("bench", stack=frames)
-    call = f"Torch_{HOSTILE}_0_forward"
-    x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    npu.add_call(call, [("input.0", x), ("output", x * 3)], save=False)
-    bench.add_call(call, [("input.0", x), ("output", x * 2)], save=False)
-    outcome = compare(npu.param(bench, data=False), output_dir, stack_mode=True)
+def test_hostile_names_and_stack_lines_stay_text(hostile_compare):
+    outcome, call = hostile_compare(HOSTILE)
     assert outcome.finding.call == call  # the hostile call is the suspect
     with open(outcome.html_path, encoding="utf-8") as handle:
         page = handle.read()
