@@ -20,6 +20,7 @@ from ptdbg_ascend.statistics.device_batch import DeviceStatisticsBatch
 from ptdbg_ascend.statistics.pending import PendingStatistics as PendingDeviceStatistics
 from fake_torch_npu.fixtures import clean_session
 from dump_json_names import tensor_leaves
+from inf_net import InfNet
 from legacy_pkl_dump import legacy_pkl_lines
 
 
@@ -148,27 +149,12 @@ def test_lines_wait_for_their_batch_and_are_all_written_at_off(tmp_path, dump_se
 
 
 # -- the PrecisionDebugger (msprobe-format) dump -----------------------------------------------------
-class _InfNet(torch.nn.Module):
-    """linear -> a division by a tensor with a zero (inf and nan in the output: the *_except_inf_nan keys)
-    -> relu, and an int tensor through the dump (argmax)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = torch.nn.Linear(6, 4)
-
-    def forward(self, x):
-        y = self.fc(x)
-        z = y / torch.tensor([1.0, 0.0, 2.0, 4.0])
-        torch.argmax(y, dim=1)
-        return torch.relu(y).sum() + torch.nan_to_num(z, posinf=0.0, neginf=0.0, nan=0.0).sum()
-
-
 def _debugger_dump(tmp_path, tag, task):
     from ptdbg_ascend import PrecisionDebugger
     from ptdbg_ascend.jsonfile import load_json
 
     torch.manual_seed(0)
-    net = _InfNet()
+    net = InfNet()
     debugger = PrecisionDebugger(dump_path=str(tmp_path / tag), task=task, level="L1")
     debugger.start()
     net(torch.randn(3, 6)).backward()

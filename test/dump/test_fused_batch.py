@@ -22,6 +22,7 @@ from ptdbg_ascend.statistics.fused_batch import EMULATED, OFF, FusedQueue
 from ptdbg_ascend.statistics.fused_plan import LEGACY, MSPROBE
 from fake_torch_npu.fixtures import clean_session
 from dump_json_names import tensor_leaves
+from inf_net import InfNet
 from legacy_pkl_dump import legacy_pkl_lines
 
 
@@ -171,25 +172,9 @@ def test_a_legacy_dump_through_the_queue_has_the_eager_numbers(tmp_path, dump_se
     assert len(emulated) < sum(emulated) / 2  # passes over many tensors, not one per tensor
 
 
-class _InfNet(torch.nn.Module):
-    """linear -> a division by a tensor with a zero (inf and nan: the *_except_inf_nan keys) -> relu, and an int
-    tensor (argmax) and a float64 one through the dump."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = torch.nn.Linear(6, 4)
-
-    def forward(self, x):
-        y = self.fc(x)
-        z = y / torch.tensor([1.0, 0.0, 2.0, 4.0])
-        torch.argmax(y, dim=1)
-        torch.exp(y.double())
-        return torch.relu(y).sum() + torch.nan_to_num(z, posinf=0.0, neginf=0.0, nan=0.0).sum()
-
-
 def _debugger_dump(tmp_path, tag):
     torch.manual_seed(0)
-    net = _InfNet()
+    net = InfNet(float64=True)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     debugger = _debugger(tmp_path, tag)
     debugger.start()
