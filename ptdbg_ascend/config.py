@@ -30,6 +30,7 @@ This module never imports torch (compat and the compare side use it).
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
@@ -350,8 +351,6 @@ def _str_list(key: str, value: Any) -> Tuple[str, ...]:
 
 def _bounds(key: str, value: Any) -> Tuple[float, ...]:
     """grad_probe's bounds: finite numbers, strictly ascending (1.0.4: "The input list should be ascending")."""
-    import math
-
     if not isinstance(value, (list, tuple)) or not all(
             type(item) in (int, float) and math.isfinite(item) for item in value):
         raise ParameterError(key, value, "must be a list of finite numbers", "Example: [-1, 0, 1]")

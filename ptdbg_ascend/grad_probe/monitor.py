@@ -54,6 +54,8 @@ class GradientMonitor:
         self._handle: Optional[Any] = None
         self._said = False
         self._skipped: set = set()
+        self._strided: Any = None
+        self._made: set = set()  # the rank directories made (each step's own directory is new)
         self._optimizers: Dict[int, Any] = {}  # id -> (weak reference, whether it updates a monitored parameter)
 
     def monitor(self, model: Any) -> None:
@@ -70,6 +72,7 @@ class GradientMonitor:
         if missing:
             logger.warning("grad_probe.param_list names {} parameter{} the model does not have: {}.".format(
                 len(missing), "" if len(missing) == 1 else "s", ", ".join(missing[:10])))
+        self._strided = torch.strided  # (the one layout summarised; kept so each step imports nothing)
         self._parameters = [parameter for _, parameter in named]
         self._names = {id(parameter): name for name, parameter in named}
         if self._handle is None:
@@ -104,9 +107,7 @@ class GradientMonitor:
     def _summarised(self, name: str, gradient: Any) -> bool:
         """Whether ``gradient`` has a summary: a sparse or complex one has none (1.0.4's later versions skip complex
         ones too; it failed on both), said once per parameter."""
-        import torch
-
-        if gradient.layout == torch.strided and not gradient.is_complex():
+        if gradient.layout == self._strided and not gradient.is_complex():
             return True
         if name not in self._skipped:
             self._skipped.add(name)
@@ -129,7 +130,9 @@ class GradientMonitor:
     def _write(self, rank: int, rows: List[GradientSummary]) -> None:
         config = self.config
         rank_dir = os.path.join(config.dump_path, f"rank{rank}")
-        own_dirs(rank_dir, 1)
+        if rank_dir not in self._made:  # once, not at every optimizer step
+            own_dirs(rank_dir, 1)
+            self._made.add(rank_dir)
         if config.grad_level != "L0":
             step_dir = os.path.join(rank_dir, f"step{self.step}")
             own_dir(step_dir)

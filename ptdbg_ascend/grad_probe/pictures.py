@@ -4,6 +4,7 @@ the same chart as a self-contained SVG (``.svg``: a browser opens it), said once
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from typing import List, Sequence
 from xml.sax.saxutils import escape
@@ -13,7 +14,9 @@ from ptdbg_ascend.fs.writes import replace_file, replace_text_file
 WIDTH, HEIGHT, MARGIN = 640, 400, 50
 
 
+@functools.lru_cache(maxsize=1)
 def has_matplotlib() -> bool:
+    """Whether matplotlib is installed (looked up once per process: asked for every picture)."""
     return importlib.util.find_spec("matplotlib") is not None
 
 
