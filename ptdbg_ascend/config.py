@@ -12,8 +12,8 @@ Differences from msprobe 1.0.4, on purpose (its quirks, ``reference/msprobe_1_0_
 
 * ``seed: 0`` stays 0 (1.0.4 silently turned it into 1234);
 * ``data_mode`` items are checked (1.0.4 accepted anything and dumped nothing for a typo);
-* the task this tool does not implement (free_benchmark) is refused with a clear message instead of being
-  accepted and ignored; ``grad_probe``'s ``bounds`` must be finite numbers in strictly ascending order (1.0.4
+* ``free_benchmark``'s section is checked whole (``config_free_benchmark.py``: combinations 1.0.4 refused only at
+  run time, and ``if_preheat`` absent is false); ``grad_probe``'s ``bounds`` must be finite numbers in strictly ascending order (1.0.4
   accepted equal bounds, which make an empty interval);
 * ``task: "run_ut"`` (the API pre-check's section: ``white_list``, ``black_list``, ``error_data_path``)
   is read by ``ptdbg run-ut -config``; a PrecisionDebugger built with it dumps what the pre-check needs
@@ -34,13 +34,12 @@ import math
 import os
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
+from ptdbg_ascend import config_free_benchmark as free_benchmark
 from ptdbg_ascend.errors import FileFormatError, ParameterError
 from ptdbg_ascend.jsonfile import ERROR, load_json
 from ptdbg_ascend.log import logger
 
-TASKS = ("statistics", "tensor", "overflow_check", "run_ut", "grad_probe")
-# Valid in the 1.0.4 schema but not implemented by this tool: refused with a clear message.
-UNSUPPORTED_TASKS = ("free_benchmark",)
+TASKS = ("statistics", "tensor", "overflow_check", "run_ut", "grad_probe", "free_benchmark")
 GRAD_LEVELS = ("L0", "L1", "L2")
 DEFAULT_BOUNDS = (-1, 0, 1)
 LEVELS = ("L0", "L1", "L2", "mix")
@@ -56,7 +55,7 @@ MAX_SEED = 2 ** 32 - 1
 # Keys this tool adds to the 1.0.4 schema (see the module docstring).
 EXTENSION_KEYS = ("extra_apis",)
 TOP_LEVEL_KEYS = ("task", "dump_path", "rank", "step", "level", "seed", "is_deterministic",
-                  "enable_dataloader", "acl_config") + TASKS + UNSUPPORTED_TASKS + EXTENSION_KEYS
+                  "enable_dataloader", "acl_config") + TASKS + EXTENSION_KEYS
 COMMON_SECTION_KEYS = ("scope", "list", "data_mode")
 SECTION_KEYS = {
     "statistics": COMMON_SECTION_KEYS + ("summary_mode",),
@@ -66,6 +65,7 @@ SECTION_KEYS = {
     "run_ut": COMMON_SECTION_KEYS + ("white_list", "black_list", "error_data_path", "is_online", "nfs_path", "host",
                                      "port", "rank_list", "tls_path"),
     "grad_probe": ("grad_level", "param_list", "bounds"),
+    "free_benchmark": free_benchmark.SECTION_KEYS,
 }
 DEFAULT_ERROR_DATA_PATH = "./"
 
@@ -100,6 +100,8 @@ class DebuggerConfig(NamedTuple):
         grad_level: grad_probe: "L0", "L1" (default) or "L2" (``grad_probe/``).
         param_list: grad_probe: the parameter names monitored (exact names); () = all (default).
         bounds: grad_probe: the interval bounds of the L2 distribution, ascending. Default (-1, 0, 1).
+        fuzz_device ... max_sample: free_benchmark (``config_free_benchmark.py``; its ``scope`` is exact call names).
+            Defaults "npu", "improve_precision", "check", "L1", "forward", False, 15, 20.
     """
 
     task: str = "statistics"
@@ -126,6 +128,14 @@ class DebuggerConfig(NamedTuple):
     grad_level: str = "L1"
     param_list: Tuple[str, ...] = ()
     bounds: Tuple[float, ...] = DEFAULT_BOUNDS
+    fuzz_device: str = "npu"
+    pert_mode: str = "improve_precision"
+    handler_type: str = "check"
+    fuzz_level: str = "L1"
+    fuzz_stage: str = "forward"
+    if_preheat: bool = False
+    preheat_step: int = 15
+    max_sample: int = 20
 
     @property
     def saves_tensors(self) -> bool:
@@ -156,6 +166,8 @@ class DebuggerConfig(NamedTuple):
             section["error_data_path"] = self.error_data_path
         elif self.task == "grad_probe":  # (its section holds only its own keys, as in 1.0.4)
             section = {"grad_level": self.grad_level, "param_list": list(self.param_list), "bounds": list(self.bounds)}
+        elif self.task == "free_benchmark":
+            section = free_benchmark.section_dict(self)
         else:
             section["overflow_nums"] = self.overflow_nums
             section["check_mode"] = self.check_mode
@@ -232,14 +244,18 @@ def config_from_dict(raw: Mapping[str, Any], task: Optional[str] = None, dump_pa
         extra_apis=_boolean("extra_apis", raw.get("extra_apis", False)),
     )
     prefix = chosen_task + "."
-    values["scope"] = _scope(prefix + "scope", _str_list(prefix + "scope", section.get("scope", [])))
+    if chosen_task != "free_benchmark":  # (its scope is a set of exact names, not a range: its own section checks it)
+        values["scope"] = _scope(prefix + "scope", _str_list(prefix + "scope", section.get("scope", [])))
     values["api_list"] = _str_list(prefix + "list", section.get("list", []))
     data_mode = _str_list(prefix + "data_mode", section.get("data_mode", ["all"]))
     for item in data_mode:
         if item not in DATA_MODES:
             raise ParameterError(prefix + "data_mode", list(data_mode), f"every item must be one of {list(DATA_MODES)}")
     values["data_mode"] = data_mode or ("all",)
-    values.update(_task_section(chosen_task, prefix, section))
+    if chosen_task == "free_benchmark":
+        values.update(free_benchmark.free_benchmark_section(section, chosen_level, _choice, _str_list))
+    else:
+        values.update(_task_section(chosen_task, prefix, section))
     config = DebuggerConfig(**values)
     _check_l2(config, prefix)
     return config
@@ -283,9 +299,6 @@ def _run_ut_section(prefix: str, section: Mapping[str, Any]) -> Dict[str, Any]:
 
 # -- value checks (each names the key) -----------------------------------------------------------
 def _task(key: str, value: Any) -> str:
-    if value in UNSUPPORTED_TASKS:
-        raise ParameterError(key, value, f"must be one of {list(TASKS)}",
-                             f"The msprobe task {value!r} is not implemented by ptdbg_ascend.")
     return _choice(key, value, TASKS)
 
 

@@ -34,7 +34,8 @@ class PrecisionDebugger:
     Args:
         config_path: a msprobe 1.0.4 ``config.json``. Default None: msprobe's defaults (task
             statistics, level L1, dump_path "./dump_path").
-        task: overrides the file's ``task`` ("statistics", "tensor", "overflow_check", "run_ut", "grad_probe").
+        task: overrides the file's ``task`` ("statistics", "tensor", "overflow_check", "run_ut", "grad_probe",
+            "free_benchmark").
         dump_path: overrides the file's ``dump_path``.
         level: overrides the file's ``level`` ("L0", "L1", "mix", "L2").
         model: the ``torch.nn.Module`` whose submodules are dumped; required at levels L0 and mix.
@@ -74,6 +75,7 @@ class PrecisionDebugger:
             seed_all(config.seed, config.is_deterministic)
         self.config: DebuggerConfig = config
         self._grad_monitor: Optional[Any] = None
+        self._free_benchmark: Optional[Any] = None
         self.model = model
         self.current_step = 0
         self._recorder: Optional[Any] = None
@@ -107,6 +109,9 @@ class PrecisionDebugger:
         from ptdbg_ascend.dump.session import get_session
 
         session = get_session()
+        if self.config.task == "free_benchmark":
+            self._start_free_benchmark(session)
+            return
         if self._l2 is not None:
             self._l2.start(session)
             self._started = True
@@ -147,6 +152,10 @@ class PrecisionDebugger:
         from ptdbg_ascend.dump.session import get_session
 
         self._started = False
+        if self._free_benchmark is not None:
+            get_session().remove_observer(self._free_benchmark)
+            self._free_benchmark.end_window()
+            return
         if self._l2 is not None:
             self._l2.stop(get_session())
             return
@@ -180,6 +189,24 @@ class PrecisionDebugger:
         session.unwrap()
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _start_free_benchmark(self, session: Any) -> None:
+        """Task free_benchmark: the selected calls of this window are perturbed (``free_benchmark/``)."""
+        from ptdbg_ascend.dump.prebound import rebind as rebind_prebound
+
+        if self._free_benchmark is None:
+            from ptdbg_ascend.free_benchmark.observer import FreeBenchmarkObserver
+
+            self._free_benchmark = FreeBenchmarkObserver(self.config, session.resolve_rank())
+        session.ensure_wrapped(self.config.extra_apis)
+        rebind_prebound(session, self.model)
+        self._free_benchmark.step = self.current_step
+        session.add_observer(self._free_benchmark)
+        self._started = True
+        logger.info("free_benchmark ({}, {}, {}) is on at step {}; findings go to {}.".format(
+            self.config.pert_mode, self.config.handler_type, self.config.fuzz_stage, self.current_step,
+            self._free_benchmark.csv.path))
+
+
     def _step_selected(self) -> bool:
         steps = self.config.step
         if not steps or self.current_step in steps:

@@ -24,7 +24,7 @@ SOURCE_TREES = (("ptdbg_ascend", "ptdbg_ascend"), ("compat", "ptdbg_ascend.compa
 MAX_LINES = 400  # a module past it holds more than one concern: split it where a concern ends
 # What the engine (dump/) must never import: it sits below every feature and front-end.
 ABOVE_THE_ENGINE = ("sinks", "readers", "acl", "msprobe", "overflow", "comparison", "precheck", "compat",
-                    "legacy", "legacy_dump", "debugger", "flight", "grad_probe", "cli")
+                    "legacy", "legacy_dump", "debugger", "flight", "grad_probe", "free_benchmark", "cli")
 # The packages (a top-level module counts as one; ``ptdbg_ascend`` is the package's own __init__) in layers,
 # the top first: a package imports only packages of its own layer or of a layer below, and no two packages
 # import each other, not even round a longer circle.
@@ -32,9 +32,10 @@ PACKAGE_LAYERS = (
     ("entry points", ("ptdbg_ascend", "cli")),
     ("the migration shim", ("compat",)),
     ("front-ends", ("legacy", "legacy_dump", "debugger", "flight")),
-    ("features", ("comparison", "precheck", "msprobe", "overflow", "acl", "grad_probe")),
+    ("features", ("comparison", "precheck", "msprobe", "overflow", "acl", "grad_probe", "free_benchmark")),
     ("readers and sinks", ("readers", "sinks")),
-    ("the engine and the settings", ("dump", "config", "seed", "jsonfile", "call_log", "csv_cells")),
+    ("the engine and the settings", ("dump", "config", "config_free_benchmark", "seed", "jsonfile", "call_log",
+                                     "csv_cells")),
     ("the statistics service", ("statistics",)),
     ("the ground floor", ("formats", "fs")),
     ("below everything", ("errors", "log", "terminal", "memory", "numpy_view", "device", "streams", "version",

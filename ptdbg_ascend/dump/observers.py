@@ -41,7 +41,8 @@ class ApiCall:
     is the unwrapped function, so an observer can re-execute the call (ACL dump).
     """
 
-    __slots__ = ("prefix", "api", "index", "original", "forward_name", "_backward_name", "inplace", "_kept")
+    __slots__ = ("prefix", "api", "index", "original", "forward_name", "_backward_name", "inplace", "_kept",
+                 "replacement")
 
     def __init__(self, prefix: str, api: str, index: int, original: Callable[..., Any]) -> None:
         self.prefix = prefix
@@ -53,6 +54,9 @@ class ApiCall:
         # Whether the call changes its arguments in place (set by the session before before_forward).
         self.inplace = False
         self._kept: Optional[Dict[Any, Any]] = None
+        # What the call returns instead of the original's output, set by an observer's on_forward (free_benchmark's
+        # fix handler: the more accurate run's output); None: the original's.
+        self.replacement: Any = None
 
     def keep(self, observer: CallObserver, value: Any) -> None:
         """Keep what ``observer`` took in ``before_forward`` (its inputs) until its ``on_forward``."""
@@ -104,7 +108,8 @@ class CallObserver:
         come (the exception propagates to the script). Drop what ``before_forward`` prepared."""
 
     def on_forward(self, call: ApiCall, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
-        """After the original returned ``output``."""
+        """After the original returned ``output``. Setting ``call.replacement`` makes the call return it instead
+        (and the backward capture follow it)."""
 
     def on_backward(
         self,

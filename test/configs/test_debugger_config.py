@@ -87,8 +87,7 @@ def test_to_dict_round_trips():
 
 
 @pytest.mark.parametrize("raw, key, fragment", [
-    ({"task": "dump"}, "task", "['statistics', 'tensor', 'overflow_check', 'run_ut', 'grad_probe']"),
-    ({"task": "free_benchmark"}, "task", "not implemented"),
+    ({"task": "dump"}, "task", "['statistics', 'tensor', 'overflow_check', 'run_ut', 'grad_probe', 'free_benchmark']"),
     ({"task": "grad_probe", "grad_probe": {"grad_level": "L3"}}, "grad_probe.grad_level", "['L0', 'L1', 'L2']"),
     ({"task": "grad_probe", "grad_probe": {"bounds": [0, -1]}}, "grad_probe.bounds", "strictly ascending"),
     ({"task": "grad_probe", "grad_probe": {"bounds": [0, 0]}}, "grad_probe.bounds", "strictly ascending"),
