@@ -68,6 +68,11 @@ def _migrate(args: argparse.Namespace) -> int:
         print(f"{printable(args.script)}: no legacy dump call found; nothing to migrate.")
         return 0
     sys.stdout.write(printable_text(diff))
+    if not migration.writes_config:
+        print("\nA msprobe 1.0.4 script: only its imports change; its config.json runs as it is (every task).")
+        print(f"{'Wrote' if args.write else 'Dry run: nothing written (add --write). Would write'} "
+              f"{printable(args.output or args.script)}.")
+        return 0
     config_name = printable(args.config) if args.config else "config.json (beside the script)"
     print(f"\n{'Wrote' if args.write else 'Would write'} {config_name}:")
     print(json.dumps(migration.mapping.config, indent=4))  # ensure_ascii: every control is a \\u escape

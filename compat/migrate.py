@@ -1,5 +1,6 @@
 """``ptdbg migrate train.py``: rewrite the legacy dump calls of a script into the PrecisionDebugger form
-plus a ``config.json``, keeping every other byte of the file (libcst, a concrete syntax tree).
+plus a ``config.json``, keeping every other byte of the file (libcst, a concrete syntax tree). A msprobe 1.0.4
+script gets its msprobe imports rewritten and keeps its config.json (``migrate_msprobe.py``).
 
 The rewrite, statement by statement (each legacy call must be a statement of its own):
 
@@ -54,6 +55,8 @@ class Migration(NamedTuple):
     new_source: str
     mapping: MappingResult
     issues: Tuple[Issue, ...]
+    # False for a msprobe 1.0.4 script (only its imports change; its own config.json is kept)
+    writes_config: bool = True
 
     @property
     def ok(self) -> bool:
@@ -157,10 +160,19 @@ def _migrate_tree(cst, metadata, source: str, path: str, config_path: str) -> Mi
                             "debugger object needs them in one function (or all at module level)".format(site.function))
                       for site in sites if site.scope != sites[0].scope)
     mapping = map_calls([site.call for site in sites])
-    if issues or not sites:
+    from ptdbg_ascend.compat.migrate_msprobe import msprobe_imports, rewrite_msprobe_imports
+
+    imports, msprobe_issues = msprobe_imports(cst, wrapper, path)
+    issues.extend(msprobe_issues)
+    if issues or not (sites or imports):
         return Migration(path, source, source, mapping, tuple(sorted(issues, key=lambda issue: issue.line)))
+    if not sites:  # a msprobe 1.0.4 script: its config.json runs as it is
+        return Migration(path, source, rewrite_msprobe_imports(cst, wrapper.module).code, mapping, (),
+                         writes_config=False)
     variable = next(name for name in ("debugger", "ptdbg_debugger", "ptdbg_debugger_") if name not in finder.names)
     new_module = wrapper.module.visit(_rewriter(cst, sites, variable, config_path))
+    if imports:
+        new_module = rewrite_msprobe_imports(cst, new_module)
     if finder.local_names:
         new_module = _fix_imports(cst, new_module)
     return Migration(path, source, new_module.code, mapping, ())
@@ -256,11 +268,11 @@ def migrate_file(path: str, *, config_path: Optional[str] = None, output: Option
     config_file = config_path or os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
     migration = migrate_source(source, path, config_path or "./config.json")
     if write and migration.ok and migration.new_source != source:
-        _write_both(migration, config_file, output or path, path)
+        _write_both(migration, config_file if migration.writes_config else None, output or path, path)
     return migration
 
 
-def _write_both(migration: Migration, config_file: str, script_file: str, mode_from: str) -> None:
+def _write_both(migration: Migration, config_file: Optional[str], script_file: str, mode_from: str) -> None:
     """Write the migrated script to an unpredictable temporary name beside it (``fs.writes.temporary_beside``,
     ``O_EXCL``: a link planted at a predictable name is never written through), then the config
     (``write_config``), then rename the script into place: a failure before the rename (a config that is a
@@ -287,7 +299,8 @@ def _write_both(migration: Migration, config_file: str, script_file: str, mode_f
             write_all(descriptor, migration.new_source.encode("utf-8"))
         finally:
             os.close(descriptor)
-        write_config(migration.mapping, config_file)
+        if config_file is not None:  # (None: a msprobe script, whose own config.json is kept)
+            write_config(migration.mapping, config_file)
         os.replace(temporary, real)
         temporary = None
     except OSError as error:
