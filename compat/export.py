@@ -16,7 +16,7 @@ import sys
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.compat.mapping import Caveat, MappingResult, map_calls
-from ptdbg_ascend.call_log import LegacyCall, clear_calls, recorded_calls
+from ptdbg_ascend.call_log import LegacyCall, clear_calls, debugger_configs, recorded_calls
 from ptdbg_ascend.errors import DumpPathError, DumpWriteError, FileFormatError, ParameterError
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.fs.writes import check_path_text, replace_file, write_all
@@ -75,7 +75,8 @@ class ScriptRun(NamedTuple):
 
 
 def run_and_export(script: str, script_args: List[str], config_path: str) -> ScriptRun:
-    """Run ``script`` as ``__main__`` with ``script_args``, then export the config of its legacy calls.
+    """Run ``script`` as ``__main__`` with ``script_args``, then export the config of its legacy calls (a script
+    already on the new API, which made none: the config of its PrecisionDebugger, any task).
 
     The script's exception (or a non-zero ``sys.exit``) is returned, not raised, after the config is
     written. The script's directory is put first on ``sys.path``, as ``python script.py`` does.
@@ -101,9 +102,26 @@ def run_and_export(script: str, script_args: List[str], config_path: str) -> Scr
         logger.warning("The script {} failed ({}: {}); exporting the legacy calls it made before that.".format(
             script, type(error).__name__, error))
     calls = recorded_calls()
+    configs = debugger_configs()
+    if not calls and configs:  # already on the new API (any task: grad_probe, free_benchmark...): its config
+        return ScriptRun(_export_debugger_config(script, configs, config_path), error)
     if not calls:
         logger.warning(f"The script {script} made no legacy ptdbg_ascend call; the config holds the defaults.")
     return ScriptRun(export_config(config_path, calls), error)
+
+
+def _export_debugger_config(script: str, configs: Sequence[dict], config_path: str) -> Tuple[Caveat, ...]:
+    """Write the config of the script's (first) PrecisionDebugger; a caveat when it built several that differ."""
+    caveats: Tuple[Caveat, ...] = ()
+    if any(config != configs[0] for config in configs[1:]):
+        caveats = (Caveat("PrecisionDebugger(...)", f"the script built {len(configs)} debuggers with different "
+                          "configs; the first one's is exported"),)
+    write_config(MappingResult(configs[0], caveats), config_path)
+    logger.info("Exported the config of the PrecisionDebugger built by {} to {} (task {}).".format(
+        script, config_path, configs[0]["task"]))
+    for caveat in caveats:
+        logger.warning(f"Not mapped exactly: {caveat}")
+    return caveats
 
 
 def _check_compiles(script: str) -> None:

@@ -84,7 +84,26 @@ def recorded_calls() -> Tuple[LegacyCall, ...]:
 
 
 def clear_calls() -> None:
-    """Forget every recorded call (tests; ``ptdbg export-config`` before running a script)."""
+    """Forget every recorded call and config (tests; ``ptdbg export-config`` before running a script)."""
     with _LOCK:
         del _CALLS[:]
         _LAST.clear()
+        del _CONFIGS[:]
+
+
+# The config.json form of each PrecisionDebugger built (a script already on the new API: export-config writes its
+# config, whatever its task, grad_probe and free_benchmark included).
+_CONFIGS: List[Dict[str, Any]] = []
+
+
+def record_debugger_config(config: Dict[str, Any]) -> None:
+    """Remember the config of a PrecisionDebugger just built (at most 64 kept)."""
+    with _LOCK:
+        if len(_CONFIGS) < 64:
+            _CONFIGS.append(config)
+
+
+def debugger_configs() -> Tuple[Dict[str, Any], ...]:
+    """The configs of the PrecisionDebuggers built so far, oldest first."""
+    with _LOCK:
+        return tuple(_CONFIGS)

@@ -74,6 +74,9 @@ class PrecisionDebugger:
 
             seed_all(config.seed, config.is_deterministic)
         self.config: DebuggerConfig = config
+        from ptdbg_ascend.call_log import record_debugger_config
+
+        record_debugger_config(config.to_dict())  # (ptdbg export-config of a script already on this API)
         self._grad_monitor: Optional[Any] = None
         self._free_benchmark: Optional[Any] = None
         self.model = model

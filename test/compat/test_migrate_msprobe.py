@@ -62,3 +62,22 @@ debugger.stop()
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert run.returncode == 0, run.stderr
     assert "free_benchmark (improve_precision) at step 0: 2 call(s) of 2 API(s) checked" in run.stdout  # linear, sum
+
+
+@pytest.mark.parametrize("task, section", [
+    ("grad_probe", {"grad_level": "L2", "param_list": [], "bounds": [-1, 0, 1]}),
+    ("free_benchmark", {"pert_mode": "add_noise", "fuzz_stage": "backward", "list": ["softmax"]}),
+])
+def test_export_config_of_a_script_on_the_new_api_writes_its_debuggers_config(tmp_path, task, section):
+    pytest.importorskip("torch")
+    from ptdbg_ascend.compat.export import run_and_export
+    from ptdbg_ascend.config import load_config
+
+    given = tmp_path / "given.json"
+    given.write_text(json.dumps({"task": task, "dump_path": str(tmp_path / "out"), task: section}))
+    script = tmp_path / "train.py"
+    script.write_text(f"from ptdbg_ascend import PrecisionDebugger\nPrecisionDebugger(config_path={str(given)!r})\n")
+    run = run_and_export(str(script), [], str(tmp_path / "config.json"))
+    assert run.error is None and run.caveats == ()
+    exported = load_config(str(tmp_path / "config.json"))
+    assert exported == load_config(str(given)) and exported.task == task
