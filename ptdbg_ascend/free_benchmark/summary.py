@@ -19,6 +19,7 @@ class Summary:
         self.checked: Counter = Counter()
         self.reported: Counter = Counter()
         self.skipped: Dict[str, Counter] = {}
+        self._said: set = set()  # the skip reasons said in an earlier window (each is said once per run)
 
     def check(self, api: str) -> None:
         self.checked[api] += 1
@@ -35,7 +36,8 @@ class Summary:
         self.skipped.clear()
 
     def lines(self, step: int, mode: str, csv_path: str) -> List[str]:
-        """The summary of the window at ``step``: what was checked and reported, then why calls were not."""
+        """The summary of the window at ``step``: what was checked and reported, then why calls were not (each
+        reason once per run: a later window names only the new ones)."""
         calls, apis = sum(self.checked.values()), len(self.checked)
         reported = sum(self.reported.values())
         if calls:
@@ -45,7 +47,9 @@ class Summary:
         else:
             head = f"free_benchmark ({mode}) at step {step}: NO call was checked, so nothing is known to be stable."
         lines = [head]
-        ordered = sorted(self.skipped.items(), key=lambda item: -sum(item[1].values()))
+        ordered = sorted(((reason, apis) for reason, apis in self.skipped.items() if reason not in self._said),
+                         key=lambda item: -sum(item[1].values()))
+        self._said.update(self.skipped)
         for reason, apis_of in ordered[:MAX_REASONS]:
             names = ", ".join(name for name, _ in apis_of.most_common(4)) + (", ..." if len(apis_of) > 4 else "")
             lines.append(f"  not perturbed ({sum(apis_of.values())} call(s): {names}): {reason}")
