@@ -202,7 +202,7 @@ class PrecisionDebugger:
             self._free_benchmark = FreeBenchmarkObserver(self.config, session.resolve_rank())
         session.ensure_wrapped(self.config.extra_apis)
         rebind_prebound(session, self.model)
-        self._free_benchmark.step = self.current_step
+        self._free_benchmark.begin_window(self.current_step)
         session.add_observer(self._free_benchmark)
         self._started = True
         logger.info("free_benchmark ({}, {}, {}) is on at step {}; findings go to {}.".format(

@@ -63,7 +63,7 @@ class FreeBenchmarkObserver(CallObserver):
 
         self.preheat = Preheat(config) if config.if_preheat else None
         self._in_optimizer = False
-        self._hooks = _optimizer_hooks(self)
+        self._hooks: List[Any] = []
 
     # -- selection ---------------------------------------------------------------------------------------
     def _selected(self, call: ApiCall) -> bool:
@@ -212,8 +212,15 @@ class FreeBenchmarkObserver(CallObserver):
             self._judge(call, pairs, BACKWARD, code_line=code_line)
 
     # -- the window --------------------------------------------------------------------------------------
+    def begin_window(self, step: int) -> None:
+        """A window begins at ``step`` (start()): the optimizer's step is watched from now."""
+        self.step = step
+        if not self._hooks:
+            self._hooks = _optimizer_hooks(self)
+
     def end_window(self) -> None:
         """Say the window's summary (stop()), and forget what waited for a backward that did not come."""
+        self._remove_hooks()
         if self.preheat is not None and self.preheat.learning(self.step):
             logger.info("free_benchmark preheating at step {} (nothing is reported before step {}): {} call(s) sampled, "
                         "the standards of {} API/dtype pair(s) raised so far.".format(
@@ -227,9 +234,13 @@ class FreeBenchmarkObserver(CallObserver):
 
     def close(self) -> None:
         self.csv.close()
+        self._remove_hooks()
+
+    def _remove_hooks(self) -> None:
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        self._in_optimizer = False
 
 
 def _optimizer_hooks(observer: FreeBenchmarkObserver) -> List[Any]:

@@ -69,3 +69,30 @@ def test_the_one_tensor_modes_change_the_first_floating_input_as_1_0_4_does():
 def test_to_cpu_moves_every_tensor_and_raises_half_precision():
     (moved, other), _ = perturbed_inputs("to_cpu", (torch.ones(2, dtype=torch.float16), torch.ones(2)), {})
     assert moved.dtype == torch.float32 and other.device.type == "cpu"
+
+
+APPENDER = """
+import sys
+from ptdbg_ascend.free_benchmark.report import CsvAppender, UnequalRow
+appender = CsvAppender(sys.argv[1])
+for index in range(300):
+    appender.append(UnequalRow(int(sys.argv[2]), "add_noise", "forward", index, "Torch.add.0.forward", 0.5,
+                               "torch.float32", "torch.Size([2])", None, 0.0002, "=HYPERLINK(1), a line"))
+"""
+
+
+def test_ranks_appending_at_once_share_one_header_and_whole_rows(tmp_path):
+    import subprocess
+    import sys
+
+    from ptdbg_ascend.free_benchmark.report import FILE_NAME, read_rows
+
+    runs = [subprocess.Popen([sys.executable, "-c", APPENDER, str(tmp_path / "dump"), str(rank)]) for rank in range(3)]
+    assert [run.wait(timeout=120) for run in runs] == [0, 0, 0]
+    text = (tmp_path / "dump" / FILE_NAME).read_text()
+    assert text.count("rank,pert_mode") == 1 and text.startswith("rank,pert_mode")
+    rows = read_rows(str(tmp_path / "dump" / FILE_NAME))
+    assert sorted((row["rank"], row["step"]) for row in rows) == sorted(
+        (str(rank), str(step)) for rank in range(3) for step in range(300))
+    assert {row["code_line"] for row in rows} == {"=HYPERLINK(1), a line"}  # restored from the quoted cell
+    assert "'=HYPERLINK" in text  # written so that no spreadsheet runs it
