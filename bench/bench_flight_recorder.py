@@ -54,15 +54,23 @@ def timed(step, steps: int, after) -> float:
     return statistics.median(durations)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per row and round (default 10)")
+def step_arguments(description: str, steps: int = 10, **more: int) -> argparse.Namespace:
+    """The command line of a step bench: ``--steps`` (default ``steps``), ``--rounds`` (default 3) and each of
+    ``more`` (``last_steps=4``: ``--last-steps``, default 4), every one at least 1."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=steps, help=f"timed steps per row and round (default {steps})")
     parser.add_argument("--rounds", type=int, default=3, help="rounds over all rows (default 3)")
-    parser.add_argument("--last-steps", type=int, default=4, help="the recorder's last_steps (default 4)")
+    for name, default in more.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=default, help=f"(default {default})")
     args = parser.parse_args()
-    for option in ("steps", "rounds", "last_steps"):
+    for option in ("steps", "rounds") + tuple(more):
         if getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be at least 1, got {getattr(args, option)}")
+    return args
+
+
+def main() -> int:
+    args = step_arguments(__doc__.splitlines()[0], last_steps=4)  # the recorder's last_steps
     torch.set_num_threads(1)
     from ptdbg_ascend import FlightRecorder, PrecisionDebugger
     from ptdbg_ascend.dump.session import get_session

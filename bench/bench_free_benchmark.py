@@ -12,7 +12,6 @@ add_noise, 70.79x bit_noise, 13.42x no_change. Output goes under ``bench/out/fre
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -26,7 +25,7 @@ OUT = os.path.join(HERE, "out", "free_benchmark")
 sys.path.insert(0, HERE)
 
 from bench_dump import Reference  # noqa: E402 - the reference model of bench_dump.py
-from bench_flight_recorder import timed  # noqa: E402
+from bench_flight_recorder import step_arguments, timed  # noqa: E402
 
 ROWS = [("improve_precision", "check", "forward"), ("add_noise", "check", "forward"), ("bit_noise", "check", "forward"),
         ("change_value", "check", "forward"), ("no_change", "check", "forward"), ("to_cpu", "check", "forward"),
@@ -41,12 +40,7 @@ def _label(row) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per row and round (default 5)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over all rows (default 3)")
-    args = parser.parse_args()
-    if args.steps < 1 or args.rounds < 1:
-        parser.error("--steps and --rounds must be at least 1")
+    args = step_arguments(__doc__.splitlines()[0], steps=5)
     torch.set_num_threads(1)
     from ptdbg_ascend import PrecisionDebugger
     from ptdbg_ascend.dump.session import get_session

@@ -10,7 +10,6 @@ per step (the directions dominate: a bit per element). Output goes under ``bench
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -24,7 +23,7 @@ OUT = os.path.join(HERE, "out", "grad_probe")
 sys.path.insert(0, HERE)
 
 from bench_dump import Reference, dir_bytes  # noqa: E402 - the reference model of bench_dump.py
-from bench_flight_recorder import make_step, timed  # noqa: E402
+from bench_flight_recorder import make_step, step_arguments, timed  # noqa: E402
 
 
 def _nothing(loss: object) -> None:
@@ -32,12 +31,7 @@ def _nothing(loss: object) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per row and round (default 10)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over all rows (default 3)")
-    args = parser.parse_args()
-    if args.steps < 1 or args.rounds < 1:
-        parser.error("--steps and --rounds must be at least 1")
+    args = step_arguments(__doc__.splitlines()[0], steps=10)
     torch.set_num_threads(1)
     from ptdbg_ascend import PrecisionDebugger
 

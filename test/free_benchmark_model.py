@@ -1,27 +1,23 @@
-"""A small attention block (real torch.nn layers, random init) and a planted bfloat16-fragile softmax for the
-free_benchmark tests: a stand-in for a device kernel that adds up the exponentials in bfloat16, one by one
-(about 3 % off on 64 columns; a correct kernel keeps the sum in float32). It must be installed before the tool
-wraps ``F.softmax`` (the dump session wraps what it finds), and computes exactly on float32 inputs."""
+"""A small attention block (real torch.nn layers, random init) and the planted bfloat16-fragile softmax of
+``sample/free_benchmark_demo.py`` for the free_benchmark tests: a stand-in for a device kernel that adds up the
+exponentials in bfloat16, one by one (about 3 % off on 64 columns; a correct kernel keeps the sum in float32). It
+must be installed before the tool wraps ``F.softmax`` (the dump session wraps what it finds), and computes exactly
+on float32 inputs."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-EXACT_SOFTMAX = F.softmax
-
-
-def fragile_softmax(x, dim=None, _stacklevel=3, dtype=None):
-    if x.dtype != torch.bfloat16:
-        return EXACT_SOFTMAX(x, dim=dim, dtype=dtype)
-    exps = torch.exp(x - x.amax(dim, keepdim=True))
-    total = torch.zeros_like(exps.select(dim, 0))
-    for k in range(exps.shape[dim]):
-        total = total + exps.select(dim, k)  # the bug: every partial sum rounded to bfloat16
-    return exps / total.unsqueeze(dim)
+SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample")
+if SAMPLE not in sys.path:
+    sys.path.insert(0, SAMPLE)
+from free_benchmark_demo import EXACT_SOFTMAX, bf16_accumulating_softmax as fragile_softmax  # noqa: E402 F401
 
 
 class Attention(nn.Module):
