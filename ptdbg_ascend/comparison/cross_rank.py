@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, List, Mapping, NamedTuple, Optional, Sequence
 
+from ptdbg_ascend.comparison.rank_order import is_collective
 from ptdbg_ascend.formats.layout import is_dump_json
 from ptdbg_ascend.formats.naming import split_record_name, to_dotted
 
@@ -34,6 +35,7 @@ class _Bad(NamedTuple):
     after: str
     collectives: int
     from_outside: bool  # the bad row is an input of a call that is no collective taking it on
+    in_collective: bool  # the bad row is an output of a collective whose inputs were good
 
 
 def cross_rank_answer(results: Sequence[Any], not_compared: Optional[Mapping[str, str]] = None) -> List[str]:
@@ -62,7 +64,8 @@ def _bad(result: Any, record: str, before: int, after: str) -> _Bad:
     parts = split_record_name(record)
     call, side = parts if parts else (record, "")
     return _Bad(result.rank, _shown(record, result.npu_dump), _shown(call, result.npu_dump), before,
-                _shown(after, result.npu_dump), result.collectives, side == "input" and after != call)
+                _shown(after, result.npu_dump), result.collectives, side == "input" and after != call,
+                side == "output" and is_collective(call))
 
 
 def _shown(name: str, npu_dump: str) -> str:
@@ -100,6 +103,8 @@ def _line(what: str, bad: List[_Bad], good: List[int], missing: List[str], good_
 
 
 def _where(item: _Bad) -> str:
+    if item.in_collective:
+        return f"in {item.call} (collective #{item.before}), its inputs still good"
     if item.after:
         return f"before {item.after} (collective #{item.before + 1})"
     if item.collectives == 0:

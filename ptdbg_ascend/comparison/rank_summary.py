@@ -101,7 +101,7 @@ class PairResult(NamedTuple):
         """The PairResult a parsed JSON value holds; ``path`` names its file in the messages. CompareError when
         ``data`` is not an object of format ``FORMAT`` version ``VERSION``, or a field is missing, of the wrong
         type (a JSON true is no int), a count negative or beyond 2**63-1, a text longer than its limit, or
-        ``pair`` not of the form ``rank{N}-rank{M}``. Fields of a later version are ignored."""
+        ``pair`` not of the form ``rank{N}-rank{M}``. Keys it does not know are ignored."""
         def refuse(problem: str) -> CompareError:
             return CompareError(f"{path} is not a rank pair result of format {FORMAT!r} version {VERSION}: "
                                 f"{problem}. Delete it to compare that pair again.")
@@ -128,12 +128,15 @@ _FIELDS: Dict[str, Tuple[type, int]] = {
 }
 
 
+_KIND_WORDS = {str: "a string", int: "an integer", bool: "true or false"}
+
+
 def _field(data: Dict[str, Any], name: str, kind: type, limit: int, refuse) -> Any:
     if name not in data:
         raise refuse(f"the field {name!r} is missing")
     value = data[name]
     if type(value) is not kind:  # exact: a JSON true is no int, 1.0 no int, 0 no bool
-        raise refuse(f"the field {name!r} is {excerpt(value, 80)}, not a {kind.__name__}")
+        raise refuse(f"the field {name!r} is {excerpt(value, 80)}, not {_KIND_WORDS[kind]}")
     if kind is str and len(value) > limit:
         raise refuse(f"the field {name!r} has {len(value)} characters (at most {limit})")
     if kind is int and not limit <= value <= MAX_COUNT:
