@@ -45,7 +45,7 @@ def cross_rank_answer(results: Sequence[Any], not_compared: Optional[Mapping[str
     too little judged, they keep the answer from claiming an origin among the others."""
     if not results:
         return []
-    unjudged = [f"rank {result.rank}" for result in results if not result.judged and not result.first_failure]
+    unjudged = [result.pair for result in results if not result.judged and not result.first_failure]
     missing = sorted(not_compared or ()) + unjudged
     failing = [_bad(result, result.first_failure, result.collectives_before_failure,
                     result.collective_after_failure) for result in results if result.first_failure]
@@ -83,16 +83,20 @@ def _line(what: str, bad: List[_Bad], good: List[int], missing: List[str], good_
     least = min(item.before for item in bad)
     first = sorted((item for item in bad if item.before == least), key=lambda item: item.rank)
     later = sorted(item.rank for item in bad if item.before > least)
-    where = _where(first[0])
     if len(first) > 1:
+        where = _tie_where(first)
         every = " (every compared rank)" if not later and not good else ""
         text = "{}: no single origin: {}{} went bad {}: {}".format(
             head, _ranks([item.rank for item in first]), every, where,
             "; ".join(f"rank {item.rank} at {item.call}" for item in first[:MAX_RANKS_SHOWN]))
         text += f"; then {_ranks(later)}" if later else ""
+    elif first[0].in_collective:  # the collective itself gave this rank bad values
+        origin = first[0]
+        text = f"{head}: rank {origin.rank}, {origin.call} (collective #{origin.before}), its inputs still good"
+        text += f"; then {_ranks(later)}" if later else ""
     else:
         origin = first[0]
-        text = f"{head}: rank {origin.rank}, {origin.call}{_input_note(origin)}, {where}"
+        text = f"{head}: rank {origin.rank}, {origin.call}{_input_note(origin)}, {_where(origin)}"
         if later and origin.after:
             text += " spread it to " + ("every rank" if not good else _ranks(later))
         elif later:
@@ -100,6 +104,15 @@ def _line(what: str, bad: List[_Bad], good: List[int], missing: List[str], good_
     if good:
         text += "; {} {}".format("every other rank" if len(first) == 1 and not later else _ranks(good), good_phrase)
     return text + caveat
+
+
+def _tie_where(first: List[_Bad]) -> str:
+    """Where ranks bad after the same number of collectives went bad: in a collective when that holds for every
+    one of them, else before the next collective (bad inputs there hold for every one)."""
+    if all(item.in_collective for item in first):
+        return _where(first[0])
+    plain = [item for item in first if item.after and not item.in_collective]
+    return _where((plain or first)[0]._replace(in_collective=False))
 
 
 def _where(item: _Bad) -> str:

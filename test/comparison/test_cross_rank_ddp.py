@@ -38,15 +38,17 @@ def dumps(tmp_path_factory):
     return {tag: root / "dump" / f"{tag}_v1.0" for tag in ("bench", "equal", "nan", "error")}
 
 
-def compare_ranks(dumps, tag, output):
-    """Each rank pair compared with ``compare`` (the bench run as bench), and its PairResult."""
+def compare_ranks(dumps, tag, output, tensors=True):
+    """Each rank pair compared with ``compare`` (the bench run as bench; ``tensors=False``: by the statistics
+    only), and its PairResult."""
     results = []
     for rank in range(WORLD):
         pair = f"rank{rank}-rank{rank}"
         npu, bench = dumps[tag] / f"rank{rank}", dumps["bench"] / f"rank{rank}"
-        outcome = compare({"npu_pkl_path": str(npu / "dump.pkl"), "bench_pkl_path": str(bench / "dump.pkl"),
-                           "npu_dump_data_dir": str(npu / "dump"), "bench_dump_data_dir": str(bench / "dump")},
-                          str(output), suffix=pair, xlsx=False, html=False, rerun=False)
+        files = {"npu_pkl_path": str(npu / "dump.pkl"), "bench_pkl_path": str(bench / "dump.pkl")}
+        if tensors:
+            files.update(npu_dump_data_dir=str(npu / "dump"), bench_dump_data_dir=str(bench / "dump"))
+        outcome = compare(files, str(output), suffix=pair, xlsx=False, html=False, rerun=False)
         results.append(PairResult.of(pair, rank, outcome, str(npu / "dump.pkl")))
     return results
 
@@ -84,6 +86,11 @@ def test_a_2_percent_error_on_rank_2_is_traced_to_rank_2(dumps, tmp_path):
     assert [result.first_failure for result in results][PLANTED_RANK] == "Functional_linear_0_forward_output"
     assert cross_rank_answer(results) == [
         SPREAD, f"No inf/NaN across ranks: no NPU row of the {WORLD} compared ranks holds one"]
+
+
+def test_compared_by_the_statistics_only_the_answer_is_the_same(dumps, tmp_path):
+    results = compare_ranks(dumps, "nan", tmp_path, tensors=False)
+    assert cross_rank_answer(results) == [SPREAD, SPREAD.replace("First divergence", "First inf/NaN")]
 
 
 def test_two_equal_runs_claim_no_origin(dumps, tmp_path):

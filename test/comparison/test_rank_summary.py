@@ -82,6 +82,19 @@ def test_every_rank_bad_with_no_collective_in_the_dumps():
         "collective in its dump: rank 0 at Functional_linear_0_forward; rank 1 at Functional_linear_0_forward")
 
 
+def test_one_rank_bad_in_a_collective_with_good_inputs_and_a_mixed_tie():
+    results = [result(0, "Distributed_all_reduce_0_forward_output.0", 1, AR.format(1)),
+               result(1, "Functional_linear_1_forward_output", 2, AR.format(2)), result(2)]
+    assert cross_rank_answer(results)[0] == (
+        "First divergence across ranks: rank 0, Distributed_all_reduce_0_forward (collective #1), its inputs still "
+        "good; then rank 1; rank 2 stayed within the accuracy")
+    results[1] = result(1, "Functional_linear_1_forward_output", 1, AR.format(1))
+    assert cross_rank_answer(results)[0] == (
+        "First divergence across ranks: no single origin: ranks 0, 1 went bad before Distributed_all_reduce_1_forward "
+        "(collective #2): rank 0 at Distributed_all_reduce_0_forward; rank 1 at Functional_linear_1_forward; rank 2 "
+        "stayed within the accuracy")
+
+
 def test_a_failure_after_the_last_collective():
     results = [result(0), result(1, "Functional_linear_9_forward_output", 3, "")]
     assert cross_rank_answer(results)[0] == (
@@ -97,7 +110,7 @@ def test_ranks_not_compared_are_never_claimed_as_the_origin():
     assert divergence == (
         "First divergence across ranks (among the compared ranks): rank 1, Functional_linear_0_forward, before "
         "Distributed_all_reduce_0_forward (collective #1) spread it to every rank; not compared, so it may have "
-        "started there: rank3-rank3, rank 2")
+        "started there: rank3-rank3, rank2-rank2")
     assert overflow.endswith("; not compared, so it may have started there: rank3-rank3")
 
 
