@@ -9,7 +9,7 @@ the same collectives: data, tensor and sequence parallelism; a pipeline's send/r
 
 Lines, e.g. ``First divergence across ranks: rank 2, Functional_linear_0_forward, before
 Distributed_all_reduce_0_forward (collective #1) spread it to every rank``; with ranks bad before the same
-collective, ``no single origin`` and their names; ranks not compared (or with too little judged) are never the
+collective, ``no single origin`` and their names; ranks not compared (or compared in part, nothing failing) are never the
 origin: the head then says ``among the compared ranks`` and names them. The same for the first inf/NaN in an NPU
 output. Torch-free.
 """
@@ -41,20 +41,24 @@ class _Bad(NamedTuple):
 def cross_rank_answer(results: Sequence[Any], not_compared: Optional[Mapping[str, str]] = None) -> List[str]:
     """Two lines over the compared rank pairs ``results`` (:class:`~ptdbg_ascend.comparison.rank_summary.PairResult`):
     where the divergence started and where the first inf/NaN was produced ([] when ``results`` is empty).
-    ``not_compared`` (default None: none): pair name -> why, the pairs that were not compared; like a pair with
-    too little judged, they keep the answer from claiming an origin among the others."""
+    ``not_compared`` (default None: none): pair name -> why, the pairs that were not compared; like a pair
+    compared in part (too little judged, or a ``coverage`` problem) where nothing failed, they are never the origin
+    and keep the answer from claiming one among the others."""
     if not results:
         return []
-    unjudged = [result.pair for result in results if not result.judged and not result.first_failure]
-    missing = sorted(not_compared or ()) + unjudged
+    # nothing failed in what was compared, but not all was: the values may have gone bad in what was not
+    partial = [result.pair for result in results
+               if not result.first_failure and (not result.judged or result.coverage)]
+    missing = sorted(not_compared or ()) + partial
+    partial_pairs = set(partial)
     failing = [_bad(result, result.first_failure, result.collectives_before_failure,
                     result.collective_after_failure) for result in results if result.first_failure]
     overflowing = [_bad(result, result.first_overflow, result.collectives_before_overflow,
                         result.collective_after_overflow) for result in results if result.first_overflow]
-    good = [result.rank for result in results if not result.first_failure and result.judged]
+    good = [result.rank for result in results if not result.first_failure and result.pair not in partial_pairs]
     finite = [result.rank for result in results if not result.first_overflow]
     divergence = _line("divergence", failing, good, missing, "stayed within the accuracy",
-                       f"No divergence across ranks: the {len(results)} compared rank pairs passed")
+                       f"No divergence across ranks: nothing failed in the {len(results)} compared rank pairs")
     overflow = _line("inf/NaN", overflowing, finite, sorted(not_compared or ()), "stayed finite",
                      f"No inf/NaN across ranks: no NPU row of the {len(results)} compared ranks holds one")
     return [divergence, overflow]
@@ -76,7 +80,7 @@ def _shown(name: str, npu_dump: str) -> str:
 
 
 def _line(what: str, bad: List[_Bad], good: List[int], missing: List[str], good_phrase: str, none_line: str) -> str:
-    caveat = "; not compared, so it may have started there: {}".format(_names(missing)) if missing else ""
+    caveat = "; not compared in full, so it may have started there: {}".format(_names(missing)) if missing else ""
     if not bad:
         return none_line + caveat
     head = f"First {what} across ranks" + (" (among the compared ranks)" if missing else "")
