@@ -9,9 +9,9 @@ the same collectives: data, tensor and sequence parallelism; a pipeline's send/r
 
 Lines, e.g. ``First divergence across ranks: rank 2, Functional_linear_0_forward, before
 Distributed_all_reduce_0_forward (collective #1) spread it to every rank``; with ranks bad before the same
-collective, ``no single origin`` and their names; ranks not compared (or compared in part, nothing failing) are never the
-origin: the head then says ``among the compared ranks`` and names them. The same for the first inf/NaN in an NPU
-output. Torch-free.
+collective, ``no single origin`` and their names; ranks not compared (or compared in part, nothing failing) are
+never the origin: the head then says ``among the compared ranks`` and the line names them. The same for the first
+inf/NaN in an NPU row. Torch-free.
 """
 
 from __future__ import annotations

@@ -116,14 +116,14 @@ def test_ranks_not_compared_are_never_claimed_as_the_origin():
 
 def test_every_rank_passing_with_one_not_compared_claims_nothing():
     lines = cross_rank_answer([result(0), result(1)], {"rank2-rank2": "lost: worker/process died"})
-    assert lines[0] == ("No divergence across ranks: nothing failed in the 2 compared rank pairs; not compared in full, so "
-                        "it may have started there: rank2-rank2")
+    assert lines[0] == ("No divergence across ranks: nothing failed in the 2 compared rank pairs; not compared in "
+                        "full, so it may have started there: rank2-rank2")
     # a pair compared in part where nothing failed (its backward unpaired) is no proof either
     partial = result(1, passed=False, coverage="the bench dump has no backward calls: 4 NPU backward rows were never "
                                                "paired (a forward-only bench dump?)")
     assert cross_rank_answer([result(0), partial])[0] == (
-        "No divergence across ranks: nothing failed in the 2 compared rank pairs; not compared in full, so it may have started "
-        "there: rank1-rank1")
+        "No divergence across ranks: nothing failed in the 2 compared rank pairs; not compared in full, so it may "
+        "have started there: rank1-rank1")
     assert cross_rank_answer([]) == []
 
 
@@ -163,7 +163,8 @@ def test_a_failing_collective_input_is_bad_before_that_collective(tmp_path):
     path = write_csv(tmp_path / "c.csv", [
         row("Distributed_all_reduce_0_forward_input.0"), row("Distributed_all_reduce_0_forward_output.0"),
         row("Distributed_broadcast_0_forward_input.0", "error"), row("Tensor_add_0_backward_output.0", "error"),
-        row("Distributed_broadcast_0_forward_output.0", "error", "nan"), row("Distributed_all_reduce_1_forward_input.0")])
+        row("Distributed_broadcast_0_forward_output.0", "error", "nan"),
+        row("Distributed_all_reduce_1_forward_input.0")])
     assert read_rank_order(path) == RankOrder(
         failed_forward=2, failed_backward=1, collectives=3,
         failure=Place("Distributed_broadcast_0_forward_input.0", "Distributed_broadcast_0_forward", 1,
@@ -212,7 +213,8 @@ def test_json_round_trip():
     (lambda data: dict(data, passed=1), "the field 'passed' is 1, not true or false"),
     (lambda data: dict(data, rank=-2), "the field 'rank' is -2, not from -1 to 2\\*\\*63-1"),
     (lambda data: dict(data, collectives=2 ** 64), "the field 'collectives' is 18446744073709551616, not from 0"),
-    (lambda data: dict(data, first_failure="x" * 5000), "the field 'first_failure' has 5000 characters \\(at most 4096\\)"),
+    (lambda data: dict(data, first_failure="x" * 5000),
+     "the field 'first_failure' has 5000 characters \\(at most 4096\\)"),
     (lambda data: dict(data, suspect=None), "the field 'suspect' is None, not a string"),
     (lambda data: dict(data, pair="../../etc"), "the pair '../../etc' is not of the form rank\\{N\\}-rank\\{M\\}"),
 ])
