@@ -2,7 +2,8 @@
 every rank dumped with the legacy API, each rank pair compared with the public ``compare``, the PairResults
 summed up. A NaN (or a 2 % error) planted in rank 2's first ``F.linear`` reaches every rank through the first
 gradient ``all_reduce``; every rank's own compare fails, and the answer across ranks names rank 2 and that call.
-Two equal runs claim no origin. One 4-rank launch dumps all four runs (about 10 s on 2 cores)."""
+Two equal runs claim no origin. One 4-rank launch dumps all four legacy runs, another a clean and a NaN run with
+PrecisionDebugger (dump.json: the answer names the calls dotted); about 5 s each on 2 cores."""
 
 from __future__ import annotations
 
@@ -24,18 +25,21 @@ SPREAD = ("First divergence across ranks: rank 2, Functional_linear_0_forward, b
           "Distributed_all_reduce_0_forward (collective #1) spread it to every rank")
 
 
+def launch(root, dump_format):
+    """One 4-rank run of ddp_worker.py (its ranks forked from one process) dumping in ``dump_format``."""
+    process = subprocess.run([sys.executable, WORKER, str(WORLD), str(root / f"init_{dump_format}"),
+                              str(root / dump_format), str(PLANTED_RANK), dump_format],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=180)
+    assert process.returncode == 0, process.stdout.decode(errors="replace")[-3000:]
+    return root / dump_format
+
+
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
-    """The four runs' tag directories (``bench``, ``equal``, ``nan``, ``error``) of one 4-rank launch."""
-    root = tmp_path_factory.mktemp("ddp")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    processes = [subprocess.Popen([sys.executable, WORKER, str(rank), str(WORLD), str(root / "init"),
-                                   str(root / "dump"), str(PLANTED_RANK)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env) for rank in range(WORLD)]
-    for process in processes:
-        output, _ = process.communicate(timeout=180)
-        assert process.returncode == 0, output.decode(errors="replace")[-3000:]
-    return {tag: root / "dump" / f"{tag}_v1.0" for tag in ("bench", "equal", "nan", "error")}
+    """The four legacy runs' tag directories (``bench``, ``equal``, ``nan``, ``error``) of one 4-rank launch."""
+    out = launch(tmp_path_factory.mktemp("ddp"), "legacy")
+    return {tag: out / f"{tag}_v1.0" for tag in ("bench", "equal", "nan", "error")}
 
 
 def compare_ranks(dumps, tag, output, tensors=True):
@@ -112,3 +116,20 @@ def test_a_rank_not_compared_is_never_claimed_as_the_origin(dumps, tmp_path):
                                  "(collective #1), its inputs still good: rank 0 at Distributed_all_reduce_0_forward")
     assert divergence.endswith("; not compared in full, so it may have started there: rank2-rank2")
     assert "rank 2," not in divergence
+
+
+def test_a_nan_on_rank_2_in_msprobe_dumps_is_named_in_their_dotted_names(tmp_path):
+    """PrecisionDebugger, task tensor: step 0 is the clean run, step 1 the one with rank 2's NaN."""
+    out = launch(tmp_path, "msprobe")
+    results = []
+    for rank in range(WORLD):
+        npu, bench = out / "step1" / f"rank{rank}", out / "step0" / f"rank{rank}"
+        outcome = compare({"npu_path": str(npu / "dump.json"), "bench_path": str(bench / "dump.json"),
+                           "npu_dump_data_dir": str(npu / "dump_tensor_data"),
+                           "bench_dump_data_dir": str(bench / "dump_tensor_data")},
+                          str(tmp_path / "output"), suffix=f"rank{rank}-rank{rank}", xlsx=False, html=False,
+                          rerun=False)
+        results.append(PairResult.of(f"rank{rank}-rank{rank}", rank, outcome, str(npu / "dump.json")))
+    dotted = ("First divergence across ranks: rank 2, Functional.linear.0.forward, before "
+              "Distributed.all_reduce.0.forward (collective #1) spread it to every rank")
+    assert cross_rank_answer(results) == [dotted, dotted.replace("First divergence", "First inf/NaN")]
