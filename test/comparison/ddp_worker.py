@@ -7,7 +7,7 @@ Each run trains a two-layer net for two steps (forward, backward, ``dist.all_red
 the world size, an SGD update) from the same weights and data. One process makes several runs so that torch and
 gloo start once per rank:
 
-* ``legacy`` (default): four runs with the legacy API, each under its own tag in ``OUT_DIR/{tag}_v1.0/rank{R}/``:
+* ``legacy``: four runs with the legacy API, each under its own tag in ``OUT_DIR/{tag}_v1.0/rank{R}/``:
   ``bench`` and ``equal`` (the same clean run twice), ``nan`` (rank PLANTED_RANK's first ``F.linear`` writes NaN
   into its output) and ``error`` (that output is 2 % off).
 * ``msprobe``: two runs with ``PrecisionDebugger`` (task tensor), one per msprobe step:
@@ -90,7 +90,6 @@ def legacy_runs(rank: int, world: int, out_dir: str, planted_rank: int, model: t
         plant(tag if tag in ("nan", "error") else None, rank, planted_rank)
         legacy.set_dump_path(os.path.join(out_dir, "dump.pkl"), dump_tag=tag)
         get_session().reset_counters()  # every run's names start at 0, as in a process of its own
-
         train(rank, world, model, lambda: legacy.set_dump_switch("ON"), lambda: legacy.set_dump_switch("OFF"))
         dist.barrier()
 
