@@ -26,7 +26,9 @@ COLLECTIVE_PREFIX = "Distributed_"  # the API prefix of the communication calls 
 ERROR_RESULT = "error"  # the Result of a failing row (comparison/verdicts.ERROR)
 NO_VALUE = "Nan"  # the report's cell for a statistic the dump does not hold (comparison/metrics.NAN): not a NaN
 NPU_MAX, NPU_MIN = "NPU max", "NPU min"
-# csv's default cell limit (128 KiB) already bounds one row; a longer cell is a CSV that is not ours.
+# The longest cell read: a stack_mode CSV's NPU_Stack_Info of a deep stack can pass csv's default 128 KiB; a cell
+# beyond this is no report of ours.
+MAX_CELL = 16 << 20
 
 
 class Place(NamedTuple):
@@ -62,11 +64,14 @@ def read_rank_order(csv_path: str) -> RankOrder:
     CompareError naming the path when it cannot be read or lacks the columns ``NPU Name`` and ``Result``."""
     if not csv_path:
         return RankOrder()
+    limit = csv.field_size_limit(MAX_CELL)  # process-wide: put back below
     try:
         with open(csv_path, newline="", encoding="utf-8") as handle:
             return _scan(csv.reader(handle), csv_path)
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise CompareError(f"Cannot read the compare result {csv_path}: {error}") from None
+    finally:
+        csv.field_size_limit(limit)
 
 
 def _scan(reader, csv_path: str) -> RankOrder:

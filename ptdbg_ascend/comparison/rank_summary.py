@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 from ptdbg_ascend.comparison.cross_rank import cross_rank_answer
 from ptdbg_ascend.comparison.outcome import CompareOutcome
 from ptdbg_ascend.comparison.rank_order import read_rank_order
-from ptdbg_ascend.errors import CompareError
+from ptdbg_ascend.errors import CompareError, ParameterError
 from ptdbg_ascend.terminal import excerpt
 
 __all__ = ["PairResult", "write_summary", "cross_rank_answer", "SUMMARY_STEM", "SUMMARY_COLUMNS"]
@@ -28,6 +28,7 @@ VERSION = 1
 MAX_NAME = 4096  # a record, call or file name (PATH_MAX); dump names are far shorter
 MAX_TEXT = 16384  # the coverage sentences of one pair
 MAX_COUNT = 2 ** 63 - 1  # a row count or a collective number: no run has more
+_TIMESTAMP = re.compile(r"[0-9A-Za-z_.-]{1,64}\Z")  # a file name's part: no separator
 _PAIR = re.compile(r"rank\d{0,18}-rank\d{0,18}\Z")  # "rank3-rank3", a plain "rank-rank" (distributed.rank_dirs)
 
 
@@ -190,7 +191,9 @@ def write_summary(output_path: str, results: Sequence[PairResult], not_compared:
     :data:`SUMMARY_COLUMNS`, a row per compared rank pair of ``results`` and one per pair of ``not_compared``
     (pair name -> why: "only in the NPU dump", "lost: worker/process died"...), every cell through
     :mod:`ptdbg_ascend.csv_cells` (no cell becomes a formula). Returns its path; DumpWriteError when it cannot be
-    written."""
+    written; ParameterError when ``timestamp`` is not 1 to 64 letters, digits, ``_ . -``."""
+    if not isinstance(timestamp, str) or not _TIMESTAMP.match(timestamp):
+        raise ParameterError("timestamp", timestamp, "1 to 64 letters, digits, '_', '.' or '-' (a part of a file name)")
     from ptdbg_ascend.csv_cells import writer
     from ptdbg_ascend.fs.reports import claim_report
 

@@ -13,7 +13,7 @@ import pytest
 from ptdbg_ascend.comparison.rank_order import Place, RankOrder, read_rank_order
 from ptdbg_ascend.comparison.rank_summary import SUMMARY_COLUMNS, PairResult, cross_rank_answer, write_summary
 from ptdbg_ascend.csv_cells import restore_row
-from ptdbg_ascend.errors import CompareError
+from ptdbg_ascend.errors import CompareError, ParameterError
 
 pytestmark = pytest.mark.torchfree
 
@@ -196,6 +196,13 @@ def test_a_csv_without_the_columns_or_unreadable_names_its_path(tmp_path):
     assert read_rank_order("") == RankOrder()
 
 
+def test_a_stack_cell_longer_than_csv_default_limit_is_read(tmp_path):
+    long_stack = [row("Torch_exp_0_forward_output", "error") + ["x" * 300_000]]
+    path = write_csv(tmp_path / "stack.csv", long_stack)
+    assert read_rank_order(path).failure.record == "Torch_exp_0_forward_output"
+    assert csv.field_size_limit() == 131072  # put back
+
+
 # --- the PairResult's JSON, read back from files anyone may have written ---------------------------------
 def test_json_round_trip():
     original = result(3, "Functional_linear_0_forward_output", 0, AR.format(0))
@@ -255,6 +262,8 @@ def test_summary_rows_by_rank_then_pairs_not_compared(tmp_path):
     assert cells[0]["Coverage"].startswith("the bench dump has no backward calls")
     assert cells[0]["Collectives Before Failure"] == ""  # nothing failed: no place
     assert cells[3]["Not Compared"] == "lost: worker/process died" and cells[3]["First Failure"] == ""
+    with pytest.raises(ParameterError, match="timestamp"):
+        write_summary(str(tmp_path), results, {}, "../../x")
     # a second summary in the same second takes the next name
     again = write_summary(str(tmp_path), results, {}, "20260101120000")
     assert again == str(tmp_path / "compare_summary_20260101120000_1.csv")
