@@ -71,7 +71,13 @@ class PairResult(NamedTuple):
     def of(cls, pair: str, rank: int, outcome: CompareOutcome, npu_dump: str) -> "PairResult":
         """The result of the rank pair ``pair`` (NPU rank ``rank``, NPU dump file ``npu_dump``) that
         ``compare_dumps`` returned as ``outcome``; reads the pair's CSV once, streaming (CompareError naming it
-        when it cannot be read)."""
+        when it cannot be read). A name longer than :meth:`from_json` reads back is cut (``...`` at its end), so the
+        result always reads back. ParameterError for a ``pair`` not of the form ``rank{N}-rank{M}`` or a ``rank``
+        that is no int >= -1."""
+        if not isinstance(pair, str) or not _PAIR.match(pair):
+            raise ParameterError("pair", pair, "the rank pair's name, rank{N}-rank{M} (e.g. rank3-rank3)")
+        if type(rank) is not int or rank < -1:
+            raise ParameterError("rank", rank, "the NPU rank number, an int >= -1 (-1: a plain rank directory)")
         order = read_rank_order(outcome.csv_path or "")
         counts, finding = outcome.counts, outcome.finding
         failure, overflow = order.failure, order.overflow
@@ -89,7 +95,12 @@ class PairResult(NamedTuple):
             collective_after_failure=failure.collective_after if failure else "",
             first_overflow=overflow.record if overflow else "",
             collectives_before_overflow=overflow.collectives_before if overflow else 0,
-            collective_after_overflow=overflow.collective_after if overflow else "")
+            collective_after_overflow=overflow.collective_after if overflow else "")._clipped()
+
+    def _clipped(self) -> "PairResult":
+        """This result with every text cut to the length :meth:`from_json` accepts."""
+        return self._replace(**{name: getattr(self, name)[:limit - 3] + "..." for name, (kind, limit) in _FIELDS.items()
+                                if kind is str and len(getattr(self, name)) > limit})
 
     def to_json(self) -> Dict[str, Any]:
         """The JSON object of this result (``format``, ``version`` and every field)."""

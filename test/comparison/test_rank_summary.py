@@ -231,6 +231,21 @@ def test_hostile_json_is_refused_naming_the_file(change, message):
         PairResult.from_json(data, "/shared/rank1-rank1.json")
 
 
+def test_of_cuts_what_from_json_would_refuse_and_checks_its_arguments(tmp_path):
+    from ptdbg_ascend.comparison.outcome import CompareOutcome
+
+    long_name = "Torch_" + "x" * 5000 + "_0_forward_output"
+    path = write_csv(tmp_path / "c.csv", [row(long_name, "error")])
+    outcome = CompareOutcome(path, None, None, long_name, 1)
+    made = PairResult.of("rank0-rank0", 0, outcome, "/dump/rank0/dump.pkl")
+    assert len(made.first_failure) == 4096 and made.first_failure.endswith("...")
+    assert PairResult.from_json(made.to_json(), "r.json") == made
+    with pytest.raises(ParameterError, match="pair"):
+        PairResult.of("../x", 0, outcome, "")
+    with pytest.raises(ParameterError, match="rank"):
+        PairResult.of("rank0-rank0", True, outcome, "")
+
+
 # --- compare_summary_{ts}.csv -------------------------------------------------------------------------------
 def read_rows(path):
     with open(path, newline="", encoding="utf-8") as handle:
