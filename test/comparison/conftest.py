@@ -91,6 +91,27 @@ def _model_calls(planted: Optional[str] = None, extra_cast: bool = False) -> Lis
     return calls
 
 
+def make_ranks(tmp_path, model_calls, side, ranks, planted_rank=None, repeat=None):
+    """``{tmp_path}/{side}/ptdbg_dump_v1.0/rank{r}`` for each of ``ranks``: the small model's calls (the planted
+    rank's linear output perturbed); ``repeat`` ``{rank: n}``: that rank holds the model's calls n times (a bigger,
+    slower rank). Returns the tag directory."""
+    tag = tmp_path / side / "ptdbg_dump_v1.0"
+    for rank in ranks:
+        dump = LegacyDump(str(tag / f"rank{rank}"), f"api_stack_{side}_dump")
+        planted = "Functional_linear_0_forward" if rank == planted_rank else None
+        for step in range((repeat or {}).get(rank, 1)):
+            for call, tensors in model_calls(planted=planted):
+                dump.add_call(call.replace("_0_", f"_{step}_"), tensors)
+    return str(tag)
+
+
+@pytest.fixture
+def rank_dumps(tmp_path, model_calls):
+    """``rank_dumps(side, ranks, planted_rank=None, repeat=None)``: :func:`make_ranks` under tmp_path."""
+    return lambda side, ranks, planted_rank=None, repeat=None: make_ranks(tmp_path, model_calls, side, ranks,
+                                                                        planted_rank, repeat)
+
+
 @pytest.fixture
 def model_calls():
     """The function ``(planted=None, extra_cast=False) -> [(call, [(suffix, array)])]``."""
