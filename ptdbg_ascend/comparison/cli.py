@@ -204,6 +204,18 @@ def add_commands(subparsers) -> None:
     _options(compare)
     compare.set_defaults(handler=_compare, usage_error=compare.error)
 
+    _add_distributed(subparsers)
+
+    parse = subparsers.add_parser(
+        "parse", help="print one call's stack and statistics (parse())",
+        description="parse(pkl_file, module_name_prefix): prints the stack (outermost first) and the statistics "
+                    "of the call, e.g. Torch_batch_norm_0_forward.")
+    parse.add_argument("pkl_file", help="a dump .pkl (or dump.json)")
+    parse.add_argument("module_name_prefix", help="call name, e.g. Torch_batch_norm_0_forward")
+    parse.set_defaults(handler=_parse)
+
+
+def _add_distributed(subparsers) -> None:
     distributed = subparsers.add_parser(
         "compare-distributed", help="compare every rank of two dumps (compare_distributed())",
         description="compare_distributed(npu_dump_dir, bench_dump_dir, output_path, **kwargs): pairs rank{N} "
@@ -229,11 +241,3 @@ def add_commands(subparsers) -> None:
                                                      "a process for dead and names its pairs lost (default 120)")
     _options(distributed)
     distributed.set_defaults(handler=_compare_distributed)
-
-    parse = subparsers.add_parser(
-        "parse", help="print one call's stack and statistics (parse())",
-        description="parse(pkl_file, module_name_prefix): prints the stack (outermost first) and the statistics "
-                    "of the call, e.g. Torch_batch_norm_0_forward.")
-    parse.add_argument("pkl_file", help="a dump .pkl (or dump.json)")
-    parse.add_argument("module_name_prefix", help="call name, e.g. Torch_batch_norm_0_forward")
-    parse.set_defaults(handler=_parse)

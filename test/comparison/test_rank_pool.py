@@ -1,0 +1,103 @@
+"""compare_distributed on worker processes (``workers``): the same reports and summary as in one process; a
+corrupt rank is reported with its error while the others complete; a re-run resumes from the completion
+records; bad ``workers`` values are refused."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ptdbg_ascend.comparison.api import compare_distributed
+from ptdbg_ascend.errors import ParameterError
+
+pytestmark = pytest.mark.torchfree
+
+QUIET = dict(is_print_compare_log=False, xlsx=False, html=False, rerun=False)
+STAMP = re.compile(r"_\d{14}(_\d+)?")
+
+
+def reports(out):
+    """``{file name without its timestamp: bytes}`` of the per-pair CSVs, and the summary's rows likewise."""
+    csvs = {STAMP.sub("", name): open(os.path.join(out, name), "rb").read() for name in os.listdir(out)
+            if name.startswith("compare_result_")}
+    summary = [name for name in os.listdir(out) if name.startswith("compare_summary_")]
+    assert len(summary) == 1
+    with open(os.path.join(out, summary[0]), newline="") as handle:
+        return csvs, [[STAMP.sub("", cell) for cell in row] for row in csv.reader(handle)]
+
+
+def test_two_workers_write_what_one_process_writes(rank_dumps, tmp_path):
+    npu = rank_dumps("npu", [0, 1, 2, 10], planted_rank=2)
+    bench = rank_dumps("bench", [0, 1, 2, 10])
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    in_process = compare_distributed(npu, bench, one, workers=1, **QUIET)
+    pooled = compare_distributed(npu, bench, two, workers=2, **QUIET)
+    assert {o.csv_path for o in pooled} <= {os.path.join(two, name) for name in os.listdir(two)}
+    assert reports(one) == reports(two)
+    csvs, summary = reports(two)
+    assert sorted(csvs) == [f"compare_result_rank{r}-rank{r}.csv" for r in (0, 1, 10, 2)]
+    assert [row[:3] for row in summary[1:]] == [["rank0-rank0", "0", "passed"], ["rank1-rank1", "1", "passed"],
+                                               ["rank2-rank2", "2", "failed"], ["rank10-rank10", "10", "passed"]]
+    assert [o.first_failure for o in pooled] == [o.first_failure for o in in_process] == [
+        None, None, "Functional_linear_0_forward_output", None]
+    assert [r.pair for r in pooled.results] == ["rank0-rank0", "rank1-rank1", "rank2-rank2", "rank10-rank10"]
+    assert pooled.summary_path == os.path.join(two, [n for n in os.listdir(two) if n.startswith("compare_summary")][0])
+
+
+def test_a_corrupt_rank_is_reported_and_the_others_complete(rank_dumps, tmp_path):
+    npu = rank_dumps("npu", [0, 1, 2])
+    bench = rank_dumps("bench", [0, 1, 2])
+    corrupt = os.path.join(npu, "rank1", "api_stack_npu_dump.pkl")
+    with open(corrupt, "w") as handle:
+        handle.write("garbage\n")
+    out = str(tmp_path / "out")
+    outcomes = compare_distributed(npu, bench, out, workers=2, **QUIET)
+    assert [r.pair for r in outcomes.results] == ["rank0-rank0", "rank2-rank2"]
+    assert outcomes.failed_pairs == {"rank1-rank1": f"error: FileFormatError: Dump file {corrupt} holds no records "
+                                                    "(empty or unreadable)."}
+    _, summary = reports(out)
+    assert [row[:3] for row in summary[1:]] == [["rank0-rank0", "0", "passed"], ["rank2-rank2", "2", "passed"],
+                                               ["rank1-rank1", "", f"not compared: error: FileFormatError: Dump file "
+                                                                   f"{corrupt} holds no records (empty or unreadable)."]]
+    assert sorted(os.listdir(os.path.join(out, ".ptdbg_compare"))) == ["rank0-rank0.json", "rank2-rank2.json"]
+
+
+def test_a_rerun_resumes_and_changed_inputs_are_compared_again(rank_dumps, tmp_path):
+    npu = rank_dumps("npu", [0, 1, 2])
+    bench = rank_dumps("bench", [0, 1, 2])
+    out = str(tmp_path / "out")
+    compare_distributed(npu, bench, out, workers=2, **QUIET)
+    records = os.path.join(out, ".ptdbg_compare")
+    written = {name: os.stat(os.path.join(records, name)).st_mtime_ns for name in os.listdir(records)}
+    again = compare_distributed(npu, bench, out, workers=2, **QUIET)
+    assert list(again) == [] and again.resumed == ("rank0-rank0", "rank1-rank1", "rank2-rank2")
+    assert [r.pair for r in again.results] == list(again.resumed)
+    assert {name: os.stat(os.path.join(records, name)).st_mtime_ns for name in written} == written
+    assert len([n for n in os.listdir(out) if n.startswith("compare_result_")]) == 3  # nothing compared again
+    with open(os.path.join(bench, "rank2", "api_stack_bench_dump.pkl"), "a") as handle:  # other inputs now
+        handle.write(open(os.path.join(bench, "rank0", "api_stack_bench_dump.pkl")).readline())
+    third = compare_distributed(npu, bench, out, workers=1, **QUIET)
+    assert third.resumed == ("rank0-rank0", "rank1-rank1") and [STAMP.sub("", os.path.basename(o.csv_path)) for o in
+                                                                        third] == ["compare_result_rank2-rank2.csv"]
+    assert len(compare_distributed(npu, bench, out, workers=1, resume=False, **QUIET)) == 3  # --no-resume
+
+
+@pytest.mark.parametrize("workers", [0, -1, "x", True, 1.5])
+def test_bad_workers_are_refused(rank_dumps, tmp_path, workers):
+    npu = rank_dumps("npu", [0])
+    with pytest.raises(ParameterError, match=r"Invalid workers=.*must be an int >= 1"):
+        compare_distributed(npu, npu, str(tmp_path / "out"), workers=workers)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_workers_minus_one_is_refused_naming_workers(rank_dumps, tmp_path):
+    npu = rank_dumps("npu", [0])
+    result = subprocess.run([sys.executable, "-m", "ptdbg_ascend", "compare-distributed", npu, npu,
+                             str(tmp_path / "out"), "--workers", "-1"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.startswith("ptdbg compare-distributed: error: Invalid workers=-1: must be an int >= 1")
