@@ -9,7 +9,12 @@ rank0 only, and rank1 (NPU only) and rank2 (bench only) are named in a warning a
 
 Every file it compares is resolved and must lie inside the dump directory the user gave: a
 rank pair with a symlinked rank directory, dump file or data directory pointing elsewhere is skipped with
-a warning naming it (the pairing of the other ranks is unchanged)."""
+a warning naming it (the pairing of the other ranks is unchanged).
+
+The pairs are compared on ``workers`` local processes (:mod:`~ptdbg_ascend.comparison.rank_pool`), or shared over
+a torchrun launch (:mod:`~ptdbg_ascend.comparison.rank_world`); each leaves a completion record
+(:mod:`~ptdbg_ascend.comparison.rank_records`, the resume marker), and the one writing process writes
+``compare_summary_{timestamp}.csv`` (:mod:`~ptdbg_ascend.comparison.rank_summary`) and the HTML index."""
 
 from __future__ import annotations
 
