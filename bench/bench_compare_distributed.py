@@ -74,10 +74,10 @@ def write_ranks(root: str, ranks: int) -> tuple:
 
 
 def summary(out: str) -> list:
-    """The summary's rows, the CSV names' timestamps taken out."""
+    """The summary's rows, the output directory and the CSV names' timestamps taken out."""
     (name,) = [name for name in os.listdir(out) if name.startswith("compare_summary_")]
     with open(os.path.join(out, name), newline="") as handle:
-        return [[STAMP.sub("", cell) for cell in row] for row in csv.reader(handle)]
+        return [[STAMP.sub("", cell.replace(out, "OUT")) for cell in row] for row in csv.reader(handle)]
 
 
 def timed(npu: str, bench: str, out: str, workers: int) -> float:

@@ -4,16 +4,16 @@ At merge the lead keeps helper "ranks"'s version; this one fills the basic field
 
 from __future__ import annotations
 
-import csv
-import os
 from typing import Any, List, Mapping, NamedTuple, Sequence
 
-from ptdbg_ascend.csv_cells import safe_cell
-from ptdbg_ascend.errors import CompareError, DumpWriteError
+from ptdbg_ascend.errors import CompareError
 
 SUMMARY_STEM = "compare_summary_"
-COLUMNS = ("rank pair", "rank", "result", "paired forward", "paired backward", "failed forward", "failed backward",
-           "first failure", "suspect", "kind", "coverage", "csv")
+# the columns of helper "ranks"'s summary (the placeholder leaves the collective ones empty)
+SUMMARY_COLUMNS = ("Rank Pair", "NPU Rank", "Status", "Paired Forward", "Paired Backward", "Failing Forward",
+                   "Failing Backward", "First Failure", "Suspect", "Kind", "Coverage", "Collectives",
+                   "Collectives Before Failure", "Next Collective", "First Inf/NaN", "Collectives Before Inf/NaN",
+                   "Compare Result", "NPU Dump", "Not Compared")
 
 
 class PairResult(NamedTuple):
@@ -61,23 +61,22 @@ class PairResult(NamedTuple):
 
 def write_summary(output_path: str, results: Sequence[PairResult], not_compared: Mapping[str, str],
                   timestamp: str) -> str:
-    """Write ``{output_path}/compare_summary_{timestamp}.csv``: a row per rank pair, a row per pair not compared
-    with its reason; returns its path."""
-    path = os.path.join(output_path, f"{SUMMARY_STEM}{timestamp}.csv")
-    try:
-        with open(path, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(COLUMNS)
-            for result in results:
-                status = "passed" if result.passed else ("failed" if result.first_failure else "incomplete")
-                writer.writerow([safe_cell(str(value)) for value in (
-                    result.pair, result.rank, status, result.paired_forward, result.paired_backward,
-                    result.failed_forward, result.failed_backward, result.first_failure, result.suspect, result.kind,
-                    result.coverage, os.path.basename(result.csv_path))])
-            for pair, reason in sorted(not_compared.items()):
-                writer.writerow([safe_cell(pair), "", "not compared: " + safe_cell(reason)] + [""] * 9)
-    except OSError as error:
-        raise DumpWriteError(f"Cannot write the summary {path}: {error}") from None
+    """Write ``{output_path}/compare_summary_{timestamp}.csv`` (``_1``... when taken): a row per rank pair by rank,
+    then a row per pair not compared with its reason in the last column; returns its path."""
+    from ptdbg_ascend.csv_cells import writer
+    from ptdbg_ascend.fs.reports import claim_report
+
+    _, path, handle = claim_report(output_path, timestamp, (), SUMMARY_STEM, what="the compare summary")
+    with handle:
+        table = writer(handle)
+        table.writerow(SUMMARY_COLUMNS)
+        for result in sorted(results, key=lambda item: (item.rank, item.pair)):
+            status = "passed" if result.passed else ("failed" if result.first_failure else "incomplete")
+            table.writerow([result.pair, result.rank, status, result.paired_forward, result.paired_backward,
+                            result.failed_forward, result.failed_backward, result.first_failure, result.suspect,
+                            result.kind, result.coverage, "", "", "", "", "", result.csv_path, "", ""])
+        for pair in sorted(not_compared):
+            table.writerow([pair, "", "not compared"] + [""] * (len(SUMMARY_COLUMNS) - 4) + [not_compared[pair]])
     return path
 
 
