@@ -97,7 +97,7 @@ def make_ranks(tmp_path, model_calls, side, ranks, planted_rank=None, repeat=Non
     slower rank). Returns the tag directory."""
     tag = tmp_path / side / "ptdbg_dump_v1.0"
     for rank in ranks:
-        dump = LegacyDump(str(tag / f"rank{rank}"), f"api_stack_{side}_dump")
+        dump = LegacyDump(str(tag / f"rank{rank}"), f"api_stack_{os.path.basename(side)}_dump")
         planted = "Functional_linear_0_forward" if rank == planted_rank else None
         for step in range((repeat or {}).get(rank, 1)):
             for call, tensors in model_calls(planted=planted):
