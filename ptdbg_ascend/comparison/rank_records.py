@@ -83,7 +83,12 @@ def write_record(output_path: str, task: PairTask, key: str, result: PairResult)
     path = record_path(output_path, task.pair)
     body = json.dumps({"format": RECORD_FORMAT, "version": RECORD_VERSION, "guard": guard(task, key),
                        "result": result.to_json()}, indent=1).encode("utf-8")
-    replace_file(path, lambda descriptor: os.write(descriptor, body) and None, "the completion record")
+    def write(descriptor: int) -> None:
+        view = memoryview(body)
+        while view:  # os.write may write less than asked
+            view = view[os.write(descriptor, view):]
+
+    replace_file(path, write, "the completion record")
     return path
 
 

@@ -5,6 +5,7 @@ records; bad ``workers`` values are refused."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -103,3 +104,22 @@ def test_cli_workers_minus_one_is_refused_naming_workers(rank_dumps, tmp_path):
                              str(tmp_path / "out"), "--workers", "-1"], capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.startswith("ptdbg compare-distributed: error: Invalid workers=-1: must be an int >= 1")
+
+
+def test_a_record_that_cannot_be_trusted_is_compared_again(rank_dumps, tmp_path):
+    npu = rank_dumps("npu", [0, 1, 2])
+    out = str(tmp_path / "out")
+    compare_distributed(npu, npu, out, workers=1, **QUIET)
+    records = os.path.join(out, ".ptdbg_compare")
+    with open(os.path.join(records, "rank0-rank0.json"), "w") as handle:
+        handle.write("{not json")
+    path = os.path.join(records, "rank1-rank1.json")
+    record = json.load(open(path))
+    record["result"]["csv_path"] = str(tmp_path / "elsewhere.csv")  # a CSV outside the output directory
+    open(str(tmp_path / "elsewhere.csv"), "w").close()
+    with open(path, "w") as handle:
+        json.dump(record, handle)
+    again = compare_distributed(npu, npu, out, workers=1, **QUIET)
+    assert again.resumed == ("rank2-rank2",)
+    assert [STAMP.sub("", os.path.basename(o.csv_path)) for o in again] == ["compare_result_rank0-rank0.csv",
+                                                                            "compare_result_rank1-rank1.csv"]
