@@ -10,8 +10,8 @@ at once: a worker's memory is one pair's compare (the two dumps' records, the ro
 that compare's own tensor-loading processes come with it), whatever the number of ranks. What comes back is small:
 the pair's :class:`~ptdbg_ascend.comparison.rank_summary.PairResult` and its CompareOutcome (paths, counts, the
 advisor's finding; no rows). A pair whose compare raises (a corrupt dump) comes back with its error and the others
-go on; a worker that dies (SIGKILL, the OOM killer) loses the pairs in flight in the pool ("lost: worker process
-died") and the rest are compared in a fresh pool. Torch-free.
+go on. A worker that dies (SIGKILL, the OOM killer) breaks the pool: the pairs then in flight are compared again in a
+fresh pool, and a pair in flight at a second break is "lost: worker process died". Torch-free.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, check_
 from ptdbg_ascend.comparison.rank_records import PairTask, write_record
 from ptdbg_ascend.comparison.rank_summary import PairResult
 from ptdbg_ascend.errors import ParameterError, PtdbgError
+from ptdbg_ascend.log import logger
 
 LOST_WORKER = "lost: worker process died"
+ATTEMPTS = 2  # a pair in flight when its pool broke is compared once more, then it is lost
 PROGRESS_MIN_PAIRS = 8  # below this a compare of the ranks is over before a bar says anything
 
 
@@ -106,24 +108,34 @@ def _in_process(tasks: Sequence[PairTask], job: PoolJob) -> Iterator[PairDone]:
 
 
 def _in_pool(tasks: Sequence[PairTask], job: PoolJob, workers: int) -> Iterator[PairDone]:
-    """Hand out at most ``workers`` pairs at once; a broken pool loses its pairs in flight, a fresh one goes on."""
+    """Hand out at most ``workers`` pairs at once. When a worker dies the pool breaks: each pair then in flight
+    is handed out again in a fresh pool, and a pair in flight at a second break is lost (it may be the killer)."""
     waiting = list(reversed(tasks))
+    strikes: Dict[str, int] = {}
     while waiting:
         with ProcessPoolExecutor(max_workers=min(workers, len(waiting)), mp_context=_context()) as pool:
             flying = {}
             try:
                 while waiting or flying:
-                    while waiting and len(flying) < workers:
-                        task = waiting.pop()
-                        flying[pool.submit(compare_pair, task, job)] = task
+                    while waiting and len(flying) < workers:  # off the list once submitted (a broken pool refuses)
+                        flying[pool.submit(compare_pair, waiting[-1], job)] = waiting[-1]
+                        waiting.pop()
                     finished, _ = wait(flying, return_when=FIRST_COMPLETED)
                     for future in finished:
                         done = future.result()  # a broken pool raises here, with the pair still in flight
                         del flying[future]
                         yield done
             except BrokenProcessPool:
-                for task in flying.values():
-                    yield PairDone(task.pair, None, None, LOST_WORKER)
+                for future, task in flying.items():
+                    if future.done() and future.exception() is None:  # ended before the break
+                        yield future.result()
+                        continue
+                    strikes[task.pair] = strikes.get(task.pair, 0) + 1
+                    if strikes[task.pair] >= ATTEMPTS:
+                        yield PairDone(task.pair, None, None, LOST_WORKER)
+                    else:
+                        logger.warning(f"A compare worker died with {task.pair} in flight: comparing it again.")
+                        waiting.append(task)
 
 
 def _context() -> multiprocessing.context.BaseContext:

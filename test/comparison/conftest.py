@@ -113,6 +113,25 @@ def rank_dumps(tmp_path, model_calls):
 
 
 @pytest.fixture
+def statistics_ranks(tmp_path):
+    """``statistics_ranks(side, ranks, slow_rank, slow_calls)``: statistics-only legacy dumps (pkl lines, no npy)
+    under ``{tmp_path}/{side}/ptdbg_dump_v1.0``, 3 calls a rank and ``slow_calls`` in ``slow_rank`` (a rank that
+    takes seconds to compare); returns the tag directory."""
+    def make(side: str, ranks, slow_rank: int, slow_calls: int) -> str:
+        tag = os.path.join(str(tmp_path), side, "ptdbg_dump_v1.0")
+        for rank in ranks:
+            rank_dir = os.path.join(tag, f"rank{rank}")
+            os.makedirs(rank_dir)
+            with open(os.path.join(rank_dir, f"api_stack_{side}_dump.pkl"), "w") as handle:
+                for call in range(slow_calls if rank == slow_rank else 3):
+                    for suffix in ("input.0", "output"):
+                        handle.write(json.dumps([f"Torch_relu_{call}_forward_{suffix}", 0, [], "torch.float32",
+                                                 [2, 3], [1.0 + rank, -1.0, 0.25, 2.0]]) + "\n")
+        return tag
+    return make
+
+
+@pytest.fixture
 def model_calls():
     """The function ``(planted=None, extra_cast=False) -> [(call, [(suffix, array)])]``."""
     return _model_calls

@@ -8,8 +8,10 @@ import csv
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -18,6 +20,7 @@ from ptdbg_ascend.errors import ParameterError
 
 pytestmark = pytest.mark.torchfree
 
+SLOW_CALLS = 10000  # a rank of 20,000 statistics rows: seconds to compare (the others: 3 calls)
 QUIET = dict(is_print_compare_log=False, xlsx=False, html=False, rerun=False)
 STAMP = re.compile(r"_\d{14}(_\d+)?")
 
@@ -123,3 +126,43 @@ def test_a_record_that_cannot_be_trusted_is_compared_again(rank_dumps, tmp_path)
     assert again.resumed == ("rank2-rank2",)
     assert [STAMP.sub("", os.path.basename(o.csv_path)) for o in again] == ["compare_result_rank0-rank0.csv",
                                                                             "compare_result_rank1-rank1.csv"]
+
+
+def _children(pid):
+    """The pids whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the workers through /proc")
+def test_a_killed_worker_s_pair_is_compared_again_in_a_fresh_pool(statistics_ranks, tmp_path):
+    npu = statistics_ranks("npu", range(3), slow_rank=0, slow_calls=SLOW_CALLS)
+    bench = statistics_ranks("bench", range(3), slow_rank=0, slow_calls=SLOW_CALLS)
+    out = str(tmp_path / "out")
+    records = os.path.join(out, ".ptdbg_compare")
+    process = subprocess.Popen([sys.executable, "-m", "ptdbg_ascend", "compare-distributed", npu, bench, out,
+                                "--workers", "2", "--quiet", "--no-xlsx", "--no-html"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 60
+    while not (os.path.isdir(records) and len(os.listdir(records)) == 2):  # the two small pairs: rank0 in flight
+        assert time.time() < deadline and process.poll() is None
+        time.sleep(0.05)
+    assert sorted(os.listdir(records)) == ["rank1-rank1.json", "rank2-rank2.json"]
+    servers = [pid for pid in _children(process.pid) if b"forkserver" in open(f"/proc/{pid}/cmdline", "rb").read()]
+    workers = [pid for server in servers for pid in _children(server)]
+    assert len(workers) == 2
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    text, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, text
+    assert "A compare worker died with rank0-rank0 in flight: comparing it again." in text
+    assert sorted(os.listdir(records)) == ["rank0-rank0.json", "rank1-rank1.json", "rank2-rank2.json"]
+    _, summary = reports(out)
+    assert [(row[0], row[2]) for row in summary[1:]] == [(f"rank{r}-rank{r}", "passed") for r in range(3)]

@@ -5,7 +5,6 @@ named, and the re-run compares it alone (the other pairs resumed from their comp
 from __future__ import annotations
 
 import csv
-import json
 import os
 import re
 import signal
@@ -19,21 +18,7 @@ import pytest
 pytest.importorskip("torch")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SLOW_CALLS = 6000  # rank3's calls: ~12,000 statistics rows, several seconds to compare (the others: 3 calls)
-
-
-def statistics_ranks(root, side, ranks, slow_rank):
-    """Statistics-only legacy dumps (pkl lines, no npy): rank ``slow_rank`` holds SLOW_CALLS calls."""
-    tag = os.path.join(str(root), side, "ptdbg_dump_v1.0")
-    for rank in ranks:
-        rank_dir = os.path.join(tag, f"rank{rank}")
-        os.makedirs(rank_dir)
-        with open(os.path.join(rank_dir, f"api_stack_{side}_dump.pkl"), "w") as handle:
-            for call in range(SLOW_CALLS if rank == slow_rank else 3):
-                for suffix in ("input.0", "output"):
-                    handle.write(json.dumps([f"Torch_relu_{call}_forward_{suffix}", 0, [], "torch.float32", [2, 3],
-                                             [1.0 + rank, -1.0, 0.25, 2.0]]) + "\n")
-    return tag
+SLOW_CALLS = 10000  # rank3's calls: 20,000 statistics rows, several seconds to compare (the others: 3 calls)
 
 
 def free_port():
@@ -72,9 +57,9 @@ def summary_rows(out, newest=True):
         return list(csv.reader(handle))[1:]
 
 
-def test_killed_process_loses_only_its_pair_and_the_rerun_completes_it(tmp_path):
-    npu = statistics_ranks(tmp_path, "npu", range(4), slow_rank=3)
-    bench = statistics_ranks(tmp_path, "bench", range(4), slow_rank=3)
+def test_killed_process_loses_only_its_pair_and_the_rerun_completes_it(tmp_path, statistics_ranks):
+    npu = statistics_ranks("npu", range(4), slow_rank=3, slow_calls=SLOW_CALLS)
+    bench = statistics_ranks("bench", range(4), slow_rank=3, slow_calls=SLOW_CALLS)
     out = str(tmp_path / "out")
     records = os.path.join(out, ".ptdbg_compare")
     nodes = launch(tmp_path, npu, bench, out, "first")
