@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import html_index, rank_world
 from ptdbg_ascend.comparison.inputs import check_api_mapping, check_bool, check_options, check_print_log
-from ptdbg_ascend.comparison.rank_pool import PairDone, PoolJob, check_workers, cores, run_pairs
+from ptdbg_ascend.comparison.rank_pool import PairDone, PoolJob, check_workers, cores, run_pairs, usable_workers
 from ptdbg_ascend.comparison.rank_records import PLAIN_RANK, RECORD_DIR, PairTask, RankView, options_key, read_record
 from ptdbg_ascend.comparison.rank_summary import PairResult, cross_rank_answer, write_summary
 from ptdbg_ascend.formats.layout import DUMP_FILE, PKL_SUFFIX, RANK_DIR, dump_file, npy_dir, stack_file, tensor_dir
@@ -186,7 +186,7 @@ def compare_distributed(npu_dump_dir: str, bench_dump_dir: str, output_path: str
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
     job = _job(output_path, kwargs, print_log)
     resumed, todo = _split_resumed(view.tasks, job, resume)
-    ends = run_pairs(todo, job, workers or max(1, min(cores(), len(todo))))
+    ends = run_pairs(todo, job, usable_workers(workers or max(1, min(cores(), len(todo))), workers))
     return finish(view, resumed, ends, job, stamp)
 
 
@@ -313,7 +313,7 @@ def _compare_on_world(launch: rank_world.Launch, npu_dump_dir: str, bench_dump_d
         logger.info(f"compare_distributed: process {world.rank} of {launch.world_size} compares {len(mine)} of the "
                     f"{len(merged.tasks)} rank pairs")
         world.start(stamp)
-        ends = run_pairs(mine, job, workers or 1, on_done=world.publish)
+        ends = run_pairs(mine, job, usable_workers(workers or 1, workers), on_done=world.publish)
         world.end_share()
         if world.rank != 0:
             return RankOutcomes([done.outcome for done in ends if done.result is not None])

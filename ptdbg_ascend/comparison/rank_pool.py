@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 from ptdbg_ascend.comparison.inputs import CompareInputs, CompareOptions, check_dump_file
 from ptdbg_ascend.comparison.rank_records import PairTask, write_record
 from ptdbg_ascend.comparison.rank_summary import PairResult
-from ptdbg_ascend.errors import ParameterError, PtdbgError
+from ptdbg_ascend.errors import ParameterError, PtdbgError, WorkerProcessError
 from ptdbg_ascend.log import logger
 
 LOST_WORKER = "lost: worker process died"
@@ -67,6 +67,25 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def usable_workers(count: int, asked: Optional[int]) -> int:
+    """``count``, or 1 when worker processes would run the main script again (forkserver and spawn workers import
+    it: a script calling compare_distributed at its top level without ``if __name__ == "__main__":``; see
+    ``precheck.main_guard``): with the default ``workers`` (``asked`` None) the pairs are compared in this process
+    and a warning says why; asked for explicitly, that WorkerProcessError is raised."""
+    if count <= 1:
+        return count
+    from ptdbg_ascend.precheck.main_guard import check_main_guard
+
+    try:
+        check_main_guard(_context().get_start_method(), "compare_distributed")
+    except WorkerProcessError as error:
+        if asked is not None:
+            raise
+        logger.warning(f"Comparing the rank pairs in this process (workers=1): {error}")
+        return 1
+    return count
 
 
 def compare_pair(task: PairTask, job: PoolJob) -> PairDone:

@@ -166,3 +166,25 @@ def test_a_killed_worker_s_pair_is_compared_again_in_a_fresh_pool(statistics_ran
     assert sorted(os.listdir(records)) == ["rank0-rank0.json", "rank1-rank1.json", "rank2-rank2.json"]
     _, summary = reports(out)
     assert [(row[0], row[2]) for row in summary[1:]] == [(f"rank{r}-rank{r}", "passed") for r in range(3)]
+
+
+def test_an_unguarded_script_compares_in_its_own_process(rank_dumps, tmp_path):
+    """Worker processes import the main script again: called at a script's top level without
+    ``if __name__ == "__main__":``, the default compares in the script's process (said), workers=2 is refused."""
+    npu = rank_dumps("npu", [0, 1, 2])
+    script = tmp_path / "compare_ranks.py"
+    script.write_text("import sys\nfrom ptdbg_ascend import compare_distributed\n"
+                      "workers = int(sys.argv[2]) if sys.argv[2] != 'default' else None\n"
+                      f"result = compare_distributed({npu!r}, {npu!r}, sys.argv[1], workers=workers, "
+                      "is_print_compare_log=False, xlsx=False, html=False)\nprint('pairs', len(result.results))\n")
+    default = subprocess.run([sys.executable, str(script), str(tmp_path / "a"), "default"], capture_output=True,
+                             text=True, timeout=60)
+    assert default.returncode == 0, default.stdout + default.stderr
+    assert "pairs 3" in default.stdout
+    assert "Comparing the rank pairs in this process (workers=1): compare_distributed is called by the top-level " \
+           f"code of {script} (line 4) without if __name__" in default.stdout
+    asked = subprocess.run([sys.executable, str(script), str(tmp_path / "b"), "2"], capture_output=True, text=True,
+                           timeout=60)
+    assert asked.returncode == 1 and "WorkerProcessError: compare_distributed is called by the top-level" in \
+        asked.stderr
+    assert not (tmp_path / "b").exists()
