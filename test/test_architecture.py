@@ -29,7 +29,7 @@ ABOVE_THE_ENGINE = ("sinks", "readers", "acl", "msprobe", "overflow", "compariso
 # the top first: a package imports only packages of its own layer or of a layer below, and no two packages
 # import each other, not even round a longer circle.
 PACKAGE_LAYERS = (
-    ("entry points", ("ptdbg_ascend", "cli")),
+    ("entry points", ("ptdbg_ascend", "__main__", "cli")),
     ("the migration shim", ("compat",)),
     ("front-ends", ("legacy", "legacy_dump", "debugger", "flight")),
     ("features", ("comparison", "precheck", "msprobe", "overflow", "acl", "grad_probe", "free_benchmark")),

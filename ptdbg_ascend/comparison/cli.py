@@ -93,18 +93,43 @@ def exit_status(outcomes: Sequence) -> int:
     return INCOMPLETE if short else PASSED
 
 
+def _results_status(results: Sequence) -> int:
+    """:func:`exit_status` of every rank pair's PairResult (compared here, resumed, or on another process)."""
+    if any(result.first_failure for result in results):
+        return FAILED
+    short = [result for result in results if not result.passed]
+    for result in short:
+        print(printable("ptdbg compare: incomplete: {}: {}".format(result.csv_path, result.coverage or "not passed")),
+              file=sys.stderr)
+    return INCOMPLETE if short else PASSED
+
+
 def _compare_distributed(args: argparse.Namespace) -> int:
     from ptdbg_ascend.comparison.api import compare_distributed
 
-    outcomes = compare_distributed(args.npu_dump_dir, args.bench_dump_dir, args.output_path,
+    outcomes = compare_distributed(args.npu_dump_dir, args.bench_dump_dir, args.output_path, workers=args.workers,
+                                   resume=args.resume, peer_timeout=args.peer_timeout,
                                    stack_mode=args.stack_mode, auto_analyze=args.auto_analyze,
                                    fuzzy_match=args.fuzzy_match, is_print_compare_log=args.is_print_compare_log,
                                    xlsx=args.xlsx, html=args.html, rerun=args.rerun)
+    if outcomes.summary_path is None:  # a torchrun process other than rank 0: rank 0 answers for the launch
+        return PASSED
     return _distributed_status(outcomes)
 
 
+def _whole_number(text: str):
+    """``--workers`` / ``--peer-timeout`` as a number when it reads as one, else the text (refused by the API's
+    check with a ParameterError naming the parameter)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _distributed_status(outcomes) -> int:
-    status = exit_status(outcomes)
+    status = _results_status(outcomes.results) if outcomes.results else exit_status(outcomes)
     missing = outcomes.not_compared()
     if missing:  # a rank that was not compared cannot be said to agree: incomplete unless a compared rank failed
         print(printable(f"ptdbg compare-distributed: {missing}"), file=sys.stderr)
@@ -179,18 +204,7 @@ def add_commands(subparsers) -> None:
     _options(compare)
     compare.set_defaults(handler=_compare, usage_error=compare.error)
 
-    distributed = subparsers.add_parser(
-        "compare-distributed", help="compare every rank of two dumps (compare_distributed())",
-        description="compare_distributed(npu_dump_dir, bench_dump_dir, output_path, **kwargs): pairs rank{N} "
-                    "directories by rank number and writes compare_result_rank{n}-rank{n}_{timestamp}.csv each, "
-                    "and compare_index_{timestamp}.html over the ranks' HTML reports. "
-                    "Exit status as compare; 3 also when a rank is present on one side only (named on stderr) "
-                    "and no compared rank failed.")
-    distributed.add_argument("npu_dump_dir", help="NPU tag directory, e.g. npu/ptdbg_dump_v1.0")
-    distributed.add_argument("bench_dump_dir", help="bench tag directory, e.g. gpu/ptdbg_dump_v1.0")
-    distributed.add_argument("output_path", help="directory for the results (created if absent)")
-    _options(distributed)
-    distributed.set_defaults(handler=_compare_distributed)
+    _add_distributed(subparsers)
 
     parse = subparsers.add_parser(
         "parse", help="print one call's stack and statistics (parse())",
@@ -199,3 +213,31 @@ def add_commands(subparsers) -> None:
     parse.add_argument("pkl_file", help="a dump .pkl (or dump.json)")
     parse.add_argument("module_name_prefix", help="call name, e.g. Torch_batch_norm_0_forward")
     parse.set_defaults(handler=_parse)
+
+
+def _add_distributed(subparsers) -> None:
+    distributed = subparsers.add_parser(
+        "compare-distributed", help="compare every rank of two dumps (compare_distributed())",
+        description="compare_distributed(npu_dump_dir, bench_dump_dir, output_path, **kwargs): pairs rank{N} "
+                    "directories by rank number and writes compare_result_rank{n}-rank{n}_{timestamp}.csv each, "
+                    "and compare_index_{timestamp}.html over the ranks' HTML reports. "
+                    "Also compare_summary_{timestamp}.csv, a row per rank pair. Rank pairs are compared on "
+                    "--workers processes; under torchrun (python -m ptdbg_ascend compare-distributed ...) shared "
+                    "over the launch's processes, rank 0 writing the summary. A re-run skips the pairs already "
+                    "compared (OUTPUT_PATH/.ptdbg_compare/). "
+                    "Exit status as compare; 3 also when a rank is present on one side only or a pair could not be "
+                    "compared (named on stderr) and no compared rank failed.")
+    distributed.add_argument("npu_dump_dir", help="NPU tag directory, e.g. npu/ptdbg_dump_v1.0")
+    distributed.add_argument("bench_dump_dir", help="bench tag directory, e.g. gpu/ptdbg_dump_v1.0")
+    distributed.add_argument("output_path", help="directory for the results (created if absent)")
+    distributed.add_argument("--workers", type=_whole_number, default=None, metavar="N",
+                             help="processes comparing rank pairs, each one pair at a time (workers=; default: the "
+                                  "cores, at most the pairs; under torchrun 1 per process; 1: in this process)")
+    distributed.add_argument("--no-resume", dest="resume", action="store_false",
+                             help="compare every pair again, even those whose completion record in "
+                                  "OUTPUT_PATH/.ptdbg_compare/ is of the same inputs (resume=False; default: skip them)")
+    distributed.add_argument("--peer-timeout", dest="peer_timeout", type=_whole_number, default=120.0,
+                             metavar="SECONDS", help="under torchrun: seconds without a heartbeat before rank 0 takes "
+                                                     "a process for dead and names its pairs lost (default 120)")
+    _options(distributed)
+    distributed.set_defaults(handler=_compare_distributed)

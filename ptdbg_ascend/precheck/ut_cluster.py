@@ -100,10 +100,11 @@ def check_timeout(cluster_timeout: Any) -> float:
     return float(cluster_timeout)
 
 
-def join(rank: int, world_size: int, timeout: float = DEFAULT_TIMEOUT) -> Cluster:
+def join(rank: int, world_size: int, timeout: float = DEFAULT_TIMEOUT, task: str = "multi_run_ut") -> Cluster:
     """Join the launch's ranks (see the module doc), waiting at most ``timeout`` seconds (default 300)
-    for all of them. ParameterError when the launcher's rendezvous variables are missing or malformed;
-    ClusterJoinError, naming RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, when the ranks do not all come."""
+    for all of them; ``task`` (default "multi_run_ut"; also "compare_distributed") names the caller in the
+    messages. ParameterError when the launcher's rendezvous variables are missing or malformed; ClusterJoinError,
+    naming RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, when the ranks do not all come."""
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -118,8 +119,8 @@ def join(rank: int, world_size: int, timeout: float = DEFAULT_TIMEOUT) -> Cluste
         raise ParameterError("MASTER_PORT", port_text, "must be a TCP port number, 1..65535 (as torchrun sets it)")
     where = ("RANK={} WORLD_SIZE={} MASTER_ADDR={} MASTER_PORT={}, all from the environment".format(
         rank, world_size, address, port_text))
-    logger.info("multi_run_ut: waiting up to {:g} s for the {} ranks of WORLD_SIZE to join ({}).".format(
-        timeout, world_size, where))
+    logger.info("{}: waiting up to {:g} s for the {} ranks of WORLD_SIZE to join ({}).".format(
+        task, timeout, world_size, where))
     deadline = time.monotonic() + timeout
     try:
         if rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
@@ -130,10 +131,10 @@ def join(rank: int, world_size: int, timeout: float = DEFAULT_TIMEOUT) -> Cluste
     except (RuntimeError, OSError, ValueError) as error:  # torch's DistError is a RuntimeError
         late = time.monotonic() >= deadline - 1.0
         raise ClusterJoinError(
-            "multi_run_ut: {} the other ranks: this process is {}. torchrun sets these; a stale RANK/"
+            "{}: {} the other ranks: this process is {}. torchrun sets these; a stale RANK/"
             "WORLD_SIZE left in the shell is the usual cause (unset RANK WORLD_SIZE to run on this machine alone). "
             "Start every rank within cluster_timeout (--cluster-timeout, now {:g} s). torch said: {}".format(
-                f"gave up after {timeout:g} s waiting for" if late else "could not join", where, timeout,
+                task, f"gave up after {timeout:g} s waiting for" if late else "could not join", where, timeout,
                 " ".join(str(error).split())[:300])) from None
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     return Cluster(rank, world_size, None, created=True)

@@ -91,6 +91,46 @@ def _model_calls(planted: Optional[str] = None, extra_cast: bool = False) -> Lis
     return calls
 
 
+def make_ranks(tmp_path, model_calls, side, ranks, planted_rank=None, repeat=None):
+    """``{tmp_path}/{side}/ptdbg_dump_v1.0/rank{r}`` for each of ``ranks``: the small model's calls (the planted
+    rank's linear output perturbed); ``repeat`` ``{rank: n}``: that rank holds the model's calls n times (a bigger,
+    slower rank). Returns the tag directory."""
+    tag = tmp_path / side / "ptdbg_dump_v1.0"
+    for rank in ranks:
+        dump = LegacyDump(str(tag / f"rank{rank}"), f"api_stack_{os.path.basename(side)}_dump")
+        planted = "Functional_linear_0_forward" if rank == planted_rank else None
+        for step in range((repeat or {}).get(rank, 1)):
+            for call, tensors in model_calls(planted=planted):
+                dump.add_call(call.replace("_0_", f"_{step}_"), tensors)
+    return str(tag)
+
+
+@pytest.fixture
+def rank_dumps(tmp_path, model_calls):
+    """``rank_dumps(side, ranks, planted_rank=None, repeat=None)``: :func:`make_ranks` under tmp_path."""
+    return lambda side, ranks, planted_rank=None, repeat=None: make_ranks(tmp_path, model_calls, side, ranks,
+                                                                        planted_rank, repeat)
+
+
+@pytest.fixture
+def statistics_ranks(tmp_path):
+    """``statistics_ranks(side, ranks, slow_rank, slow_calls)``: statistics-only legacy dumps (pkl lines, no npy)
+    under ``{tmp_path}/{side}/ptdbg_dump_v1.0``, 3 calls a rank and ``slow_calls`` in ``slow_rank`` (a rank that
+    takes seconds to compare); returns the tag directory."""
+    def make(side: str, ranks, slow_rank: int, slow_calls: int) -> str:
+        tag = os.path.join(str(tmp_path), side, "ptdbg_dump_v1.0")
+        for rank in ranks:
+            rank_dir = os.path.join(tag, f"rank{rank}")
+            os.makedirs(rank_dir)
+            with open(os.path.join(rank_dir, f"api_stack_{side}_dump.pkl"), "w") as handle:
+                for call in range(slow_calls if rank == slow_rank else 3):
+                    for suffix in ("input.0", "output"):
+                        handle.write(json.dumps([f"Torch_relu_{call}_forward_{suffix}", 0, [], "torch.float32",
+                                                 [2, 3], [1.0 + rank, -1.0, 0.25, 2.0]]) + "\n")
+        return tag
+    return make
+
+
 @pytest.fixture
 def model_calls():
     """The function ``(planted=None, extra_cast=False) -> [(call, [(suffix, array)])]``."""

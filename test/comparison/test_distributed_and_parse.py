@@ -16,22 +16,6 @@ from ptdbg_ascend import parse
 pytestmark = pytest.mark.torchfree
 
 
-def make_ranks(tmp_path, legacy_dump_cls, model_calls, side, ranks, planted_rank=None):
-    tag = tmp_path / side / "ptdbg_dump_v1.0"
-    for rank in ranks:
-        dump = legacy_dump_cls(str(tag / f"rank{rank}"), f"api_stack_{side}_dump")
-        planted = "Functional_linear_0_forward" if rank == planted_rank else None
-        for call, tensors in model_calls(planted=planted):
-            dump.add_call(call, tensors)
-    return str(tag)
-
-
-@pytest.fixture
-def rank_dumps(tmp_path, legacy_dump, model_calls):
-    cls = type(legacy_dump("probe"))
-    return lambda side, ranks, planted_rank=None: make_ranks(tmp_path, cls, model_calls, side, ranks, planted_rank)
-
-
 def test_ranks_pair_numerically(rank_dumps, output_dir):
     npu = rank_dumps("npu", [0, 2, 10], planted_rank=10)
     bench = rank_dumps("bench", [0, 2, 10])
@@ -55,8 +39,8 @@ def test_ranks_pair_by_number_not_by_position(rank_dumps, output_dir, capsys):
     assert outcomes.not_compared() == "not compared: rank1 only in the NPU dump; rank2 only in the bench dump"
     assert ("[WARNING]Ranks present on one side only are not compared: rank1 only in npu_dump_dir {}; rank2 only "
             "in bench_dump_dir {}. Ranks pair by number, not by position.".format(npu, bench)) in capsys.readouterr().out
-    assert sorted(f for f in os.listdir(output_dir) if f.endswith(".csv")) == sorted(
-        os.path.basename(o.csv_path) for o in outcomes)
+    assert sorted(f for f in os.listdir(output_dir) if f.startswith("compare_result_") and f.endswith(".csv")) == \
+        sorted(os.path.basename(o.csv_path) for o in outcomes)
 
 
 def test_no_rank_in_common_names_each_sides_ranks(rank_dumps, output_dir):
