@@ -275,7 +275,7 @@ def finish(view: RankView, resumed: Dict[str, PairResult], ends: Sequence[PairDo
                            "No rank pair could be compared: " + result.not_compared()[len("not compared: "):])
     result.summary_path = write_summary(job.options.output_path, result.results, result.reasons(), stamp)
     logger.info(f"The summary over the ranks is {result.summary_path}")
-    for line in cross_rank_answer(result.results):
+    for line in cross_rank_answer(result.results, result.reasons()):
         logger.info(line)
     if job.options.html and compared:
         note = result.not_compared()

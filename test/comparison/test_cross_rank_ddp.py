@@ -133,3 +133,15 @@ def test_a_nan_on_rank_2_in_msprobe_dumps_is_named_in_their_dotted_names(tmp_pat
     dotted = ("First divergence across ranks: rank 2, Functional.linear.0.forward, before "
               "Distributed.all_reduce.0.forward (collective #1) spread it to every rank")
     assert cross_rank_answer(results) == [dotted, dotted.replace("First divergence", "First inf/NaN")]
+
+
+def test_compare_distributed_on_two_workers_says_the_origin_and_writes_the_summary(dumps, tmp_path, capsys):
+    from ptdbg_ascend import compare_distributed
+
+    outcomes = compare_distributed(str(dumps["nan"]), str(dumps["bench"]), str(tmp_path), workers=2, xlsx=False,
+                                   html=False, rerun=False, is_print_compare_log=False)
+    assert SPREAD in capsys.readouterr().out
+    with open(outcomes.summary_path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(row["Rank Pair"], row["Status"]) for row in rows] == [
+        (f"rank{rank}-rank{rank}", "failed") for rank in range(WORLD)]  # every rank ends with NaN
