@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.fs.writes import replace_file
@@ -73,7 +73,7 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
     order = sheet_order(columns)
     if order != list(range(len(columns))):
         columns = [columns[index] for index in order]
-        table = [[line[index] for index in order] for line in table]
+        table = _Reordered(table, order)
 
     def write(descriptor: int) -> None:
         with os.fdopen(os.dup(descriptor), "wb") as handle:
@@ -82,6 +82,26 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
     # A temporary file renamed into place: a same-named report is replaced, a failed write leaves no
     # half-written zip (Excel would offer a repair), and the file is 0640 whatever the umask.
     replace_file(path, write, "the compare result")
+
+
+class _Reordered(Sequence[List[object]]):
+    """``table`` with each row's cells in ``order``, made when a row is read (the table may be 10^6 rows)."""
+
+    def __init__(self, table: Sequence[Sequence[object]], order: Sequence[int]) -> None:
+        self._table, self._order = table, tuple(order)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [[line[i] for i in self._order] for line in self._table[index]]
+        line = self._table[index]
+        return [line[i] for i in self._order]
+
+    def __iter__(self) -> Iterator[List[object]]:
+        order = self._order
+        return ([line[i] for i in order] for line in self._table)
 
 
 def _workbook(columns: Sequence[str], table: Sequence[Sequence[object]], results: Sequence[str],
