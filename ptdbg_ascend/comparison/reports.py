@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend import csv_cells
+from ptdbg_ascend import csv_cells, progress
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.comparison.metrics import EXTRA_FIELDS, LEGACY_FIELDS, NAN
 from ptdbg_ascend.formats.records import TensorRecord, user_stack_text
@@ -141,8 +141,11 @@ def write_csv(path: str, columns: Sequence[str], table: Sequence[Sequence[object
         with (handle if handle is not None else open_new(path)) as handle:
             writer = csv_cells.writer(handle)
             writer.writerow(columns)
+            bar = progress.bar(len(table), "write csv", "row", progress.MANY_ROWS)
             for cells in table:
                 writer.writerow([_csv_cell(name, value) for name, value in zip(columns, cells)])
+                bar.update()
+            bar.close()
     except OSError as error:
         raise DumpWriteError(f"Cannot write the compare result {path}: {error}") from None
 

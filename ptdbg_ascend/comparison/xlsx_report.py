@@ -13,6 +13,7 @@ import numbers
 import os
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ptdbg_ascend import progress
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.fs.writes import replace_file
 
@@ -154,7 +155,9 @@ def _write_table(sheet, columns: Sequence[str], table: Sequence[Sequence[object]
     # cell, 1.5 s with no failure (measured).
     templates = _StyleTemplates(sheet, WriteOnlyCell, PatternFill, Font, Alignment)
     stack_index = columns.index(col.STACK) if col.STACK in columns else None
+    bar = progress.bar(len(table), "write xlsx", "row", progress.MANY_ROWS)
     for row_index, (row, result) in enumerate(zip(table, results)):
+        bar.update()
         if row_index == first_failure:
             kind = "first_failure"
         else:
@@ -170,6 +173,7 @@ def _write_table(sheet, columns: Sequence[str], table: Sequence[Sequence[object]
             else:
                 cells.append(templates.cell(value, kind, wrapped))
         sheet.append(cells)
+    bar.close()
     sheet.auto_filter.ref = f"A1:{last_letter}{len(table) + 1}"
 
 

@@ -11,16 +11,20 @@ one's place, as json does with a repeated key.
 
 from __future__ import annotations
 
+import os
 from typing import Dict, Iterator, List, Optional, Tuple, TypeVar
 
 from ptdbg_ascend.formats.records import CallRecord, Frame, TensorRecord, as_shape, data_file, read_statistics
 from ptdbg_ascend.errors import FileFormatError
 from ptdbg_ascend.formats.naming import number_problem, split_record_name
 from ptdbg_ascend.formats.pkl import is_overflow_step, parse_line, record_fields, stack_frames
+from ptdbg_ascend import progress
 from ptdbg_ascend.log import logger
 from ptdbg_ascend.terminal import excerpt
 
 T = TypeVar("T")
+PROGRESS_MIN_BYTES = 8 << 20  # a bar from 8 MB (about 40,000 lines, 2 s of a compare) on
+PROGRESS_LINES = 4096  # the bar moves every so many lines (an update per line reads the clock per line)
 MAX_REPORTED = 5  # repeated record names named in the warning; the rest are counted
 
 
@@ -42,12 +46,15 @@ def iter_lines(path: str) -> Iterator[Tuple[int, list]]:
     except OSError as error:
         raise FileFormatError(f"Dump file {path} cannot be read: {error}") from None
     found = False
+    bar, shown = _progress(handle, path), 0
     # A corrupt line's warning says whether it was the last one (only blank lines after it): it waits for
     # the next line that is not blank, or the end of the file.
     pending: Optional[Tuple[int, bytes, Optional[UnicodeDecodeError]]] = None
     with handle:
-        number = 0
         for number, raw in enumerate(_raw_lines(handle, path), start=1):
+            if number % PROGRESS_LINES == 0:
+                bar.update(handle.tell() - shown)
+                shown = handle.tell()
             if not raw.strip():
                 continue
             if pending is not None:
@@ -68,10 +75,21 @@ def iter_lines(path: str) -> Iterator[Tuple[int, list]]:
                 continue
             found = True
             yield number, value
+        bar.update(handle.tell() - shown)
+    bar.close()
     if pending is not None:
         _warn_corrupt(path, *pending, last=True)
     if not found:
         raise FileFormatError(f"Dump file {path} holds no records (empty or unreadable).")
+
+
+def _progress(handle, path: str):
+    """A bar over the bytes of a dump file of PROGRESS_MIN_BYTES or more (:func:`ptdbg_ascend.progress.bar`)."""
+    try:
+        size = os.fstat(handle.fileno()).st_size
+    except OSError:
+        size = 0
+    return progress.bar(size, f"read {os.path.basename(path)}", "B", PROGRESS_MIN_BYTES, unit_scale=True)
 
 
 def _raw_lines(handle, path: str) -> Iterator[bytes]:
