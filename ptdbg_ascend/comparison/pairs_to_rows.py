@@ -116,7 +116,8 @@ def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[Co
     """Rows of a statistics-only comparison (no tensor files read): each statistic judged by round-off and by
     what the call's inputs' statistics differences carry in (:func:`propagation.statistics_metrics`)."""
     scales = _CallScales(pairs)
-    measured = []
+    measured: List[Optional[CompareRow]] = []
+    unjudged = verdicts.Judgement(verdicts.PASS, None, None, "")  # one for all measured rows: none is read
     bar = progress.bar(len(pairs), "compare", "row", progress.MANY_ROWS)
     for pair in pairs:
         bar.update()
@@ -125,12 +126,14 @@ def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[Co
         if tolerance_ is not None:
             discrepancy = verdicts.statistics_discrepancy(pair.npu, pair.bench)
             metrics = propagation.statistics_metrics(pair.npu, pair.bench, discrepancy)
-        measured.append(CompareRow(pair, verdicts.Judgement(verdicts.PASS, None, None, ""), tolerance_, metrics))
+        measured.append(CompareRow(pair, unjudged, tolerance_, metrics))
     bar.close()
     rows = []
     bar = progress.bar(len(pairs), "judge", "row", progress.MANY_ROWS)
-    for row, allowance in zip(measured, propagation.allowances(measured, statistics_only=True)):
+    for index, allowance in enumerate(propagation.allowances(measured, statistics_only=True)):
         bar.update()
+        # Each measured row (its stand-in metrics) is let go once judged: the two lists never both hold all rows.
+        row, measured[index] = measured[index], None
         pair, tolerance_ = row.pair, row.tolerance
         structure = _structure_messages(pair, fuzzy_match)
         if allowance is not None and tolerance_ is not None:
