@@ -114,15 +114,17 @@ def timed_compare(npu: str, bench: str, output: str, npy: bool, code_dir: str) -
             f"{data}}}, {output!r}, stack_mode=True)\n")
     env = dict(os.environ)
     env["PYTHONPATH"] = code_dir + os.pathsep + env.get("PYTHONPATH", "")
+    log = os.path.join(os.path.dirname(output), "compare.log")
     start = time.perf_counter()
-    # cwd: `python -c` puts the current directory ahead of PYTHONPATH
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env=env, cwd=output)
-    _, status, usage = os.wait4(child.pid, 0)
+    with open(log, "wb") as handle:  # cwd: `python -c` puts the current directory ahead of PYTHONPATH
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=handle, stderr=subprocess.STDOUT, env=env,
+                                 cwd=output)
+        _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
-    if child.returncode != 0:
-        raise SystemExit(f"compare of {npu} failed (exit {child.returncode}); run the code by hand:\n{code}")
+    if status != 0:
+        with open(log, "rb") as handle:
+            tail = handle.read()[-3000:].decode("utf-8", "replace")
+        raise SystemExit(f"compare of {npu} failed (wait status {status}):\n{tail}\nthe code:\n{code}")
     return wall, usage.ru_maxrss / 1024.0
 
 

@@ -114,26 +114,16 @@ def _full_row(pair: RowPair, metrics: Optional[met.Metrics], tolerance_: Optiona
 
 def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[CompareRow]:
     """Rows of a statistics-only comparison (no tensor files read): each statistic judged by round-off and by
-    what the call's inputs' statistics differences carry in (:func:`propagation.statistics_metrics`)."""
+    what the call's inputs' statistics differences carry in (:func:`propagation.statistics_metrics`). One
+    pass: each row is measured, given its allowance (which needs the rows before it only) and judged before
+    the next is measured, so no list of measured rows is ever held."""
     scales = _CallScales(pairs)
-    measured: List[Optional[CompareRow]] = []
-    unjudged = verdicts.Judgement(verdicts.PASS, None, None, "")  # one for all measured rows: none is read
+    measured: collections.deque = collections.deque()  # the row being judged: never more than one
     bar = progress.bar(len(pairs), "compare", "row", progress.MANY_ROWS)
-    for pair in pairs:
-        bar.update()
-        tolerance_ = scales.tolerance_of(pair)
-        metrics = None
-        if tolerance_ is not None:
-            discrepancy = verdicts.statistics_discrepancy(pair.npu, pair.bench)
-            metrics = propagation.statistics_metrics(pair.npu, pair.bench, discrepancy)
-        measured.append(CompareRow(pair, unjudged, tolerance_, metrics))
-    bar.close()
     rows = []
-    bar = progress.bar(len(pairs), "judge", "row", progress.MANY_ROWS)
-    for index, allowance in enumerate(propagation.allowances(measured, statistics_only=True)):
+    for allowance in propagation.allowances(_measured_rows(pairs, scales, measured), statistics_only=True):
         bar.update()
-        # Each measured row (its stand-in metrics) is let go once judged: the two lists never both hold all rows.
-        row, measured[index] = measured[index], None
+        row = measured.popleft()
         pair, tolerance_ = row.pair, row.tolerance
         structure = _structure_messages(pair, fuzzy_match)
         if allowance is not None and tolerance_ is not None:
@@ -148,6 +138,21 @@ def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[Co
                                messages=tuple(structure) + ((judgement.message,) if judgement.message else ())))
     bar.close()
     return rows
+
+
+def _measured_rows(pairs: Sequence[RowPair], scales: _CallScales, measured: collections.deque) -> Iterator[CompareRow]:
+    """Each pair's row with its tolerance and the stand-in metrics of its statistics (not judged yet), also
+    appended to ``measured`` for the judge to take."""
+    unjudged = verdicts.Judgement(verdicts.PASS, None, None, "")  # one for all: no measured row's is read
+    for pair in pairs:
+        tolerance_ = scales.tolerance_of(pair)
+        metrics = None
+        if tolerance_ is not None:
+            discrepancy = verdicts.statistics_discrepancy(pair.npu, pair.bench)
+            metrics = propagation.statistics_metrics(pair.npu, pair.bench, discrepancy)
+        row = CompareRow(pair, unjudged, tolerance_, metrics)
+        measured.append(row)
+        yield row
 
 
 def full_rows(pairs: Sequence[RowPair], print_log: bool, fuzzy_match: bool = False) -> List[CompareRow]:

@@ -17,7 +17,7 @@ from ptdbg_ascend.readers import legacy_pkl
 
 pytestmark = pytest.mark.torchfree
 
-BAR_NAMES = ("read npu.pkl", "read bench.pkl", "compare", "judge", "write csv", "write xlsx")
+BAR_NAMES = ("read npu.pkl", "read bench.pkl", "compare", "write csv", "write xlsx")
 
 
 def write_pkl(path, calls: int, shift: float = 0.0) -> str:
