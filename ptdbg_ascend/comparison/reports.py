@@ -22,6 +22,7 @@ from ptdbg_ascend.fs import reports as fs_reports
 from ptdbg_ascend.fs.writes import FILE_MODE
 from ptdbg_ascend.formats.layout import COMPARE_RESULT_STEM
 from ptdbg_ascend.formats.naming import FORWARD, split_call_name
+from ptdbg_ascend.log import logger
 
 METRIC_FIELDS = dict(zip(col.METRICS + col.EXTRA_METRICS, LEGACY_FIELDS + EXTRA_FIELDS))
 # Metric cells the CSV writes with 12 decimals (the original's format).
@@ -151,10 +152,16 @@ def write_csv(path: str, columns: Sequence[str], table: Sequence[Sequence[object
 
 
 def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[object]], rows: Sequence[CompareRow],
-               first_failure: Optional[int]) -> None:
-    """The same table as an ``.xlsx`` (see :func:`ptdbg_ascend.comparison.xlsx_report.write_xlsx`)."""
+               first_failure: Optional[int]) -> Optional[str]:
+    """The same table as an ``.xlsx`` (see :func:`ptdbg_ascend.comparison.xlsx_report.write_xlsx`); returns
+    ``path``, or None with a warning when the table has more rows than a sheet holds (the CSV has them all)."""
     from ptdbg_ascend.comparison import xlsx_report
 
+    if len(table) + 1 > xlsx_report.EXCEL_MAX_ROWS:
+        logger.warning(f"No .xlsx written: its {len(table)} rows are more than a sheet holds "
+                       f"({xlsx_report.EXCEL_MAX_ROWS - 1}); the CSV holds them all.")
+        return None
     points = [(row.judgement.share, split_call_name(row.call.name).direction if row.call is not None else FORWARD)
               for row in rows]
     xlsx_report.write_xlsx(path, columns, table, [row.result for row in rows], first_failure, points)
+    return path

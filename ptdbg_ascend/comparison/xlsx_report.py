@@ -16,6 +16,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from ptdbg_ascend import progress
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.fs.writes import replace_file
+from ptdbg_ascend.log import logger
 
 RESULT_SHEET, CHART_SHEET = "compare_result", "chart"
 # Excel's standard "bad" / "neutral" fills; the first failure gets a darker red so it stands out of a red block.
@@ -32,6 +33,10 @@ MAX_CELL_TEXT = 32767
 # A stack of 20 frames is 40 lines: a row shows its last lines (the frames nearest the API, as the cell is
 # bottom-aligned); the whole text is in the cell. Taller rows would leave a few rows per screen.
 STACK_LINES_SHOWN, LINE_HEIGHT = 6, 15
+# Excel's rows per sheet (the header included): a longer table cannot be one sheet, the CSV holds it.
+EXCEL_MAX_ROWS = 1_048_576
+# The last row a chart may reference (openpyxl's limit on a Reference): a longer table gets no chart sheet.
+CHART_MAX_ROW = 1_000_000
 # Rows of context kept above the first failure when the sheet opens scrolled to it.
 CONTEXT_ROWS = 5
 # The sheet puts the verdict right after the names, where people read (the CSV keeps the legacy order, which
@@ -65,6 +70,8 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
         judged) and "forward"/"backward"; the chart plots them (default None: no chart).
     :raises DumpWriteError: the file cannot be written (the message names ``path``).
     """
+    if len(table) + 1 > EXCEL_MAX_ROWS:
+        raise ValueError(f"write_xlsx: {len(table)} rows do not fit a sheet ({EXCEL_MAX_ROWS - 1} rows at most)")
     if len(results) != len(table):
         raise ValueError(f"write_xlsx: {len(results)} results for {len(table)} rows")
     if points is not None and len(points) != len(table):
@@ -115,7 +122,10 @@ def _workbook(columns: Sequence[str], table: Sequence[Sequence[object]], results
     # known before each row; the autofilter and the chart go at the end of the file anyway.
     book = Workbook(write_only=True)
     _write_table(book.create_sheet(RESULT_SHEET), columns, table, results, first_failure)
-    if points is not None and table:
+    if points is not None and table and len(table) + 1 > CHART_MAX_ROW:
+        logger.warning(f"The .xlsx has no chart sheet: its {len(table)} rows are more than a chart can reference "
+                       f"({CHART_MAX_ROW - 1}); the HTML report's chart shows every row.")
+    elif points is not None and table:
         _write_chart(book.create_sheet(CHART_SHEET), columns, table, results, first_failure, points)
     return book
 

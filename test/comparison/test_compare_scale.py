@@ -79,3 +79,26 @@ def test_each_stage_of_a_large_compare_shows_a_bar_at_a_terminal_only(tmp_path, 
         assert (f"{name}:" in text) is shown, (name, text[-400:])
     if shown:
         assert "100/100" in text and "write xlsx: 100%" in text
+
+
+def test_a_table_longer_than_a_chart_can_reference_gets_an_xlsx_without_chart(tmp_path, monkeypatch, capsys):
+    openpyxl = pytest.importorskip("openpyxl")
+    from ptdbg_ascend.comparison import xlsx_report
+
+    monkeypatch.setattr(xlsx_report, "CHART_MAX_ROW", 100)  # openpyxl's is 1,000,000: a 10^6-row compare
+    npu, bench = write_pkl(tmp_path / "npu.pkl", 50, 1e-9), write_pkl(tmp_path / "bench.pkl", 50)
+    outcome = compare({"npu_pkl_path": npu, "bench_pkl_path": bench}, str(tmp_path / "out"), html=False)
+    assert openpyxl.load_workbook(outcome.xlsx_path, read_only=True).sheetnames == ["compare_result"]
+    assert "The .xlsx has no chart sheet: its 100 rows are more than a chart can reference (99)" in \
+        capsys.readouterr().out
+
+
+def test_a_table_longer_than_a_sheet_gets_no_xlsx_and_says_so(tmp_path, monkeypatch, capsys):
+    from ptdbg_ascend.comparison import xlsx_report
+
+    monkeypatch.setattr(xlsx_report, "EXCEL_MAX_ROWS", 100)  # Excel's is 1,048,576
+    npu, bench = write_pkl(tmp_path / "npu.pkl", 50, 1e-9), write_pkl(tmp_path / "bench.pkl", 50)
+    outcome = compare({"npu_pkl_path": npu, "bench_pkl_path": bench}, str(tmp_path / "out"), html=False)
+    assert outcome.xlsx_path is None and not list((tmp_path / "out").glob("*.xlsx"))
+    assert "No .xlsx written: its 100 rows are more than a sheet holds (99); the CSV holds them all." in \
+        capsys.readouterr().out
