@@ -67,6 +67,8 @@ class Terminal(io.StringIO):
 
 @pytest.mark.parametrize("stderr, shown", [(Terminal(), True), (io.StringIO(), False)], ids=["terminal", "pipe"])
 def test_each_stage_of_a_large_compare_shows_a_bar_at_a_terminal_only(tmp_path, monkeypatch, stderr, shown):
+    pytest.importorskip("tqdm")
+    pytest.importorskip("openpyxl")
     # The thresholds of a large compare brought down to this small one: 8 MB of pkl, 20,000 rows.
     monkeypatch.setattr(legacy_pkl, "PROGRESS_MIN_BYTES", 1)
     monkeypatch.setattr(progress, "MANY_ROWS", 1)
