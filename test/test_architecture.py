@@ -39,7 +39,7 @@ PACKAGE_LAYERS = (
     ("the statistics service", ("statistics",)),
     ("the ground floor", ("formats", "fs")),
     ("below everything", ("errors", "log", "terminal", "memory", "numpy_view", "device", "streams", "version",
-                          "checkout", "inside", "tensor_kinds")),
+                          "checkout", "inside", "tensor_kinds", "progress")),
 )
 # (importing package, imported module) pairs the package rules let pass, each with why (none today).
 KNOWN_PACKAGE_EXCEPTIONS: Dict[Tuple[str, str], str] = {}

@@ -15,6 +15,7 @@ from ptdbg_ascend.comparison import propagation, tensor_pairs, verdicts
 from ptdbg_ascend.comparison.matching import RowPair, dtypes_compatible
 from ptdbg_ascend.comparison.rows import CompareRow
 from ptdbg_ascend.comparison.tolerances import SUMMARY_GAIN, Tolerance, call_precision, magnitude, tolerance
+from ptdbg_ascend import progress
 from ptdbg_ascend.log import logger
 
 # A row whose two call names differ (paired across a counter shift); the task-level warning is run.MSG_FUZZY.
@@ -113,18 +114,16 @@ def _full_row(pair: RowPair, metrics: Optional[met.Metrics], tolerance_: Optiona
 
 def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[CompareRow]:
     """Rows of a statistics-only comparison (no tensor files read): each statistic judged by round-off and by
-    what the call's inputs' statistics differences carry in (:func:`propagation.statistics_metrics`)."""
+    what the call's inputs' statistics differences carry in (:func:`propagation.statistics_metrics`). One
+    pass: each row is measured, given its allowance (which needs the rows before it only) and judged before
+    the next is measured, so no list of measured rows is ever held."""
     scales = _CallScales(pairs)
-    measured = []
-    for pair in pairs:
-        tolerance_ = scales.tolerance_of(pair)
-        metrics = None
-        if tolerance_ is not None:
-            discrepancy = verdicts.statistics_discrepancy(pair.npu, pair.bench)
-            metrics = propagation.statistics_metrics(pair.npu, pair.bench, discrepancy)
-        measured.append(CompareRow(pair, verdicts.Judgement(verdicts.PASS, None, None, ""), tolerance_, metrics))
+    measured: collections.deque = collections.deque()  # the row being judged: never more than one
+    bar = progress.bar(len(pairs), "compare", "row", progress.MANY_ROWS)
     rows = []
-    for row, allowance in zip(measured, propagation.allowances(measured, statistics_only=True)):
+    for allowance in propagation.allowances(_measured_rows(pairs, scales, measured), statistics_only=True):
+        bar.update()
+        row = measured.popleft()
         pair, tolerance_ = row.pair, row.tolerance
         structure = _structure_messages(pair, fuzzy_match)
         if allowance is not None and tolerance_ is not None:
@@ -137,7 +136,23 @@ def summary_rows(pairs: Sequence[RowPair], fuzzy_match: bool = False) -> List[Co
                 structure.append(met.MSG_SHAPE)
         rows.append(CompareRow(pair, judgement, tolerance_,
                                messages=tuple(structure) + ((judgement.message,) if judgement.message else ())))
+    bar.close()
     return rows
+
+
+def _measured_rows(pairs: Sequence[RowPair], scales: _CallScales, measured: collections.deque) -> Iterator[CompareRow]:
+    """Each pair's row with its tolerance and the stand-in metrics of its statistics (not judged yet), also
+    appended to ``measured`` for the judge to take."""
+    unjudged = verdicts.Judgement(verdicts.PASS, None, None, "")  # one for all: no measured row's is read
+    for pair in pairs:
+        tolerance_ = scales.tolerance_of(pair)
+        metrics = None
+        if tolerance_ is not None:
+            discrepancy = verdicts.statistics_discrepancy(pair.npu, pair.bench)
+            metrics = propagation.statistics_metrics(pair.npu, pair.bench, discrepancy)
+        row = CompareRow(pair, unjudged, tolerance_, metrics)
+        measured.append(row)
+        yield row
 
 
 def full_rows(pairs: Sequence[RowPair], print_log: bool, fuzzy_match: bool = False) -> List[CompareRow]:
@@ -146,22 +161,23 @@ def full_rows(pairs: Sequence[RowPair], print_log: bool, fuzzy_match: bool = Fal
     scales = _CallScales(pairs)
     tolerances = [scales.tolerance_of(pair) for pair in pairs]
     measured, all_metrics = [], []
-    progress = _progress(len(pairs))
+    bar = progress.bar(len(pairs), "compare", "tensor", PROGRESS_MIN_ROWS)
     for pair, tolerance_, metrics in _metrics_in_order(pairs, tolerances):
         if print_log and pair.npu is not None:
             logger.info(f"start compare: {pair.npu.name}")
         measured.append(_full_row(pair, metrics, tolerance_, False, fuzzy_match, log=False))
         all_metrics.append(metrics)
-        if progress is not None:
-            progress.update(1)
-    if progress is not None:
-        progress.close()
+        bar.update()
+    bar.close()
     rows = []
+    bar = progress.bar(len(pairs), "judge", "row", progress.MANY_ROWS)
     for row, metrics, allowance in zip(measured, all_metrics, propagation.allowances(measured)):
+        bar.update()
         tolerance_ = row.tolerance
         if allowance is not None and tolerance_ is not None and metrics is not None:
             tolerance_ = tolerance_.with_carried(*allowance)
         rows.append(_full_row(row.pair, metrics, tolerance_, print_log and row.pair.npu is not None, fuzzy_match))
+    bar.close()
     return rows
 
 
@@ -218,13 +234,3 @@ def _fork_context():
         return multiprocessing.get_context("fork")
     except ValueError:
         return None
-
-
-def _progress(total: int):
-    if total < PROGRESS_MIN_ROWS or not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc="compare", unit="tensor")

@@ -31,7 +31,7 @@ statistics stands in for its relative error (:func:`statistics_metrics`). Torch-
 from __future__ import annotations
 
 import math
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from ptdbg_ascend.comparison import api_classes as classes
 from ptdbg_ascend.comparison import transfer
@@ -75,18 +75,19 @@ def _value_key(record: Optional[TensorRecord]) -> Optional[Tuple]:
     return tuple(record.shape), tuple(record.statistics)
 
 
-def allowances(rows: Sequence[CompareRow], statistics_only: bool = False) -> List[Optional[Allowance]]:
+def allowances(rows: Iterable[CompareRow], statistics_only: bool = False) -> Iterator[Optional[Allowance]]:
     """For each row, what its inputs bring in (None: nothing, e.g. a one-sided row or an integer tensor).
     ``rows`` are in NPU execution order with their metrics (full mode), or with :func:`statistics_metrics`
-    (``statistics_only``, default False)."""
+    (``statistics_only``, default False). A row's allowance depends on the rows before it only: each is given
+    before the next row is taken, so a caller may make the rows as it goes and let each go once judged."""
     calls: Dict[int, CallTensors] = {}
     by_name: Dict[str, CallTensors] = {}
-    found: List[Optional[Allowance]] = [None] * len(rows)
     produced = set()  # value keys (both sides) of the output rows so far
     recent: List[Tuple[int, float]] = []  # (id(call), relative error) of the outputs so far
-    for index, row in enumerate(rows):
+    for row in rows:
         call = row.pair.npu_call
         if call is None or row.one_sided:
+            yield None
             continue
         entry = calls.get(id(call))
         if entry is None:
@@ -95,6 +96,7 @@ def allowances(rows: Sequence[CompareRow], statistics_only: bool = False) -> Lis
         if row.side == "input" and _unreadable_input(row):
             entry.unreadable = True
         if not _usable(row):
+            yield None
             continue
         tensor = Measured(row)
         key = (_value_key(row.npu), _value_key(row.bench))
@@ -104,14 +106,14 @@ def allowances(rows: Sequence[CompareRow], statistics_only: bool = False) -> Lis
             # An input that holds an earlier output's values takes that output's verdict (provenance); one
             # that none produced may carry what the calls before it carried.
             traced = key[0] is not None and key in produced
-            found[index] = _untraced(tensor, recent, "input" if traced else "untraced")
+            yield _untraced(tensor, recent, "input" if traced else "untraced")
             continue
         entry.outputs.append(tensor)
         forward = by_name.get(call.name[: -len(BACKWARD)] + FORWARD) if direction == BACKWARD else None
-        found[index] = _output_allowance(tensor, call.name, entry, forward, statistics_only)
+        allowance = _output_allowance(tensor, call.name, entry, forward, statistics_only)
         produced.add(key)
         recent.append((id(call), tensor.relative))
-    return found
+        yield allowance
 
 
 def _untraced(tensor: Measured, recent: Sequence[Tuple[int, float]], rule: str) -> Allowance:

@@ -10,9 +10,9 @@ text cells.
 from __future__ import annotations
 
 import os
-from typing import IO, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ptdbg_ascend import csv_cells
+from ptdbg_ascend import csv_cells, progress
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.comparison.metrics import EXTRA_FIELDS, LEGACY_FIELDS, NAN
 from ptdbg_ascend.formats.records import TensorRecord, user_stack_text
@@ -22,6 +22,7 @@ from ptdbg_ascend.fs import reports as fs_reports
 from ptdbg_ascend.fs.writes import FILE_MODE
 from ptdbg_ascend.formats.layout import COMPARE_RESULT_STEM
 from ptdbg_ascend.formats.naming import FORWARD, split_call_name
+from ptdbg_ascend.log import logger
 
 METRIC_FIELDS = dict(zip(col.METRICS + col.EXTRA_METRICS, LEGACY_FIELDS + EXTRA_FIELDS))
 # Metric cells the CSV writes with 12 decimals (the original's format).
@@ -94,13 +95,35 @@ def row_cells(row: CompareRow, stack_mode: bool) -> Dict[str, object]:
     return cells
 
 
-def table_of(rows: Sequence[CompareRow], columns: Sequence[str], stack_mode: bool) -> List[List[object]]:
-    """The rows as lists of typed cells in ``columns`` order."""
-    table = []
-    for row in rows:
-        cells = row_cells(row, stack_mode)
-        table.append([cells.get(name, "") for name in columns])
-    return table
+class Table(Sequence[List[object]]):
+    """The rows as lists of typed cells in ``columns`` order, each made when it is read: the CSV and the
+    .xlsx read the table once each, so a 10^6-row compare never holds 25 x 10^6 cells (row_cells costs
+    about 10 us a row, so the two reads cost 20 s at 10^6 rows: less than what keeping them would have
+    cost the machine's memory)."""
+
+    def __init__(self, rows: Sequence[CompareRow], columns: Sequence[str], stack_mode: bool) -> None:
+        self._rows, self._columns, self._stack_mode = rows, tuple(columns), stack_mode
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self._cells(row) for row in self._rows[index]]
+        return self._cells(self._rows[index])
+
+    def __iter__(self) -> Iterator[List[object]]:
+        return (self._cells(row) for row in self._rows)
+
+    def _cells(self, row: CompareRow) -> List[object]:
+        cells = row_cells(row, self._stack_mode)
+        return [cells.get(name, "") for name in self._columns]
+
+
+def table_of(rows: Sequence[CompareRow], columns: Sequence[str], stack_mode: bool) -> Table:
+    """The rows as lists of typed cells in ``columns`` order (a :class:`Table`: each row's cells made when
+    it is read)."""
+    return Table(rows, columns, stack_mode)
 
 
 def _csv_cell(name: str, value: object) -> object:
@@ -119,17 +142,26 @@ def write_csv(path: str, columns: Sequence[str], table: Sequence[Sequence[object
         with (handle if handle is not None else open_new(path)) as handle:
             writer = csv_cells.writer(handle)
             writer.writerow(columns)
+            bar = progress.bar(len(table), "write csv", "row", progress.MANY_ROWS)
             for cells in table:
                 writer.writerow([_csv_cell(name, value) for name, value in zip(columns, cells)])
+                bar.update()
+            bar.close()
     except OSError as error:
         raise DumpWriteError(f"Cannot write the compare result {path}: {error}") from None
 
 
 def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[object]], rows: Sequence[CompareRow],
-               first_failure: Optional[int]) -> None:
-    """The same table as an ``.xlsx`` (see :func:`ptdbg_ascend.comparison.xlsx_report.write_xlsx`)."""
+               first_failure: Optional[int]) -> Optional[str]:
+    """The same table as an ``.xlsx`` (see :func:`ptdbg_ascend.comparison.xlsx_report.write_xlsx`); returns
+    ``path``, or None with a warning when the table has more rows than a sheet holds (the CSV has them all)."""
     from ptdbg_ascend.comparison import xlsx_report
 
+    if len(table) + 1 > xlsx_report.EXCEL_MAX_ROWS:
+        logger.warning(f"No .xlsx written: its {len(table)} rows are more than a sheet holds "
+                       f"({xlsx_report.EXCEL_MAX_ROWS - 1}); the CSV holds them all.")
+        return None
     points = [(row.judgement.share, split_call_name(row.call.name).direction if row.call is not None else FORWARD)
               for row in rows]
     xlsx_report.write_xlsx(path, columns, table, [row.result for row in rows], first_failure, points)
+    return path

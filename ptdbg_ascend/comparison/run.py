@@ -73,8 +73,7 @@ def _write_reports(options: CompareOptions, tail: str, column_names: Sequence[st
     logger.info(f"Compare result is {csv_path}")
     xlsx_path = None
     if options.xlsx:
-        xlsx_path = os.path.join(output_path, stem + ".xlsx")
-        reports.write_xlsx(xlsx_path, column_names, table, rows, failing)
+        xlsx_path = reports.write_xlsx(os.path.join(output_path, stem + ".xlsx"), column_names, table, rows, failing)
     advisor_path = None
     if options.auto_analyze:
         advisor_path = answer_text.write_advice(advice, output_path, ADVISOR_STEM + tail)

@@ -39,12 +39,14 @@ NARROW_RANGE = frozenset(("torch.float16", "torch.half", "torch.float8_e4m3fn", 
 class Measured:
     """The numbers of one judged row that propagation uses."""
 
-    __slots__ = ("row", "error", "norm", "npu_norm", "size", "worst", "scale", "relative_rms", "max_relative",
-                 "shape", "statistics", "dtype")
+    __slots__ = ("bench", "index", "error", "norm", "npu_norm", "size", "worst", "scale", "relative_rms",
+                 "max_relative", "shape", "statistics", "dtype")
 
     def __init__(self, row: CompareRow) -> None:
         metrics = row.metrics
-        self.row = row
+        # Not the row: it would keep every row's metrics alive until the last row is judged.
+        self.bench = row.bench
+        self.index = record_index(row)  # of ..._input.i / ..._output.i
         self.error = metrics.error_norm
         self.norm = metrics.bench_norm or 0.0
         self.npu_norm = metrics.npu_norm if metrics.npu_norm is not None else self.norm
@@ -73,7 +75,7 @@ class Measured:
     def spread_relative(self) -> float:
         """The error's root mean square over the bench tensor's standard deviation: what a normalisation
         makes of it (:func:`spread`); the plain relative error when the spread is unknown or zero."""
-        deviation = spread(self.row.bench)
+        deviation = spread(self.bench)
         if deviation:
             return (self.error / math.sqrt(self.size)) / deviation
         return self.relative
@@ -169,7 +171,7 @@ def _contraction(t: Through) -> Optional[Tuple[float, float]]:
     gradient = t.call.inputs.get(0)
     if gradient is None:
         return None
-    index = record_index(t.out.row)
+    index = t.out.index
     other = q if index == layout.p else p if index == layout.q else None
     if other is None:  # the bias: a sum of the output's gradient over what the bias was added to
         return gradient.norm, gradient.error * math.sqrt(max(1.0, gradient.size / t.out.size))

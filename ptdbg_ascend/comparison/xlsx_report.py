@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ptdbg_ascend import progress
 from ptdbg_ascend.comparison import columns as col
 from ptdbg_ascend.fs.writes import replace_file
+from ptdbg_ascend.log import logger
 
 RESULT_SHEET, CHART_SHEET = "compare_result", "chart"
 # Excel's standard "bad" / "neutral" fills; the first failure gets a darker red so it stands out of a red block.
@@ -31,6 +33,10 @@ MAX_CELL_TEXT = 32767
 # A stack of 20 frames is 40 lines: a row shows its last lines (the frames nearest the API, as the cell is
 # bottom-aligned); the whole text is in the cell. Taller rows would leave a few rows per screen.
 STACK_LINES_SHOWN, LINE_HEIGHT = 6, 15
+# Excel's rows per sheet (the header included): a longer table cannot be one sheet, the CSV holds it.
+EXCEL_MAX_ROWS = 1_048_576
+# The last row a chart may reference (openpyxl's limit on a Reference): a longer table gets no chart sheet.
+CHART_MAX_ROW = 1_000_000
 # Rows of context kept above the first failure when the sheet opens scrolled to it.
 CONTEXT_ROWS = 5
 # The sheet puts the verdict right after the names, where people read (the CSV keeps the legacy order, which
@@ -64,6 +70,8 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
         judged) and "forward"/"backward"; the chart plots them (default None: no chart).
     :raises DumpWriteError: the file cannot be written (the message names ``path``).
     """
+    if len(table) + 1 > EXCEL_MAX_ROWS:
+        raise ValueError(f"write_xlsx: {len(table)} rows do not fit a sheet ({EXCEL_MAX_ROWS - 1} rows at most)")
     if len(results) != len(table):
         raise ValueError(f"write_xlsx: {len(results)} results for {len(table)} rows")
     if points is not None and len(points) != len(table):
@@ -73,7 +81,7 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
     order = sheet_order(columns)
     if order != list(range(len(columns))):
         columns = [columns[index] for index in order]
-        table = [[line[index] for index in order] for line in table]
+        table = _Reordered(table, order)
 
     def write(descriptor: int) -> None:
         with os.fdopen(os.dup(descriptor), "wb") as handle:
@@ -82,6 +90,26 @@ def write_xlsx(path: str, columns: Sequence[str], table: Sequence[Sequence[objec
     # A temporary file renamed into place: a same-named report is replaced, a failed write leaves no
     # half-written zip (Excel would offer a repair), and the file is 0640 whatever the umask.
     replace_file(path, write, "the compare result")
+
+
+class _Reordered(Sequence[List[object]]):
+    """``table`` with each row's cells in ``order``, made when a row is read (the table may be 10^6 rows)."""
+
+    def __init__(self, table: Sequence[Sequence[object]], order: Sequence[int]) -> None:
+        self._table, self._order = table, tuple(order)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [[line[i] for i in self._order] for line in self._table[index]]
+        line = self._table[index]
+        return [line[i] for i in self._order]
+
+    def __iter__(self) -> Iterator[List[object]]:
+        order = self._order
+        return ([line[i] for i in order] for line in self._table)
 
 
 def _workbook(columns: Sequence[str], table: Sequence[Sequence[object]], results: Sequence[str],
@@ -94,7 +122,10 @@ def _workbook(columns: Sequence[str], table: Sequence[Sequence[object]], results
     # known before each row; the autofilter and the chart go at the end of the file anyway.
     book = Workbook(write_only=True)
     _write_table(book.create_sheet(RESULT_SHEET), columns, table, results, first_failure)
-    if points is not None and table:
+    if points is not None and table and len(table) + 1 > CHART_MAX_ROW:
+        logger.warning(f"The .xlsx has no chart sheet: its {len(table)} rows are more than a chart can reference "
+                       f"({CHART_MAX_ROW - 1}); the HTML report's chart shows every row.")
+    elif points is not None and table:
         _write_chart(book.create_sheet(CHART_SHEET), columns, table, results, first_failure, points)
     return book
 
@@ -134,7 +165,9 @@ def _write_table(sheet, columns: Sequence[str], table: Sequence[Sequence[object]
     # cell, 1.5 s with no failure (measured).
     templates = _StyleTemplates(sheet, WriteOnlyCell, PatternFill, Font, Alignment)
     stack_index = columns.index(col.STACK) if col.STACK in columns else None
+    bar = progress.bar(len(table), "write xlsx", "row", progress.MANY_ROWS)
     for row_index, (row, result) in enumerate(zip(table, results)):
+        bar.update()
         if row_index == first_failure:
             kind = "first_failure"
         else:
@@ -150,6 +183,7 @@ def _write_table(sheet, columns: Sequence[str], table: Sequence[Sequence[object]
             else:
                 cells.append(templates.cell(value, kind, wrapped))
         sheet.append(cells)
+    bar.close()
     sheet.auto_filter.ref = f"A1:{last_letter}{len(table) + 1}"
 
 
