@@ -302,7 +302,7 @@ def user_code_line() -> Optional[str]:
     """``file:line  code`` of the innermost frame outside torch and this tool (None outside any)."""
     import linecache
 
-    from ptdbg_ascend.formats.records import user_line
+    from ptdbg_ascend.formats.records import is_library_file, user_line
 
     frames = []
     frame = sys._getframe(1)
@@ -311,6 +311,4 @@ def user_code_line() -> Optional[str]:
         frames.append((code.co_filename, str(frame.f_lineno), code.co_name,
                        linecache.getline(code.co_filename, frame.f_lineno).strip() or None))
         frame = frame.f_back
-    from ptdbg_ascend.formats.records import is_library_file
-
     return user_line(tuple(frames)) if any(not is_library_file(f[0]) for f in frames) else None
